@@ -1,0 +1,118 @@
+"""mango's pure core: values, lifecycle, capabilities, errors, path rules and ports.
+
+It imports only the standard library and attrs, so it can be reasoned about
+and tested with no I/O at all.
+"""
+
+from mango.domain.capabilities import (
+    RESOURCE_CAPABILITIES,
+    Capability,
+    CapabilitySet,
+    admission_reasons,
+    admit,
+)
+from mango.domain.errors import (
+    AdmissionRejected,
+    CapabilityNotSupported,
+    ConfigurationError,
+    InvalidInput,
+    InvalidPathError,
+    InvalidTransition,
+    MangoError,
+    OwnershipError,
+    PathEscapeError,
+    PermanentError,
+    PreconditionFailed,
+    ProviderUnavailable,
+    ProvisioningBlocked,
+    SandboxNotFound,
+    SessionDeleting,
+    UnknownProvider,
+    UnsafeArchiveError,
+    is_permanent,
+)
+from mango.domain.hashing import (
+    binding_proves_package_setup,
+    binding_spec_hash,
+    session_key_hash,
+    spec_hash,
+)
+from mango.domain.lifecycle import (
+    LifecycleCommand,
+    LifecycleEffect,
+    LifecycleState,
+    Transition,
+    observe,
+    transition,
+)
+from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
+from mango.domain.ports import BindingStore, Clock, Provider, Sandbox
+from mango.domain.registry import ProviderRegistration, SupportLevel
+from mango.domain.values import (
+    Binding,
+    Command,
+    ExecResult,
+    NetworkMode,
+    PackagePlan,
+    ProvisioningIntent,
+    SandboxRef,
+    SandboxSpec,
+    SessionRecord,
+    validate_provider_name,
+    validate_session_id,
+)
+
+__all__ = [
+    "RESOURCE_CAPABILITIES",
+    "AdmissionRejected",
+    "Binding",
+    "BindingStore",
+    "Capability",
+    "CapabilityNotSupported",
+    "CapabilitySet",
+    "Clock",
+    "Command",
+    "ConfigurationError",
+    "ExecResult",
+    "InvalidInput",
+    "InvalidPathError",
+    "InvalidTransition",
+    "LifecycleCommand",
+    "LifecycleEffect",
+    "LifecycleState",
+    "MangoError",
+    "NetworkMode",
+    "OwnershipError",
+    "PackagePlan",
+    "PathEscapeError",
+    "PermanentError",
+    "PreconditionFailed",
+    "Provider",
+    "ProviderRegistration",
+    "ProviderUnavailable",
+    "ProvisioningBlocked",
+    "ProvisioningIntent",
+    "Sandbox",
+    "SandboxNotFound",
+    "SandboxRef",
+    "SandboxSpec",
+    "SessionDeleting",
+    "SessionRecord",
+    "SupportLevel",
+    "Transition",
+    "UnknownProvider",
+    "UnsafeArchiveError",
+    "admission_reasons",
+    "admit",
+    "binding_proves_package_setup",
+    "binding_spec_hash",
+    "is_permanent",
+    "normalize_workspace_dir",
+    "normalize_workspace_path",
+    "observe",
+    "session_key_hash",
+    "spec_hash",
+    "transition",
+    "validate_provider_name",
+    "validate_session_id",
+]

@@ -1,0 +1,87 @@
+"""Path rules for workspace-relative paths, as pure functions.
+
+A workspace path names a file below a sandbox's root. The rules are the same
+for every provider, so a path that one backend accepts no other refuses:
+
+* it is relative: a leading ``/`` is refused (:class:`PathEscapeError`);
+* no component is ``..`` (:class:`PathEscapeError`), even one that would stay
+  inside, so the rule can be checked without knowing the tree;
+* ``.`` components and repeated slashes are folded away;
+* no NUL, no control character (U+0000-U+001F, U+007F), no backslash;
+* each component is at most :data:`MAX_COMPONENT_BYTES` UTF-8 bytes and the whole
+  path at most :data:`MAX_PATH_BYTES`.
+
+Symlinks cannot be judged here (that needs the tree); providers refuse to
+follow them.
+"""
+
+from __future__ import annotations
+
+from mango.domain.errors import InvalidPathError, PathEscapeError
+
+__all__ = [
+    "MAX_COMPONENT_BYTES",
+    "MAX_PATH_BYTES",
+    "normalize_workspace_path",
+    "normalize_workspace_dir",
+    "split_workspace_path",
+]
+
+MAX_PATH_BYTES = 1024
+MAX_COMPONENT_BYTES = 255
+
+
+def _check_characters(path: str) -> None:
+    for index, char in enumerate(path):
+        code = ord(char)
+        if code == 0:
+            raise InvalidPathError(f"path {path!r} contains a NUL byte at offset {index}")
+        if code < 0x20 or code == 0x7F:
+            raise InvalidPathError(
+                f"path {path!r} contains control character U+{code:04X} at offset {index}"
+            )
+        if char == "\\":
+            raise InvalidPathError(
+                f"path {path!r} contains a backslash; use '/' to separate components"
+            )
+
+
+def split_workspace_path(path: str, *, allow_root: bool = False) -> tuple[str, ...]:
+    """Validate ``path`` and return its components (empty tuple for the root).
+
+    Raises :class:`InvalidPathError` or :class:`PathEscapeError`; the root
+    (``""`` or ``"."``) is accepted only with ``allow_root``.
+    """
+    if not isinstance(path, str):
+        raise InvalidPathError(f"path must be a string, got {type(path).__name__}")
+    _check_characters(path)
+    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise InvalidPathError(f"path is longer than {MAX_PATH_BYTES} bytes")
+    if path.startswith("/"):
+        raise PathEscapeError(f"path {path!r} is absolute; give a path relative to the workspace")
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            raise PathEscapeError(f"path {path!r} contains '..'; it may not leave the workspace")
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            raise InvalidPathError(
+                f"path component {part[:32]!r}... is longer than {MAX_COMPONENT_BYTES} bytes"
+            )
+        parts.append(part)
+    if not parts and not allow_root:
+        raise InvalidPathError(f"path {path!r} names the workspace root, not a file")
+    return tuple(parts)
+
+
+def normalize_workspace_path(path: str) -> str:
+    """Return the normal form (``a/b/c``) of a workspace-relative file path."""
+    return "/".join(split_workspace_path(path))
+
+
+def normalize_workspace_dir(path: str | None) -> str:
+    """Return the normal form of a workspace-relative directory; ``""`` is the root."""
+    if path is None:
+        return ""
+    return "/".join(split_workspace_path(path, allow_root=True))

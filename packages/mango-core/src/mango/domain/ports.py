@@ -1,0 +1,296 @@
+"""Ports: the protocols the application layer talks to.
+
+Every I/O port is async. Implementations translate their library's
+exceptions into :mod:`mango.domain.errors` in one place, so callers only ever
+see the mango error tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.values import (
+    Binding,
+    Command,
+    ExecResult,
+    ProvisioningIntent,
+    SandboxRef,
+    SandboxSpec,
+    SessionRecord,
+)
+
+__all__ = [
+    "BindingStore",
+    "Clock",
+    "FileResourceSandbox",
+    "LimitedNetworkSandbox",
+    "MemoryStoreSandbox",
+    "Provider",
+    "ResourceLockSandbox",
+    "Sandbox",
+    "SessionOutputSandbox",
+    "SkillBundleSandbox",
+]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A live client for one provider resource.
+
+    Paths are workspace-relative and follow :mod:`mango.domain.paths`; a path
+    that would leave the workspace (``..``, absolute, through a symlink) raises
+    :class:`~mango.domain.errors.PathEscapeError`.
+    """
+
+    @property
+    def ref(self) -> SandboxRef:
+        """The durable reference of this resource."""
+        ...
+
+    @property
+    def root(self) -> str:
+        """The workspace root as the sandbox sees it (``/workspace`` in containers)."""
+        ...
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command`` in the workspace and return what it produced.
+
+        * A non-zero exit is data, not an error.
+        * On timeout the command's whole process tree is terminated and the
+          result has ``timed_out=True``; the sandbox stays usable unless the
+          provider documents otherwise.
+        * Cancelling the awaiting task terminates the command's process tree
+          and re-raises :class:`asyncio.CancelledError` promptly; a task
+          cancelled before the call runs nothing.
+        * Each of stdout and stderr is capped; bytes past the cap are drained
+          and discarded (memory stays O(cap)) and the truncation flag is set.
+        * Raises :class:`SandboxNotFound` if the resource is gone,
+          :class:`ProviderUnavailable` for transient backend failures.
+        """
+        ...
+
+    async def read_file(self, path: str) -> bytes:
+        """Return the bytes of a regular file.
+
+        Raises :class:`FileNotFoundError` if it does not exist, a
+        :class:`PermanentError` if it is not a regular file, and
+        :class:`PathEscapeError` for escapes.
+        """
+        ...
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate a file with ``data``, creating parent directories."""
+        ...
+
+    async def destroy(self) -> None:
+        """Remove the resource and everything in it. Idempotent: a second call succeeds."""
+        ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A sandbox backend. One resource per Session key.
+
+    Implementations must be safe to construct many times: a fresh instance
+    (a restarted worker) attaches to what an earlier one created.
+    """
+
+    @property
+    def name(self) -> str:
+        """Stable lowercase provider name; it is persisted in references."""
+        ...
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """What this provider instance implements; must equal its registration."""
+        ...
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> Sandbox:
+        """Create-if-absent the resource for ``session_key``.
+
+        Idempotent through a provider-side key derived from ``session_key``: a
+        retry after a lost response returns the same resource (same ``ref``,
+        workspace preserved). Raises :class:`InvalidInput` for an empty key.
+        """
+        ...
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
+        """Rebuild a client from a persisted reference, verifying ownership.
+
+        Raises :class:`OwnershipError` if ``ref`` names another provider or
+        belongs to another Session key, and :class:`SandboxNotFound` if the
+        resource no longer exists (never creates a replacement).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release client resources (connections); resources themselves stay."""
+        ...
+
+
+class BindingStore(Protocol):
+    """Durable Session, intent and binding records: the source of truth.
+
+    Insert-if-absent operations return the authoritative row; deletes remove
+    only a row that still matches the caller's value. No credential is ever
+    stored.
+    """
+
+    async def ensure_session(self, session_id: str) -> SessionRecord:
+        """Create the Session row if absent and return the stored row."""
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """Return the Session row, or None."""
+        ...
+
+    async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Sessions, oldest first."""
+        ...
+
+    async def fence_session(self, session_id: str) -> SessionRecord | None:
+        """Set the deletion fence (idempotent); None if the Session does not exist."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a fenced Session with no binding or intent left.
+
+        Returns False if it was already gone. Raises
+        :class:`PreconditionFailed` if it is not fenced or still has a
+        binding or an intent.
+        """
+        ...
+
+    async def list_deleting_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Fenced Sessions, oldest fence first."""
+        ...
+
+    async def get_intent(self, session_id: str) -> ProvisioningIntent | None:
+        """Return the provisioning intent, or None."""
+        ...
+
+    async def put_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
+        """Insert-if-absent; return the stored intent (which may differ from ``intent``).
+
+        Raises :class:`ProvisioningBlocked` if the Session is absent, fenced or
+        already bound.
+        """
+        ...
+
+    async def list_intents(self, provider: str, limit: int = 100) -> Sequence[ProvisioningIntent]:
+        """That provider's intents, oldest first, with ``deleting`` projected."""
+        ...
+
+    async def delete_intent(self, intent: ProvisioningIntent) -> None:
+        """Compare-and-delete on (session, provider, spec hash).
+
+        Success if gone; :class:`PreconditionFailed` if a different intent is there.
+        """
+        ...
+
+    async def get_binding(self, session_id: str) -> Binding | None:
+        """Return the binding, or None."""
+        ...
+
+    async def put_binding(self, binding: Binding) -> Binding:
+        """Insert-if-absent and delete the Session's intent in one transaction.
+
+        Returns the winner, which may be another worker's binding.
+        """
+        ...
+
+    async def delete_binding(self, binding: Binding) -> None:
+        """Compare-and-delete on (session, provider, external id).
+
+        Success if gone; :class:`PreconditionFailed` if a different binding is there.
+        """
+        ...
+
+
+class Clock(Protocol):
+    """Wall-clock time in UTC."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+
+# ---------------------------------------------------------------------------
+# Optional capability protocols. A provider that declares the capability must
+# give sandboxes that implement the matching protocol. Their operations are
+# specified here and filled in by the issues that build each capability.
+
+
+@runtime_checkable
+class LimitedNetworkSandbox(Protocol):
+    """Capability ``limited-network``: egress restricted to an allowlist."""
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        """Replace the egress allowlist. Idempotent; an empty list blocks all egress."""
+        ...
+
+
+@runtime_checkable
+class FileResourceSandbox(Protocol):
+    """Capability ``file-resources``: read-only files mounted at a runtime path."""
+
+    async def has_file_resource(self, runtime_path: str, identity: str) -> bool:
+        """True if the resource with ``identity`` is published at ``runtime_path``."""
+        ...
+
+    async def import_file_resource(
+        self, runtime_path: str, identity: str, content: AsyncIterator[bytes]
+    ) -> None:
+        """Stage and atomically publish a file. Idempotent per identity."""
+        ...
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        """Remove the file if it still has ``identity``. Idempotent after a crash."""
+        ...
+
+
+@runtime_checkable
+class SessionOutputSandbox(Protocol):
+    """Capability ``session-outputs``: files the agent leaves for the user."""
+
+    def open_session_outputs(self) -> AsyncIterator[bytes]:
+        """Stream the outputs directory as a tar archive."""
+        ...
+
+
+@runtime_checkable
+class SkillBundleSandbox(Protocol):
+    """Capability ``skill-bundles``: read-only skill directories."""
+
+    async def has_skill(self, name: str, identity: str) -> bool:
+        """True if the skill ``name`` with ``identity`` is published."""
+        ...
+
+    async def import_skill(self, name: str, identity: str, archive: AsyncIterator[bytes]) -> None:
+        """Verify, extract and atomically publish a skill archive."""
+        ...
+
+
+@runtime_checkable
+class MemoryStoreSandbox(Protocol):
+    """Capability ``memory-stores``: durable read-write mounts synced to PostgreSQL."""
+
+    async def read_memory_store(self, identity: str) -> dict[str, bytes]:
+        """Return the current files of the store mounted as ``identity``."""
+        ...
+
+    async def replace_memory_store(self, identity: str, files: dict[str, bytes]) -> None:
+        """Replace the mounted store's content with ``files``."""
+        ...
+
+
+@runtime_checkable
+class ResourceLockSandbox(Protocol):
+    """Serialise resource imports against tool steps inside one sandbox."""
+
+    async def lock_resources(self, *, exclusive: bool) -> object:
+        """Acquire the lock; the returned object's ``release()`` frees it."""
+        ...

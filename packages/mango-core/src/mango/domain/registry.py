@@ -1,0 +1,166 @@
+"""Provider registrations and the typed registry plugins add them to.
+
+A registration is admission-safe: its name, capabilities, support level and
+settings can be read without calling the factory, so nothing is constructed
+and no credential is read until a provider is actually opened.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import attrs
+
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.errors import ConfigurationError, InvalidInput, UnknownProvider
+from mango.domain.ports import Provider
+from mango.domain.values import validate_provider_name
+
+__all__ = [
+    "ConformanceTarget",
+    "ConformanceTargetRegistry",
+    "ProviderRegistration",
+    "ProviderRegistry",
+    "SettingSpec",
+    "SupportLevel",
+]
+
+
+class SupportLevel(enum.StrEnum):
+    """How much trust a provider has earned."""
+
+    STABLE = "stable"
+    BETA = "beta"
+    EXPERIMENTAL = "experimental"
+    DEVELOPMENT = "development"
+    """For development only; not an isolation boundary (the local provider)."""
+
+
+@attrs.frozen
+class SettingSpec:
+    """One setting a provider reads from the environment when it is opened."""
+
+    env: str
+    description: str
+    default: str | None = None
+    secret: bool = False
+    """Secret values are never printed, logged or persisted; only their presence is."""
+    required: bool = False
+
+
+def _name(_instance: object, _attribute: object, value: object) -> None:
+    validate_provider_name(value)
+
+
+@attrs.frozen
+class ProviderRegistration:
+    """What a plugin tells mango about one provider."""
+
+    name: str = attrs.field(validator=_name)
+    capabilities: CapabilitySet
+    support_level: SupportLevel
+    settings: tuple[SettingSpec, ...]
+    factory: Callable[[], Provider] = attrs.field(repr=False)
+    """Builds the provider; called only when this provider is selected."""
+    description: str = ""
+
+
+@attrs.define
+class ProviderRegistry:
+    """The registrations collected from plugins. ``add`` during loading, then read-only."""
+
+    _registrations: dict[str, ProviderRegistration] = attrs.field(factory=dict, alias="_registrations")
+
+    def add(self, registration: ProviderRegistration) -> None:
+        """Add one registration; a duplicate name is an error."""
+        if not isinstance(registration, ProviderRegistration):
+            raise InvalidInput(
+                f"registry.add() takes a ProviderRegistration, got {type(registration).__name__}"
+            )
+        if registration.name in self._registrations:
+            raise ConfigurationError(f"provider {registration.name!r} is registered twice")
+        self._registrations[registration.name] = registration
+
+    def names(self) -> tuple[str, ...]:
+        """Sorted provider names."""
+        return tuple(sorted(self._registrations))
+
+    def __iter__(self) -> Iterator[ProviderRegistration]:
+        return (self._registrations[name] for name in self.names())
+
+    def __len__(self) -> int:
+        return len(self._registrations)
+
+    def get(self, name: str) -> ProviderRegistration:
+        """The registration for ``name``; :class:`UnknownProvider` lists what is installed."""
+        try:
+            return self._registrations[name]
+        except KeyError:
+            raise UnknownProvider(name, self.names()) from None
+
+    def capabilities(self, name: str) -> CapabilitySet:
+        """Declared capabilities of ``name``, without constructing anything."""
+        return self.get(name).capabilities
+
+    def open(self, name: str) -> Provider:
+        """Construct the provider ``name`` and check it matches its registration.
+
+        Fails closed: an unknown name never falls back to another provider.
+        """
+        registration = self.get(name)
+        provider = registration.factory()
+        if provider.name != name:
+            raise ConfigurationError(
+                f"provider registered as {name!r} reports the name {provider.name!r}"
+            )
+        if provider.capabilities != registration.capabilities:
+            declared = ", ".join(registration.capabilities.names()) or "none"
+            reported = ", ".join(provider.capabilities.names()) or "none"
+            raise ConfigurationError(
+                f"provider {name!r} is registered with capabilities [{declared}] "
+                f"but reports [{reported}]"
+            )
+        return provider
+
+
+@attrs.frozen
+class ConformanceTarget:
+    """An offline target the conformance suite can run against without code.
+
+    ``open`` receives a scratch directory that lives for the whole run and
+    returns an async context manager yielding a fresh :class:`Provider` each
+    time it is entered (a fake service, a temporary base directory, ...).
+    Entering it again with the same directory must give a provider that
+    attaches to what earlier ones created (a simulated worker restart).
+    """
+
+    provider: str = attrs.field(validator=_name)
+    open: Callable[[Path], AbstractAsyncContextManager[Provider]] = attrs.field(repr=False)
+    description: str = ""
+
+
+@attrs.define
+class ConformanceTargetRegistry:
+    """Targets collected from plugins through ``mango_register_conformance_targets``."""
+
+    _targets: dict[str, ConformanceTarget] = attrs.field(factory=dict, alias="_targets")
+
+    def add(self, target: ConformanceTarget) -> None:
+        """Add one target; a duplicate provider name is an error."""
+        if target.provider in self._targets:
+            raise ConfigurationError(f"conformance target {target.provider!r} is registered twice")
+        self._targets[target.provider] = target
+
+    def names(self) -> tuple[str, ...]:
+        """Sorted provider names with a target."""
+        return tuple(sorted(self._targets))
+
+    def get(self, name: str) -> ConformanceTarget:
+        """The target for ``name``; :class:`UnknownProvider` lists those available."""
+        try:
+            return self._targets[name]
+        except KeyError:
+            raise UnknownProvider(name, self.names()) from None

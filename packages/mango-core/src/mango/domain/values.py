@@ -1,0 +1,297 @@
+"""Frozen value objects shared by every layer.
+
+Values validate themselves on construction and raise :class:`InvalidInput`
+(a permanent error) naming the field, so a malformed value never travels far.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from mango.domain.errors import InvalidInput
+from mango.domain.paths import normalize_workspace_dir
+
+__all__ = [
+    "MAX_SESSION_ID_LENGTH",
+    "Binding",
+    "Command",
+    "ExecResult",
+    "NetworkMode",
+    "PackagePlan",
+    "ProvisioningIntent",
+    "SandboxRef",
+    "SandboxSpec",
+    "SessionRecord",
+    "validate_provider_name",
+    "validate_session_id",
+]
+
+MAX_SESSION_ID_LENGTH = 255
+_PROVIDER_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a usable Session id, else raise :class:`InvalidInput`.
+
+    A Session id is 1 to 255 printable characters with no whitespace at either end.
+    """
+    if not isinstance(session_id, str):
+        raise InvalidInput(f"session id must be a string, got {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidInput("session id is empty")
+    if len(session_id) > MAX_SESSION_ID_LENGTH:
+        raise InvalidInput(f"session id is longer than {MAX_SESSION_ID_LENGTH} characters")
+    if session_id != session_id.strip():
+        raise InvalidInput(f"session id {session_id!r} has leading or trailing whitespace")
+    if not session_id.isprintable():
+        raise InvalidInput(f"session id {session_id!r} contains non-printable characters")
+    return session_id
+
+
+def validate_provider_name(name: object) -> str:
+    """Return ``name`` if it is a lowercase provider identifier (``[a-z][a-z0-9-]*``)."""
+    if not isinstance(name, str) or not _PROVIDER_NAME.match(name):
+        raise InvalidInput(
+            f"provider name {name!r} is not a lowercase identifier "
+            "(a letter, then letters, digits or '-', at most 63 characters)"
+        )
+    return name
+
+
+def _session_id_validator(_instance: object, _attribute: object, value: object) -> None:
+    validate_session_id(value)
+
+
+def _provider_validator(_instance: object, _attribute: object, value: object) -> None:
+    validate_provider_name(value)
+
+
+def _str_tuple(values: Iterable[str] | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str | bytes):
+        raise InvalidInput("expected a list of strings, got a single string")
+    result = tuple(values)
+    for value in result:
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"expected non-empty strings, got {value!r}")
+    return result
+
+
+def _hosts(values: Iterable[str] | None) -> tuple[str, ...]:
+    """Normalise an allowlist: lower-cased, de-duplicated, sorted."""
+    return tuple(sorted({host.strip().lower() for host in _str_tuple(values)}))
+
+
+class NetworkMode(enum.StrEnum):
+    """Network access of a sandbox."""
+
+    NONE = "none"
+    BRIDGE = "bridge"
+    LIMITED = "limited"
+
+
+@attrs.frozen
+class PackagePlan:
+    """Packages installed once, before a sandbox is bound, per package manager."""
+
+    apt: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    cargo: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    gem: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    go: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    npm: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    pip: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no manager has anything to install."""
+        return not (self.apt or self.cargo or self.gem or self.go or self.npm or self.pip)
+
+
+def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidInput(f"{attribute.name} must be a positive number or None, got {value!r}")
+
+
+def _network_mode(value: NetworkMode | str) -> NetworkMode:
+    try:
+        return NetworkMode(value)
+    except ValueError:
+        allowed = ", ".join(mode.value for mode in NetworkMode)
+        raise InvalidInput(f"network must be one of {allowed}, got {value!r}") from None
+
+
+@attrs.frozen
+class SandboxSpec:
+    """What to provision for a Session. Non-secret: it is stored with intents."""
+
+    timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Default per-exec timeout in seconds; ``None`` means no bound."""
+    image: str | None = None
+    """Container image for container providers; ``None`` means the provider default."""
+    memory: str | None = None
+    """Memory limit such as ``512m``; ``None`` means the provider default."""
+    cpus: float | None = attrs.field(default=None, validator=_positive_or_none)
+    network: NetworkMode = attrs.field(default=NetworkMode.NONE, converter=_network_mode)
+    pids_limit: int | None = attrs.field(default=None, validator=_positive_or_none)
+    network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
+    """Final egress allowlist; only meaningful with ``network=limited``."""
+    setup_network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
+    """Temporary allowlist used only while packages are installed."""
+    packages: PackagePlan = attrs.field(factory=PackagePlan)
+
+
+def _argv(values: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(values, str | bytes):
+        raise InvalidInput("argv must be a sequence of strings, not one string")
+    argv = tuple(values)
+    if not argv:
+        raise InvalidInput("argv is empty; give at least the program to run")
+    for arg in argv:
+        if not isinstance(arg, str):
+            raise InvalidInput(f"argv items must be strings, got {type(arg).__name__}")
+        if "\x00" in arg:
+            raise InvalidInput("argv items may not contain NUL bytes")
+    if not argv[0]:
+        raise InvalidInput("argv[0] (the program) is empty")
+    return argv
+
+
+def _env(values: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    if values is None:
+        return ()
+    items = values.items() if isinstance(values, Mapping) else values
+    result: dict[str, str] = {}
+    for key, value in items:
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise InvalidInput(f"environment variable name {key!r} is not valid")
+        if not isinstance(value, str) or "\x00" in value:
+            raise InvalidInput(f"environment variable {key} must be a string without NUL")
+        result[key] = value
+    return tuple(sorted(result.items()))
+
+
+def _stdin(value: bytes | None) -> bytes:
+    if value is None:
+        return b""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidInput(f"stdin must be bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+@attrs.frozen
+class Command:
+    """One command: an argv vector (never a shell string), stdin, env, cwd and timeout.
+
+    Callers that want a shell pass ``("/bin/sh", "-c", script)`` explicitly.
+    ``cwd`` is workspace-relative (``""`` is the root). ``timeout`` in seconds
+    overrides the spec's default.
+    """
+
+    argv: tuple[str, ...] = attrs.field(converter=_argv)
+    stdin: bytes = attrs.field(default=b"", converter=_stdin)
+    env: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_env)
+    cwd: str = attrs.field(default="", converter=normalize_workspace_dir)
+    timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        """The extra environment as a new dict."""
+        return dict(self.env)
+
+
+@attrs.frozen
+class ExecResult:
+    """What a command produced.
+
+    A non-zero ``exit_code`` is data, not an error. ``timed_out`` means the
+    command hit its timeout and was terminated (``exit_code`` is then -1);
+    ``cancelled`` means it was terminated because its sandbox was torn down
+    while it ran. Each stream holds at most the provider's cap; the
+    ``*_truncated`` flags say that bytes past the cap were discarded.
+    """
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran to completion with exit code 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
+
+
+def _external_id_validator(_instance: object, _attribute: object, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput("sandbox reference has an empty external id")
+    if len(value) > 1024 or not value.isprintable():
+        raise InvalidInput("sandbox reference external id is too long or not printable")
+
+
+@attrs.frozen
+class SandboxRef:
+    """Durable, non-secret identity of one provider resource."""
+
+    provider: str = attrs.field(validator=_provider_validator)
+    external_id: str = attrs.field(validator=_external_id_validator)
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.external_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> SandboxRef:
+        """Parse ``provider:external-id``; raise :class:`InvalidInput` if malformed."""
+        provider, sep, external_id = text.partition(":")
+        if not sep:
+            raise InvalidInput(f"malformed sandbox reference {text!r}: expected 'provider:id'")
+        return cls(provider=provider, external_id=external_id)
+
+
+@attrs.frozen
+class Binding:
+    """Durable link from a Session to its one sandbox resource."""
+
+    session_id: str = attrs.field(validator=_session_id_validator)
+    ref: SandboxRef
+    spec_hash: str
+
+
+@attrs.frozen
+class ProvisioningIntent:
+    """Written before a provider creates anything, so a crash leaves a trace.
+
+    ``deleting`` is projected from the Session's deletion fence when listing.
+    """
+
+    session_id: str = attrs.field(validator=_session_id_validator)
+    provider: str = attrs.field(validator=_provider_validator)
+    spec: SandboxSpec
+    spec_hash: str
+    deleting: bool = False
+
+
+@attrs.frozen
+class SessionRecord:
+    """A Session row: its id, creation time and deletion fence (UTC)."""
+
+    session_id: str = attrs.field(validator=_session_id_validator)
+    created_at: datetime
+    deleting_at: datetime | None = None
+
+    @property
+    def deleting(self) -> bool:
+        """True once the Session is fenced for deletion."""
+        return self.deleting_at is not None
