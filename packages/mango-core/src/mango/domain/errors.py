@@ -5,7 +5,7 @@ what to do from the class and from :attr:`MangoError.permanent`, never from the
 message text::
 
     MangoError
-    ├── SandboxNotFound            a persisted reference the provider no longer knows (lost)
+    ├── SandboxNotFound            a persisted reference the provider no longer knows
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
@@ -23,7 +23,8 @@ message text::
         └── ConfigurationError     settings are missing or contradictory
 
 ``permanent`` is a property every caller can test, and :func:`is_permanent`
-walks the ``raise ... from`` chain so a wrapped error keeps its verdict. Temporal maps permanent errors to non-retryable failures.
+walks the ``raise ... from`` chain so a wrapped error keeps its verdict.
+Temporal maps permanent errors to non-retryable failures.
 Messages never contain credentials.
 """
 

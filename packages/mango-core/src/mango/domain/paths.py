@@ -22,8 +22,8 @@ from mango.domain.errors import InvalidPathError, PathEscapeError
 __all__ = [
     "MAX_COMPONENT_BYTES",
     "MAX_PATH_BYTES",
-    "normalize_workspace_path",
     "normalize_workspace_dir",
+    "normalize_workspace_path",
     "split_workspace_path",
 ]
 

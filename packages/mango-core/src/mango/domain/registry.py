@@ -11,6 +11,7 @@ import enum
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -51,7 +52,7 @@ class SettingSpec:
     required: bool = False
 
 
-def _name(_instance: object, _attribute: object, value: object) -> None:
+def _name(_instance: object, _attribute: object, value: Any) -> None:
     validate_provider_name(value)
 
 
@@ -72,7 +73,9 @@ class ProviderRegistration:
 class ProviderRegistry:
     """The registrations collected from plugins. ``add`` during loading, then read-only."""
 
-    _registrations: dict[str, ProviderRegistration] = attrs.field(factory=dict, alias="_registrations")
+    _registrations: dict[str, ProviderRegistration] = attrs.field(
+        factory=dict, alias="_registrations"
+    )
 
     def add(self, registration: ProviderRegistration) -> None:
         """Add one registration; a duplicate name is an error."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import enum
 import re
-from datetime import datetime
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -65,11 +65,11 @@ def validate_provider_name(name: object) -> str:
     return name
 
 
-def _session_id_validator(_instance: object, _attribute: object, value: object) -> None:
+def _session_id_validator(_instance: object, _attribute: object, value: Any) -> None:
     validate_session_id(value)
 
 
-def _provider_validator(_instance: object, _attribute: object, value: object) -> None:
+def _provider_validator(_instance: object, _attribute: object, value: Any) -> None:
     validate_provider_name(value)
 
 
@@ -166,7 +166,9 @@ def _argv(values: Iterable[str]) -> tuple[str, ...]:
     return argv
 
 
-def _env(values: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+def _env(
+    values: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+) -> tuple[tuple[str, str], ...]:
     if values is None:
         return ()
     items = values.items() if isinstance(values, Mapping) else values
@@ -234,7 +236,7 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out and not self.cancelled
 
 
-def _external_id_validator(_instance: object, _attribute: object, value: object) -> None:
+def _external_id_validator(_instance: object, _attribute: object, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidInput("sandbox reference has an empty external id")
     if len(value) > 1024 or not value.isprintable():

@@ -12,7 +12,14 @@ from mango.domain.errors import ConfigurationError
 from mango.domain.registry import ConformanceTargetRegistry, ProviderRegistry
 from mango.plugins import hookspecs
 
-__all__ = ["DISABLE_PLUGINS_ENV", "ENTRY_POINT_GROUP", "PluginHost", "hookimpl", "hookspec", "load_plugins"]
+__all__ = [
+    "DISABLE_PLUGINS_ENV",
+    "ENTRY_POINT_GROUP",
+    "PluginHost",
+    "hookimpl",
+    "hookspec",
+    "load_plugins",
+]
 
 ENTRY_POINT_GROUP = "mango"
 DISABLE_PLUGINS_ENV = "MANGO_DISABLE_PLUGINS"

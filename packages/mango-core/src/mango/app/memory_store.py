@@ -1,0 +1,162 @@
+"""An in-memory :class:`~mango.domain.ports.BindingStore` for unit tests and plugin authors.
+
+It has the same semantics as the PostgreSQL store (insert-if-absent returns
+the authoritative row, compare-and-delete, the deletion fence) within one
+process. It is not durable: never use it where identity must survive a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import attrs
+
+from mango.app.clock import SystemClock
+from mango.domain.errors import PreconditionFailed, ProvisioningBlocked
+from mango.domain.ports import Clock
+from mango.domain.values import Binding, ProvisioningIntent, SessionRecord, validate_session_id
+
+__all__ = ["InMemoryBindingStore"]
+
+
+@attrs.define
+class InMemoryBindingStore:
+    """Process-local BindingStore with the PostgreSQL store's semantics."""
+
+    clock: Clock = attrs.field(factory=SystemClock)
+    sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
+    intents: dict[str, tuple[ProvisioningIntent, float]] = attrs.field(factory=dict)
+    bindings: dict[str, Binding] = attrs.field(factory=dict)
+    _lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, alias="_lock")
+    _sequence: int = attrs.field(default=0, alias="_sequence")
+
+    def _next(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+    async def ensure_session(self, session_id: str) -> SessionRecord:
+        """Create the Session if absent; return the stored row."""
+        validate_session_id(session_id)
+        async with self._lock:
+            record = self.sessions.get(session_id)
+            if record is None:
+                record = SessionRecord(session_id=session_id, created_at=self.clock.now())
+                self.sessions[session_id] = record
+            return record
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The Session row or None."""
+        return self.sessions.get(session_id)
+
+    async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Sessions, oldest first."""
+        ordered = sorted(self.sessions.values(), key=lambda r: (r.created_at, r.session_id))
+        return ordered[: max(limit, 0)]
+
+    async def fence_session(self, session_id: str) -> SessionRecord | None:
+        """Set the deletion fence once; None if the Session is absent."""
+        async with self._lock:
+            record = self.sessions.get(session_id)
+            if record is None:
+                return None
+            if record.deleting_at is None:
+                record = attrs.evolve(record, deleting_at=self.clock.now())
+                self.sessions[session_id] = record
+            return record
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a fenced Session with nothing left pointing at a resource."""
+        async with self._lock:
+            record = self.sessions.get(session_id)
+            if record is None:
+                return False
+            if record.deleting_at is None:
+                raise PreconditionFailed(f"session {session_id!r} is not fenced for deletion")
+            if session_id in self.bindings or session_id in self.intents:
+                raise PreconditionFailed(
+                    f"session {session_id!r} still has a sandbox binding or provisioning intent"
+                )
+            del self.sessions[session_id]
+            return True
+
+    async def list_deleting_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Fenced Sessions, oldest fence first."""
+        fenced = [r for r in self.sessions.values() if r.deleting_at is not None]
+        fenced.sort(key=lambda r: (r.deleting_at, r.session_id))
+        return fenced[: max(limit, 0)]
+
+    async def get_intent(self, session_id: str) -> ProvisioningIntent | None:
+        """The intent or None, with ``deleting`` projected."""
+        entry = self.intents.get(session_id)
+        return None if entry is None else self._project(entry[0])
+
+    def _project(self, intent: ProvisioningIntent) -> ProvisioningIntent:
+        record = self.sessions.get(intent.session_id)
+        return attrs.evolve(intent, deleting=record is not None and record.deleting)
+
+    async def put_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
+        """Insert-if-absent; refuse an absent, fenced or bound Session."""
+        async with self._lock:
+            record = self.sessions.get(intent.session_id)
+            if record is None or record.deleting or intent.session_id in self.bindings:
+                raise ProvisioningBlocked(
+                    f"session {intent.session_id!r} is absent, being deleted, or already bound"
+                )
+            existing = self.intents.get(intent.session_id)
+            if existing is None:
+                stored = attrs.evolve(intent, deleting=False)
+                self.intents[intent.session_id] = (stored, self._next())
+                return stored
+            return self._project(existing[0])
+
+    async def list_intents(self, provider: str, limit: int = 100) -> Sequence[ProvisioningIntent]:
+        """That provider's intents, oldest first."""
+        entries = sorted(
+            (order, intent.session_id, intent)
+            for intent, order in self.intents.values()
+            if intent.provider == provider
+        )
+        return [self._project(intent) for _, _, intent in entries[: max(limit, 0)]]
+
+    async def delete_intent(self, intent: ProvisioningIntent) -> None:
+        """Compare-and-delete on (session, provider, spec hash)."""
+        async with self._lock:
+            entry = self.intents.get(intent.session_id)
+            if entry is None:
+                return
+            stored = entry[0]
+            if (stored.provider, stored.spec_hash) != (intent.provider, intent.spec_hash):
+                raise PreconditionFailed(
+                    f"provisioning intent of session {intent.session_id!r} changed to "
+                    f"{stored.provider}/{stored.spec_hash}"
+                )
+            del self.intents[intent.session_id]
+
+    async def get_binding(self, session_id: str) -> Binding | None:
+        """The binding or None."""
+        return self.bindings.get(session_id)
+
+    async def put_binding(self, binding: Binding) -> Binding:
+        """Insert-if-absent and drop the Session's intent; return the winner."""
+        async with self._lock:
+            if binding.session_id not in self.sessions:
+                raise ProvisioningBlocked(f"session {binding.session_id!r} does not exist")
+            for other in self.bindings.values():
+                if other.ref == binding.ref and other.session_id != binding.session_id:
+                    raise PreconditionFailed(f"{binding.ref} is bound to another session")
+            winner = self.bindings.setdefault(binding.session_id, binding)
+            self.intents.pop(binding.session_id, None)
+            return winner
+
+    async def delete_binding(self, binding: Binding) -> None:
+        """Compare-and-delete on (session, provider, external id)."""
+        async with self._lock:
+            stored = self.bindings.get(binding.session_id)
+            if stored is None:
+                return
+            if stored.ref != binding.ref:
+                raise PreconditionFailed(
+                    f"binding of session {binding.session_id!r} changed to {stored.ref}"
+                )
+            del self.bindings[binding.session_id]
