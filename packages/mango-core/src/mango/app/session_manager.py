@@ -233,6 +233,10 @@ class SessionManager:
         binding = await self.store.get_binding(session_id)
         if binding is None:
             return None
+        record = await self.store.get_session(session_id)
+        if record is not None and record.deleting:
+            # A fenced Session admits no new work, even on a sandbox that still exists.
+            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
         effects = transition(LifecycleState.BOUND, command).effects
         assert LifecycleEffect.ATTACH_RESOURCE in effects  # noqa: S101 - table invariant
         sandbox = await self._attach(binding, spec)

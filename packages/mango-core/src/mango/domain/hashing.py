@@ -40,7 +40,7 @@ def _digest(text: str) -> str:
 
 def spec_to_json(spec: SandboxSpec) -> dict[str, Any]:
     """Return the JSON-able form of ``spec`` (stable keys, lists for tuples)."""
-    data = attrs.asdict(spec, retain_collection_types=False)
+    data = attrs.asdict(spec)
     data["network"] = spec.network.value
     return data
 
@@ -59,7 +59,7 @@ def spec_hash(spec: SandboxSpec) -> str:
 
 def package_plan_hash(plan: PackagePlan) -> str:
     """Hash of a package plan alone."""
-    return _digest(_canonical(attrs.asdict(plan, retain_collection_types=False)))
+    return _digest(_canonical(attrs.asdict(plan)))
 
 
 def binding_spec_hash(spec: SandboxSpec) -> str:

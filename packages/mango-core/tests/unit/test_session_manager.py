@@ -1,0 +1,250 @@
+"""SessionManager semantics on the in-memory store and provider fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from mango.app import InMemoryBindingStore, SessionManager
+from mango.domain import (
+    CapabilityNotSupported,
+    InvalidInput,
+    NetworkMode,
+    OwnershipError,
+    PackagePlan,
+    PermanentError,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+    SessionDeleting,
+)
+
+SPEC = SandboxSpec()
+
+
+@pytest.fixture
+def store() -> InMemoryBindingStore:
+    """A fresh in-memory store."""
+    return InMemoryBindingStore()
+
+
+async def _manager(
+    store: InMemoryBindingStore, provider: Any, session: str = "s1"
+) -> SessionManager:
+    manager = SessionManager(provider, store)
+    await manager.ensure_session(session)
+    return manager
+
+
+async def test_acquire_creates_once_and_caches(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """The first acquire provisions and binds; later ones reuse the client."""
+    manager = await _manager(store, make_provider())
+    first = await manager.acquire("s1", SPEC)
+    second = await manager.acquire("s1", SPEC)
+    assert first is second
+    assert world.creates == 1
+    binding = await store.get_binding("s1")
+    assert binding is not None
+    assert binding.ref == first.ref
+    assert await store.get_intent("s1") is None
+
+
+async def test_concurrent_acquires_one_manager(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Concurrent acquires for one Session in one process are serialised."""
+    manager = await _manager(store, make_provider(idempotent=False))
+    boxes = await asyncio.gather(*(manager.acquire("s1", SPEC) for _ in range(16)))
+    assert {box.ref for box in boxes} == {boxes[0].ref}
+    assert world.creates == 1
+
+
+async def test_losers_resource_is_destroyed(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """With a non-idempotent provider the store elects one winner; losers are destroyed."""
+    managers = [await _manager(store, make_provider(idempotent=False)) for _ in range(8)]
+    boxes = await asyncio.gather(*(m.acquire("s1", SPEC) for m in managers))
+    assert len({box.ref for box in boxes}) == 1
+    assert len(world.resources) == 1
+    assert world.creates - world.destroys == 1
+
+
+async def test_restarted_worker_attaches(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A fresh manager (restarted worker) attaches through the binding."""
+    first = await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    await first.write_file("a.txt", b"kept")
+    provider = make_provider()
+    again = await SessionManager(provider, store).acquire("s1", SPEC)
+    assert again.ref == first.ref
+    assert await again.read_file("a.txt") == b"kept"
+    assert provider.attaches == 1
+    assert world.creates == 1
+
+
+async def test_lost_reference_never_recreates(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A bound resource that vanished gives SandboxNotFound and no new resource."""
+    box = await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    world.resources.clear()
+    fresh = SessionManager(make_provider(), store)
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await fresh.acquire("s1", SPEC)
+    assert world.creates == 1
+    assert (await store.get_binding("s1")).ref == box.ref  # type: ignore[union-attr]
+
+
+async def test_acquire_existing_never_provisions(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """acquire_existing returns None for an unbound Session and creates nothing."""
+    manager = await _manager(store, make_provider())
+    assert await manager.acquire_existing("s1", SPEC) is None
+    assert world.creates == 0
+    assert await store.get_intent("s1") is None
+    box = await manager.acquire("s1", SPEC)
+    assert await SessionManager(make_provider(), store).acquire_existing("s1", SPEC) is not None
+    assert box is not None
+
+
+async def test_admission_before_any_write(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A spec the provider cannot run is refused before an intent is written."""
+    manager = await _manager(store, make_provider())
+    spec = SandboxSpec(network=NetworkMode.LIMITED, packages=PackagePlan(apt=["curl"]))
+    with pytest.raises(CapabilityNotSupported) as info:
+        await manager.acquire("s1", spec)
+    assert len(info.value.reasons) == 2
+    assert await store.get_intent("s1") is None
+    assert world.creates == 0
+
+
+async def test_bad_input(store: InMemoryBindingStore, make_provider: Callable[..., Any]) -> None:
+    """Empty ids and unknown Sessions give typed errors."""
+    manager = SessionManager(make_provider(), store)
+    with pytest.raises(InvalidInput):
+        await manager.acquire("", SPEC)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        await manager.acquire("never-created", SPEC)
+
+
+async def test_release_and_delete(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Release fences, destroys and unbinds; deleting twice is fine."""
+    manager = await _manager(store, make_provider())
+    await manager.acquire("s1", SPEC)
+    assert await manager.delete_session("s1") is True
+    assert world.resources == {}
+    assert await store.get_binding("s1") is None
+    assert await store.get_session("s1") is None
+    assert await manager.delete_session("s1") is False
+
+
+async def test_release_keeps_binding_when_destroy_fails(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A failing destroy keeps the binding and the fence, so a retry can finish."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    failing = SessionManager(make_provider(fail_destroy=True), store)
+    with pytest.raises(RuntimeError, match="injected"):
+        await failing.release("s1")
+    assert await store.get_binding("s1") is not None
+    assert (await store.get_session("s1")).deleting  # type: ignore[union-attr]
+    with pytest.raises(SessionDeleting, match="being deleted"):
+        await failing.acquire("s1", SPEC)
+    with pytest.raises(SessionDeleting):
+        await failing.ensure_session("s1")
+    await SessionManager(make_provider(), store).delete_session("s1")
+    assert world.resources == {}
+
+
+async def test_release_of_lost_resource_finishes(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Release treats a lost reference as already destroyed."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    world.resources.clear()
+    assert await SessionManager(make_provider(), store).delete_session("s1") is True
+
+
+async def test_other_providers_binding_is_permanent(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """A worker of another provider refuses to attach or release the binding."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    other = SessionManager(make_provider(name="other"), store)
+    with pytest.raises(OwnershipError) as info:
+        await other.acquire("s1", SPEC)
+    assert "MANGO_SANDBOX=memory" in (info.value.hint or "")
+    with pytest.raises(OwnershipError):
+        await other.release("s1")
+    assert await store.get_binding("s1") is not None
+
+
+async def test_changed_package_plan_is_permanent(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """A live sandbox is never re-provisioned for a different package plan."""
+    from mango.domain import Capability, CapabilitySet
+
+    provider = make_provider(capabilities=CapabilitySet.of(Capability.PACKAGE_SETUP))
+    manager = await _manager(store, provider)
+    await manager.acquire("s1", SandboxSpec(packages=PackagePlan(pip=["a"])))
+    with pytest.raises(PermanentError, match="package plan"):
+        await SessionManager(provider, store).acquire(
+            "s1", SandboxSpec(packages=PackagePlan(pip=["b"]))
+        )
+
+
+async def test_reconcile_finishes_intent_only_sessions(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """An intent left by a crash is completed (or destroyed if fenced)."""
+    from mango.domain import ProvisioningIntent, spec_hash
+
+    for sid in ("a", "b"):
+        await store.ensure_session(sid)
+        await store.put_intent(ProvisioningIntent(sid, "memory", SPEC, spec_hash(SPEC)))
+    await store.fence_session("b")
+    report = await SessionManager(make_provider(), store).reconcile_provisioning()
+    assert report.ok
+    assert (report.attempted, report.completed) == (2, 2)
+    assert await store.get_binding("a") is not None
+    assert await store.get_intent("b") is None
+    assert len(world.resources) == 1
+
+
+async def test_reconcile_isolates_failures(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """One failing intent does not stop the others."""
+    from mango.domain import ProvisioningIntent, spec_hash
+
+    bad_spec = SandboxSpec(packages=PackagePlan(pip=["x"]))  # memory provider cannot install
+    for sid, spec in (("bad", bad_spec), ("good", SPEC)):
+        await store.ensure_session(sid)
+        await store.put_intent(ProvisioningIntent(sid, "memory", spec, spec_hash(spec)))
+    report = await SessionManager(make_provider(), store).reconcile_provisioning()
+    assert report.completed == 1
+    assert [sid for sid, _ in report.failures] == ["bad"]
+    assert await store.get_binding("good") is not None
+
+
+async def test_put_binding_winner_returned(store: InMemoryBindingStore) -> None:
+    """The in-memory store returns the first binding to later writers."""
+    from mango.domain import Binding
+
+    await store.ensure_session("s")
+    first = await store.put_binding(Binding("s", SandboxRef("memory", "one"), "h"))
+    second = await store.put_binding(Binding("s", SandboxRef("memory", "two"), "h"))
+    assert second == first
