@@ -1,0 +1,3 @@
+"""The mango provider conformance suite."""
+
+__all__: list[str] = []

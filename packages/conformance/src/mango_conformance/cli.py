@@ -1,0 +1,5 @@
+"""mango-conformance command line."""
+
+
+def main() -> None:
+    """Entry point."""
