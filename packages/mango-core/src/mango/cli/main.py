@@ -1,0 +1,371 @@
+"""``mango``: run commands in a Session's durable sandbox and manage Sessions.
+
+Every command reads its configuration from the environment (see the README's
+configuration table). Expected failures print one ``error:`` line and, where
+there is one, a ``hint:`` line; never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from mango.cli.doctor import run_doctor
+from mango.cli.output import echo_json, echo_table
+from mango.config import Settings
+from mango.domain.errors import InvalidInput, MangoError
+from mango.domain.values import Command, validate_session_id
+from mango.runtime import Runtime, open_runtime, select_provider
+
+__all__ = ["cli", "main"]
+
+T = TypeVar("T")
+
+EXIT_ERROR = 2
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+
+
+def _fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+def _run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine, turning mango errors into one clear line."""
+    try:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    except MangoError as exc:
+        _fail(str(exc), exc.hint)
+    except KeyboardInterrupt:
+        _fail("interrupted", code=EXIT_INTERRUPTED)
+    except OSError as exc:
+        _fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})")
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except MangoError as exc:
+        _fail(str(exc), exc.hint)
+
+
+def _session(value: str) -> str:
+    try:
+        return validate_session_id(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+class _MangoGroup(click.Group):
+    """A group whose commands never print a traceback for expected errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MangoError as exc:
+            _fail(str(exc), exc.hint)
+
+
+@click.group(cls=_MangoGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Log progress to stderr.")
+@click.version_option(package_name="mango-core", prog_name="mango")
+def cli(verbose: bool) -> None:
+    """mango: one durable sandbox per AI-agent Session, on any backend.
+
+    The provider is chosen by MANGO_SANDBOX (default: local). With no
+    MANGO_DATABASE_URL, a private PostgreSQL is started under the state
+    directory (MANGO_STATE_DIR).
+    """
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+# ---------------------------------------------------------------- providers
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def providers(as_json: bool) -> None:
+    """List installed sandbox providers, their support level and capabilities."""
+    settings = _settings()
+    from mango.plugins import load_plugins
+
+    registry = load_plugins().providers()
+    rows = [
+        {
+            "name": reg.name,
+            "selected": reg.name == settings.sandbox,
+            "support_level": reg.support_level.value,
+            "capabilities": list(reg.capabilities.names()),
+            "description": reg.description,
+        }
+        for reg in registry
+    ]
+    if as_json:
+        echo_json(rows)
+        return
+    echo_table(
+        ["", "name", "support", "capabilities"],
+        [
+            ("*" if row["selected"] else "", row["name"], row["support_level"],
+             ", ".join(row["capabilities"]) or "-")
+            for row in rows
+        ],
+    )
+
+
+# ---------------------------------------------------------------- exec
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected NAME=VALUE, got {pair!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.option("--session", "session_id", required=True, help="Session id; created on first use.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds before the command is terminated.")
+@click.option("--cwd", default="", help="Working directory, relative to the workspace.")
+@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Extra environment (repeatable).")
+@click.option("--stdin", "use_stdin", is_flag=True, help="Pass this process's standard input to the command.")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(
+    session_id: str,
+    timeout: float | None,
+    cwd: str,
+    env_pairs: tuple[str, ...],
+    use_stdin: bool,
+    argv: tuple[str, ...],
+) -> None:
+    """Run ARGV in the Session's sandbox and exit with its exit code.
+
+    \b
+    Example:
+      mango exec --session demo -- sh -c 'echo hello > note.txt'
+      mango exec --session demo -- cat note.txt
+    """
+    session_id = _session(session_id)
+    stdin = sys.stdin.buffer.read() if use_stdin else b""
+    try:
+        command = Command(argv, stdin=stdin, env=_parse_env(env_pairs), cwd=cwd, timeout=timeout)
+    except MangoError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+    async def run(rt: Runtime) -> int:
+        await rt.manager.ensure_session(session_id)
+        sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        result = await sandbox.exec(command)
+        sys.stdout.buffer.write(result.stdout)
+        sys.stdout.buffer.flush()
+        sys.stderr.buffer.write(result.stderr)
+        sys.stderr.buffer.flush()
+        for stream, truncated in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)):
+            if truncated:
+                click.echo(f"mango: {stream} was truncated at the output cap", err=True)
+        if result.timed_out:
+            click.echo("mango: the command timed out and was terminated", err=True)
+            return EXIT_TIMEOUT
+        if result.cancelled:
+            click.echo("mango: the command was cancelled", err=True)
+            return EXIT_INTERRUPTED
+        return result.exit_code if 0 <= result.exit_code <= 255 else 1
+
+    sys.exit(_with_runtime(run))
+
+
+def _with_runtime(body: Callable[[Runtime], Awaitable[T]]) -> T:
+    settings = _settings()
+
+    async def go() -> T:
+        async with open_runtime(settings) as rt:
+            return await body(rt)
+
+    return _run(go)
+
+
+# ---------------------------------------------------------------- files
+
+
+@cli.group()
+def files() -> None:
+    """Read and write files in a Session's workspace."""
+
+
+@files.command(name="read")
+@click.option("--session", "session_id", required=True, help="Session id.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@click.argument("path")
+def files_read(session_id: str, output: Path | None, path: str) -> None:
+    """Print the file at PATH (workspace-relative)."""
+    session_id = _session(session_id)
+
+    async def run(rt: Runtime) -> bytes:
+        await rt.manager.ensure_session(session_id)
+        sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        try:
+            return await sandbox.read_file(path)
+        except FileNotFoundError:
+            raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+
+    data = _with_runtime(run)
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        output.write_bytes(data)
+
+
+@files.command(name="write")
+@click.option("--session", "session_id", required=True, help="Session id; created on first use.")
+@click.option("--from", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Read content from this file instead of stdin.")
+@click.argument("path")
+def files_write(session_id: str, source: Path | None, path: str) -> None:
+    """Write stdin (or --from FILE) to PATH (workspace-relative)."""
+    session_id = _session(session_id)
+    data = source.read_bytes() if source is not None else sys.stdin.buffer.read()
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.ensure_session(session_id)
+        sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        await sandbox.write_file(path, data)
+
+    _with_runtime(run)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@cli.group()
+def sessions() -> None:
+    """List and delete Sessions."""
+
+
+@sessions.command(name="list")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def sessions_list(limit: int, as_json: bool) -> None:
+    """List Sessions with their sandbox binding."""
+
+    async def run(rt: Runtime) -> list[dict[str, Any]]:
+        rows = []
+        for record in await rt.store.list_sessions(limit):
+            binding = await rt.store.get_binding(record.session_id)
+            intent = None if binding else await rt.store.get_intent(record.session_id)
+            state = "deleting" if record.deleting else (
+                "bound" if binding else ("provisioning" if intent else "unbound")
+            )
+            rows.append({
+                "session_id": record.session_id,
+                "created_at": record.created_at.isoformat(),
+                "state": state,
+                "sandbox": str(binding.ref) if binding else None,
+            })
+        return rows
+
+    rows = _with_runtime(run)
+    if as_json:
+        echo_json(rows)
+        return
+    echo_table(
+        ["session", "state", "sandbox", "created"],
+        [(r["session_id"], r["state"], r["sandbox"] or "-", r["created_at"]) for r in rows],
+    )
+
+
+@sessions.command(name="delete")
+@click.argument("session_ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def sessions_delete(session_ids: tuple[str, ...], as_json: bool) -> None:
+    """Delete Sessions: fence, destroy the sandbox, then remove the records."""
+    ids = [_session(value) for value in session_ids]
+
+    async def run(rt: Runtime) -> list[dict[str, Any]]:
+        return [
+            {"session_id": sid, "deleted": await rt.manager.delete_session(sid)} for sid in ids
+        ]
+
+    rows = _with_runtime(run)
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        verb = "deleted" if row["deleted"] else "not found (nothing to delete)"
+        click.echo(f"{row['session_id']}: {verb}")
+
+
+# ---------------------------------------------------------------- reconcile
+
+
+@cli.command()
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def reconcile(limit: int, as_json: bool) -> None:
+    """Finish or destroy what a crash left behind (intents and deletions)."""
+
+    async def run(rt: Runtime) -> dict[str, Any]:
+        provisioning = await rt.manager.reconcile_provisioning(limit)
+        deletions = await rt.manager.finish_deletions(limit)
+        return {
+            "provisioning": {"attempted": provisioning.attempted, "completed": provisioning.completed,
+                             "failures": [list(f) for f in provisioning.failures]},
+            "deletions": {"attempted": deletions.attempted, "completed": deletions.completed,
+                          "failures": [list(f) for f in deletions.failures]},
+        }
+
+    report = _with_runtime(run)
+    if as_json:
+        echo_json(report)
+    else:
+        for part in ("provisioning", "deletions"):
+            item = report[part]
+            click.echo(f"{part}: {item['completed']} of {item['attempted']} completed")
+            for sid, text in item["failures"]:
+                click.echo(f"  {sid}: {text}")
+    if report["provisioning"]["failures"] or report["deletions"]["failures"]:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- doctor
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def doctor(as_json: bool) -> None:
+    """Check configuration and the reachability of every part."""
+    checks = _run(lambda: run_doctor(os.environ))
+    if as_json:
+        echo_json([c.as_dict() for c in checks])
+    else:
+        for check in checks:
+            mark = "ok  " if check.ok else "FAIL"
+            click.echo(f"[{mark}] {check.name}: {check.detail}")
+            if check.hint and not check.ok:
+                click.echo(f"       hint: {check.hint}")
+    if not all(check.ok for check in checks):
+        sys.exit(1)
+
+
+def main() -> None:
+    """Entry point of the ``mango`` script."""
+    cli(prog_name="mango")
+
+
+_ = select_provider  # re-exported for the worker entry point

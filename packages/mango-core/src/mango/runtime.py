@@ -1,0 +1,74 @@
+"""Composition root shared by the command line and the worker.
+
+It is the only place that wires adapters together: plugins -> provider,
+database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
+:class:`~mango.app.SessionManager`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+
+from mango.app import SessionManager
+from mango.config import Settings
+from mango.domain.registry import ProviderRegistration, ProviderRegistry
+from mango.domain.values import SandboxSpec
+from mango.plugins import PluginHost, load_plugins
+from mango.postgres import PostgresBindingStore, open_store
+
+__all__ = ["Runtime", "open_database", "open_runtime", "select_provider"]
+
+
+@attrs.define
+class Runtime:
+    """Everything a command needs, opened and ready."""
+
+    settings: Settings
+    registry: ProviderRegistry
+    registration: ProviderRegistration
+    store: PostgresBindingStore
+    manager: SessionManager
+
+    def default_spec(self) -> SandboxSpec:
+        """The spec used for Sessions created from the command line."""
+        return SandboxSpec(timeout=self.settings.exec_timeout)
+
+
+def select_provider(
+    settings: Settings, host: PluginHost | None = None
+) -> tuple[ProviderRegistry, ProviderRegistration]:
+    """Load plugins and find the selected provider; unknown names fail here, at startup."""
+    registry = (host or load_plugins()).providers()
+    return registry, registry.get(settings.sandbox)
+
+
+@asynccontextmanager
+async def open_database(settings: Settings) -> AsyncIterator[str]:
+    """Yield a database URL: ``MANGO_DATABASE_URL`` or a private embedded server."""
+    if settings.database_url is not None:
+        yield settings.database_url
+        return
+    from mango.embedded.postgres import embedded_postgres
+
+    async with embedded_postgres(settings.state_dir / "postgres") as url:
+        yield url
+
+
+@asynccontextmanager
+async def open_runtime(settings: Settings, host: PluginHost | None = None) -> AsyncIterator[Runtime]:
+    """Open plugins, database, store, provider and SessionManager; close them in reverse."""
+    registry, registration = select_provider(settings, host)
+    async with open_database(settings) as url:
+        store = await open_store(url)
+        try:
+            provider = registry.open(settings.sandbox)
+            manager = SessionManager(provider, store, registration.capabilities)
+            try:
+                yield Runtime(settings, registry, registration, store, manager)
+            finally:
+                await manager.aclose()
+        finally:
+            await store.aclose()
