@@ -1,0 +1,3 @@
+"""Docker Engine provider for mango."""
+
+__all__: list[str] = []

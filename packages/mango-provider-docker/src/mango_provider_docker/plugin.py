@@ -1,0 +1,1 @@
+"""Entry point of the mango plugin (hookimpls only)."""
