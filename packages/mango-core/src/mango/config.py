@@ -8,6 +8,7 @@ password before a URL is shown anywhere.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -15,17 +16,22 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 import platformdirs
 
-from mango.domain.errors import ConfigurationError
+from mango.domain.errors import ConfigurationError, InvalidInput
 from mango.domain.values import validate_provider_name
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "DEFAULT_TASK_QUEUE_PREFIX",
+    "DEFAULT_TEMPORAL_NAMESPACE",
     "Settings",
     "redact_url",
     "state_dir",
 ]
 
 DEFAULT_PROVIDER = "local"
+DEFAULT_TEMPORAL_NAMESPACE = "default"
+DEFAULT_TASK_QUEUE_PREFIX = "mango"
+_TASK_QUEUE_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -73,6 +79,11 @@ class Settings:
     sandbox: str = DEFAULT_PROVIDER
     database_url: str | None = attrs.field(default=None, repr=False)
     exec_timeout: float | None = None
+    temporal_address: str | None = None
+    """``MANGO_TEMPORAL_ADDRESS`` (host:port); None means the embedded dev server."""
+    temporal_namespace: str = DEFAULT_TEMPORAL_NAMESPACE
+    task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
+    """Workers of provider P poll ``<prefix>-P`` (``MANGO_TEMPORAL_TASK_QUEUE_PREFIX``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,18 +92,33 @@ class Settings:
         sandbox = env.get("MANGO_SANDBOX", "").strip() or DEFAULT_PROVIDER
         try:
             validate_provider_name(sandbox)
-        except Exception as exc:
+        except InvalidInput as exc:
             raise ConfigurationError(f"MANGO_SANDBOX: {exc}") from None
         url = env.get("MANGO_DATABASE_URL", "").strip() or None
         if url is not None and not url.startswith(("postgresql://", "postgres://")):
             raise ConfigurationError(
                 f"MANGO_DATABASE_URL must be a postgresql:// URL, got {redact_url(url)!r}"
             )
+        address = env.get("MANGO_TEMPORAL_ADDRESS", "").strip() or None
+        if address is not None and (":" not in address or "://" in address):
+            raise ConfigurationError(f"MANGO_TEMPORAL_ADDRESS must be host:port, got {address!r}")
+        prefix = (
+            env.get("MANGO_TEMPORAL_TASK_QUEUE_PREFIX", "").strip() or DEFAULT_TASK_QUEUE_PREFIX
+        )
+        if not _TASK_QUEUE_PREFIX.match(prefix):
+            raise ConfigurationError(
+                "MANGO_TEMPORAL_TASK_QUEUE_PREFIX must be 1-100 letters, digits, '.', '_' "
+                f"or '-', got {prefix!r}"
+            )
         return cls(
             state_dir=state_dir(env),
             sandbox=sandbox,
             database_url=url,
             exec_timeout=_positive_float(env, "MANGO_EXEC_TIMEOUT"),
+            temporal_address=address,
+            temporal_namespace=env.get("MANGO_TEMPORAL_NAMESPACE", "").strip()
+            or DEFAULT_TEMPORAL_NAMESPACE,
+            task_queue_prefix=prefix,
         )
 
     @property
@@ -101,3 +127,10 @@ class Settings:
         if self.database_url is None:
             return f"embedded PostgreSQL under {self.state_dir / 'postgres'}"
         return redact_url(self.database_url)
+
+    @property
+    def temporal_display(self) -> str:
+        """Where Temporal is, safe to print."""
+        if self.temporal_address is None:
+            return f"embedded dev server under {self.state_dir / 'temporal'}"
+        return f"{self.temporal_address} (namespace {self.temporal_namespace})"

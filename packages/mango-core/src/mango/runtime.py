@@ -58,7 +58,9 @@ async def open_database(settings: Settings) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, host: PluginHost | None = None) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    settings: Settings, host: PluginHost | None = None
+) -> AsyncIterator[Runtime]:
     """Open plugins, database, store, provider and SessionManager; close them in reverse."""
     registry, registration = select_provider(settings, host)
     async with open_database(settings) as url:

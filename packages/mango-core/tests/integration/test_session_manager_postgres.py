@@ -29,7 +29,7 @@ pytestmark = pytest.mark.postgres
 SPEC = SandboxSpec(timeout=30)
 
 
-class Crash(Exception):  # noqa: N818 - stands for a process dying at a fault point
+class Crash(Exception):
     """An injected crash."""
 
 

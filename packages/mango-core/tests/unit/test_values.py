@@ -72,8 +72,13 @@ def test_spec_validation_and_hash() -> None:
     """Specs reject bad values; the JSON form round-trips and hashes stably."""
     with pytest.raises(InvalidInput):
         SandboxSpec(network="wifi")  # type: ignore[arg-type]
+    for bad in (0, -1, float("nan"), float("inf"), True):
+        with pytest.raises(InvalidInput):
+            SandboxSpec(timeout=bad)
+        with pytest.raises(InvalidInput):
+            Command(("x",), timeout=bad)
     with pytest.raises(InvalidInput):
-        SandboxSpec(timeout=0)
+        SandboxSpec(pids_limit=1.5)  # type: ignore[arg-type]
     spec = SandboxSpec(
         timeout=30,
         network=NetworkMode.LIMITED,

@@ -50,11 +50,14 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
         registration = registry.get(settings.sandbox)
         missing = [s.env for s in registration.settings if s.required and not env.get(s.env)]
         if missing:
-            checks.append(Check(
-                f"provider {settings.sandbox}", False,
-                "missing settings: " + ", ".join(missing),
-                "set them in the worker's environment",
-            ))
+            checks.append(
+                Check(
+                    f"provider {settings.sandbox}",
+                    False,
+                    "missing settings: " + ", ".join(missing),
+                    "set them in the worker's environment",
+                )
+            )
         else:
             provider = registry.open(settings.sandbox)
             await provider.aclose()
@@ -75,7 +78,13 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
                 await store.list_sessions(1)
             finally:
                 await store.aclose()
-        checks.append(Check("database", True, f"reachable, migrations applied ({settings.database_display})"))
+        checks.append(
+            Check("database", True, f"reachable, migrations applied ({settings.database_display})")
+        )
     except MangoError as exc:
         checks.append(Check("database", False, f"{settings.database_display}: {exc}", exc.hint))
+
+    from mango.cli.durable import temporal_checks
+
+    checks.extend(await temporal_checks(settings))
     return checks

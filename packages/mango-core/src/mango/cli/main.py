@@ -19,9 +19,10 @@ import click
 
 from mango.cli.doctor import run_doctor
 from mango.cli.output import echo_json, echo_table
+from mango.cli.worker import worker as worker_command
 from mango.config import Settings
 from mango.domain.errors import InvalidInput, MangoError
-from mango.domain.values import Command, validate_session_id
+from mango.domain.values import Command, ExecResult, validate_session_id
 from mango.runtime import Runtime, open_runtime, select_provider
 
 __all__ = ["cli", "main"]
@@ -57,6 +58,19 @@ def _settings() -> Settings:
         return Settings.from_env()
     except MangoError as exc:
         _fail(str(exc), exc.hint)
+
+
+def _via_temporal(flag: bool | None) -> bool:
+    """``--via-temporal`` as given, else on exactly when MANGO_TEMPORAL_ADDRESS is set."""
+    if flag is not None:
+        return flag
+    return bool(os.environ.get("MANGO_TEMPORAL_ADDRESS", "").strip())
+
+
+_VIA_TEMPORAL_HELP = (
+    "Go through the Session's Temporal workflow and a worker (the durable path) instead "
+    "of calling the provider here. Default: on when MANGO_TEMPORAL_ADDRESS is set."
+)
 
 
 def _session(value: str) -> str:
@@ -104,7 +118,7 @@ def providers(as_json: bool) -> None:
     from mango.plugins import load_plugins
 
     registry = load_plugins().providers()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": reg.name,
             "selected": reg.name == settings.sandbox,
@@ -120,8 +134,12 @@ def providers(as_json: bool) -> None:
     echo_table(
         ["", "name", "support", "capabilities"],
         [
-            ("*" if row["selected"] else "", row["name"], row["support_level"],
-             ", ".join(row["capabilities"]) or "-")
+            (
+                "*" if row["selected"] else "",
+                row["name"],
+                row["support_level"],
+                ", ".join(row["capabilities"]) or "-",
+            )
             for row in rows
         ],
     )
@@ -142,17 +160,31 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @cli.command(name="exec", context_settings={"ignore_unknown_options": True})
 @click.option("--session", "session_id", required=True, help="Session id; created on first use.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds before the command is terminated.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds before the command is terminated.",
+)
 @click.option("--cwd", default="", help="Working directory, relative to the workspace.")
-@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Extra environment (repeatable).")
-@click.option("--stdin", "use_stdin", is_flag=True, help="Pass this process's standard input to the command.")
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Extra environment (repeatable).",
+)
+@click.option(
+    "--stdin", "use_stdin", is_flag=True, help="Pass this process's standard input to the command."
+)
+@click.option("--via-temporal/--direct", "via_temporal", default=None, help=_VIA_TEMPORAL_HELP)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(
+def exec_(  # noqa: PLR0917 - click passes every option as an argument
     session_id: str,
     timeout: float | None,
     cwd: str,
     env_pairs: tuple[str, ...],
     use_stdin: bool,
+    via_temporal: bool | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV in the Session's sandbox and exit with its exit code.
@@ -169,26 +201,39 @@ def exec_(
     except MangoError as exc:
         raise click.BadParameter(str(exc)) from None
 
+    if _via_temporal(via_temporal):
+        from mango.cli.durable import exec_via_temporal
+
+        settings = _settings()
+        sys.exit(_emit(_run(lambda: exec_via_temporal(settings, session_id, command))))
+
     async def run(rt: Runtime) -> int:
         await rt.manager.ensure_session(session_id)
         sandbox = await rt.manager.acquire(session_id, rt.default_spec())
-        result = await sandbox.exec(command)
-        sys.stdout.buffer.write(result.stdout)
-        sys.stdout.buffer.flush()
-        sys.stderr.buffer.write(result.stderr)
-        sys.stderr.buffer.flush()
-        for stream, truncated in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)):
-            if truncated:
-                click.echo(f"mango: {stream} was truncated at the output cap", err=True)
-        if result.timed_out:
-            click.echo("mango: the command timed out and was terminated", err=True)
-            return EXIT_TIMEOUT
-        if result.cancelled:
-            click.echo("mango: the command was cancelled", err=True)
-            return EXIT_INTERRUPTED
-        return result.exit_code if 0 <= result.exit_code <= 255 else 1
+        return _emit(await sandbox.exec(command))
 
     sys.exit(_with_runtime(run))
+
+
+def _emit(result: ExecResult) -> int:
+    """Print a command's output and return the exit code ``mango exec`` exits with."""
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(result.stderr)
+    sys.stderr.buffer.flush()
+    for stream, truncated in (
+        ("stdout", result.stdout_truncated),
+        ("stderr", result.stderr_truncated),
+    ):
+        if truncated:
+            click.echo(f"mango: {stream} was truncated at the output cap", err=True)
+    if result.timed_out:
+        click.echo("mango: the command timed out and was terminated", err=True)
+        return EXIT_TIMEOUT
+    if result.cancelled:
+        click.echo("mango: the command was cancelled", err=True)
+        return EXIT_INTERRUPTED
+    return result.exit_code if 0 <= result.exit_code <= 255 else 1
 
 
 def _with_runtime(body: Callable[[Runtime], Awaitable[T]]) -> T:
@@ -211,7 +256,12 @@ def files() -> None:
 
 @files.command(name="read")
 @click.option("--session", "session_id", required=True, help="Session id.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this file instead of stdout.",
+)
 @click.argument("path")
 def files_read(session_id: str, output: Path | None, path: str) -> None:
     """Print the file at PATH (workspace-relative)."""
@@ -235,7 +285,12 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
 
 @files.command(name="write")
 @click.option("--session", "session_id", required=True, help="Session id; created on first use.")
-@click.option("--from", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Read content from this file instead of stdin.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read content from this file instead of stdin.",
+)
 @click.argument("path")
 def files_write(session_id: str, source: Path | None, path: str) -> None:
     """Write stdin (or --from FILE) to PATH (workspace-relative)."""
@@ -269,15 +324,19 @@ def sessions_list(limit: int, as_json: bool) -> None:
         for record in await rt.store.list_sessions(limit):
             binding = await rt.store.get_binding(record.session_id)
             intent = None if binding else await rt.store.get_intent(record.session_id)
-            state = "deleting" if record.deleting else (
-                "bound" if binding else ("provisioning" if intent else "unbound")
+            state = (
+                "deleting"
+                if record.deleting
+                else ("bound" if binding else ("provisioning" if intent else "unbound"))
             )
-            rows.append({
-                "session_id": record.session_id,
-                "created_at": record.created_at.isoformat(),
-                "state": state,
-                "sandbox": str(binding.ref) if binding else None,
-            })
+            rows.append(
+                {
+                    "session_id": record.session_id,
+                    "created_at": record.created_at.isoformat(),
+                    "state": state,
+                    "sandbox": str(binding.ref) if binding else None,
+                }
+            )
         return rows
 
     rows = _with_runtime(run)
@@ -293,16 +352,22 @@ def sessions_list(limit: int, as_json: bool) -> None:
 @sessions.command(name="delete")
 @click.argument("session_ids", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def sessions_delete(session_ids: tuple[str, ...], as_json: bool) -> None:
+@click.option("--via-temporal/--direct", "via_temporal", default=None, help=_VIA_TEMPORAL_HELP)
+def sessions_delete(session_ids: tuple[str, ...], as_json: bool, via_temporal: bool | None) -> None:
     """Delete Sessions: fence, destroy the sandbox, then remove the records."""
     ids = [_session(value) for value in session_ids]
 
     async def run(rt: Runtime) -> list[dict[str, Any]]:
-        return [
-            {"session_id": sid, "deleted": await rt.manager.delete_session(sid)} for sid in ids
-        ]
+        return [{"session_id": sid, "deleted": await rt.manager.delete_session(sid)} for sid in ids]
 
-    rows = _with_runtime(run)
+    if _via_temporal(via_temporal):
+        from mango.cli.durable import delete_via_temporal
+
+        settings = _settings()
+        deleted = _run(lambda: delete_via_temporal(settings, ids))
+        rows = [{"session_id": sid, "deleted": d} for sid, d in zip(ids, deleted, strict=True)]
+    else:
+        rows = _with_runtime(run)
     if as_json:
         echo_json(rows)
         return
@@ -324,10 +389,16 @@ def reconcile(limit: int, as_json: bool) -> None:
         provisioning = await rt.manager.reconcile_provisioning(limit)
         deletions = await rt.manager.finish_deletions(limit)
         return {
-            "provisioning": {"attempted": provisioning.attempted, "completed": provisioning.completed,
-                             "failures": [list(f) for f in provisioning.failures]},
-            "deletions": {"attempted": deletions.attempted, "completed": deletions.completed,
-                          "failures": [list(f) for f in deletions.failures]},
+            "provisioning": {
+                "attempted": provisioning.attempted,
+                "completed": provisioning.completed,
+                "failures": [list(f) for f in provisioning.failures],
+            },
+            "deletions": {
+                "attempted": deletions.attempted,
+                "completed": deletions.completed,
+                "failures": [list(f) for f in deletions.failures],
+            },
         }
 
     report = _with_runtime(run)
@@ -361,6 +432,9 @@ def doctor(as_json: bool) -> None:
                 click.echo(f"       hint: {check.hint}")
     if not all(check.ok for check in checks):
         sys.exit(1)
+
+
+cli.add_command(worker_command)
 
 
 def main() -> None:

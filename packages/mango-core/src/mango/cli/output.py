@@ -21,4 +21,6 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None
     cells = [[str(h).upper() for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )

@@ -7,6 +7,7 @@ Values validate themselves on construction and raise :class:`InvalidInput`
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -118,8 +119,24 @@ class PackagePlan:
 def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive number or None, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidInput(
+            f"{attribute.name} must be a finite positive number or None, got {value!r}"
+        )
+
+
+def _positive_int_or_none(
+    _instance: object, attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(f"{attribute.name} must be a positive integer or None, got {value!r}")
 
 
 def _network_mode(value: NetworkMode | str) -> NetworkMode:
@@ -142,7 +159,7 @@ class SandboxSpec:
     """Memory limit such as ``512m``; ``None`` means the provider default."""
     cpus: float | None = attrs.field(default=None, validator=_positive_or_none)
     network: NetworkMode = attrs.field(default=NetworkMode.NONE, converter=_network_mode)
-    pids_limit: int | None = attrs.field(default=None, validator=_positive_or_none)
+    pids_limit: int | None = attrs.field(default=None, validator=_positive_int_or_none)
     network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
     """Final egress allowlist; only meaningful with ``network=limited``."""
     setup_network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
@@ -218,7 +235,7 @@ class ExecResult:
     A non-zero ``exit_code`` is data, not an error. ``timed_out`` means the
     command hit its timeout and was terminated (``exit_code`` is then -1);
     ``cancelled`` means it was terminated because its sandbox was torn down
-    while it ran. Each stream holds at most the provider's cap; the
+    while it ran (``exit_code`` is then -1 too). Each stream holds at most the provider's cap; the
     ``*_truncated`` flags say that bytes past the cap were discarded.
     """
 

@@ -10,7 +10,7 @@ hookspec = pluggy.HookspecMarker("mango")
 
 
 @hookspec
-def mango_register_providers(registry: ProviderRegistry) -> None:  # type: ignore[empty-body]
+def mango_register_providers(registry: ProviderRegistry) -> None:
     """Add :class:`~mango.domain.registry.ProviderRegistration` objects with ``registry.add``.
 
     Must be cheap: import no SDK and read no credential here; do that in the
@@ -19,7 +19,7 @@ def mango_register_providers(registry: ProviderRegistry) -> None:  # type: ignor
 
 
 @hookspec
-def mango_register_conformance_targets(  # type: ignore[empty-body]
+def mango_register_conformance_targets(
     registry: ConformanceTargetRegistry,
 ) -> None:
     """Add offline :class:`~mango.domain.registry.ConformanceTarget` objects.

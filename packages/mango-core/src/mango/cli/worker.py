@@ -1,0 +1,137 @@
+"""``mango worker``: the worker entry point, a composition root.
+
+It selects the provider (an unknown ``MANGO_SANDBOX`` fails here, before
+anything starts), connects to Temporal (``MANGO_TEMPORAL_ADDRESS`` and
+``MANGO_TEMPORAL_NAMESPACE``, or an embedded dev server under the state
+directory, stopped again on exit), opens the database and the provider, and
+serves the provider's task queue until SIGTERM or SIGINT. The first signal
+shuts down gracefully (running steps get ``--graceful-shutdown`` seconds);
+a second one stops at once.
+
+``MANGO_FAULT_POINT`` (tests only) makes the process crash at a lifecycle
+point; see :mod:`mango.temporal.faults`. Unset, it changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+from mango.app import SessionManager
+from mango.cli.durable import open_temporal
+from mango.config import Settings
+from mango.plugins import load_plugins
+from mango.runtime import open_runtime, select_provider
+from mango.temporal.activities import MangoActivities
+from mango.temporal.faults import fault_point_from_env, inject_faults
+from mango.temporal.messages import ReconcilerInput
+from mango.temporal.worker import serve
+
+__all__ = ["READY_MESSAGE", "run_worker", "worker"]
+
+READY_MESSAGE = "mango worker ready"
+"""Printed to stderr once the worker polls its task queue (scripts may wait for it)."""
+
+_LOG = logging.getLogger("mango.worker")
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    reconciler: ReconcilerInput | None,
+    graceful_shutdown: float,
+) -> None:
+    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT."""
+    fault = fault_point_from_env()
+    host = load_plugins()
+    _, registration = select_provider(settings, host)  # unknown provider: fail before starting
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    main = asyncio.current_task()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if not stop.is_set():
+            _LOG.info("%s received: shutting down gracefully", signum.name)
+            stop.set()
+        elif main is not None:
+            _LOG.warning("%s received again: stopping now", signum.name)
+            main.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        _LOG.info(
+            "provider %s (%s); Temporal: %s; database: %s",
+            registration.name,
+            registration.support_level.value,
+            settings.temporal_display,
+            settings.database_display,
+        )
+        async with (
+            open_temporal(settings, start_embedded=True) as client,
+            open_runtime(settings, host) as runtime,
+        ):
+            provider, store = inject_faults(runtime.manager.provider, runtime.store, fault)
+            manager = runtime.manager
+            if fault is not None:
+                manager = SessionManager(provider, store, registration.capabilities)
+            activities = MangoActivities(
+                manager,
+                store,
+                client,
+                registration,
+                task_queue_prefix=settings.task_queue_prefix,
+            )
+            await serve(
+                client,
+                activities,
+                stop=stop,
+                reconciler=reconciler,
+                graceful_shutdown=graceful_shutdown,
+                on_ready=lambda: click.echo(READY_MESSAGE, err=True),
+            )
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+@click.command(name="worker")
+@click.option(
+    "--reconcile-interval",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds between reconciler passes (intents and interrupted deletions).",
+)
+@click.option(
+    "--no-reconciler", is_flag=True, help="Do not start or join this provider's reconciler."
+)
+@click.option(
+    "--graceful-shutdown",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds running steps get after SIGTERM before they are cancelled.",
+)
+def worker(reconcile_interval: float, no_reconciler: bool, graceful_shutdown: float) -> None:
+    """Run a Temporal worker for the provider MANGO_SANDBOX.
+
+    It serves the task queue mango-<provider> (prefix: MANGO_TEMPORAL_TASK_QUEUE_PREFIX)
+    on MANGO_TEMPORAL_ADDRESS / MANGO_TEMPORAL_NAMESPACE; with no address it
+    runs an embedded Temporal dev server under the state directory. Stop it
+    with SIGTERM or Ctrl-C.
+    """
+    for name in ("mango", "mango.worker"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    settings = Settings.from_env()
+    reconciler = None if no_reconciler else ReconcilerInput(interval=reconcile_interval)
+    try:
+        asyncio.run(
+            run_worker(settings, reconciler=reconciler, graceful_shutdown=graceful_shutdown)
+        )
+    except asyncio.CancelledError:
+        sys.exit(130)

@@ -1,0 +1,25 @@
+"""The offline conformance target of the local provider."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from mango.local.provider import LocalProvider
+
+__all__ = ["open_conformance_provider"]
+
+
+@contextlib.asynccontextmanager
+async def open_conformance_provider(scratch_dir: Path) -> AsyncIterator[LocalProvider]:
+    """Yield a fresh :class:`LocalProvider` over ``scratch_dir / "sandboxes"``.
+
+    Entering again with the same directory gives a provider that attaches to
+    what earlier ones created, as a restarted worker would.
+    """
+    provider = LocalProvider(Path(scratch_dir) / "sandboxes")
+    try:
+        yield provider
+    finally:
+        await provider.aclose()

@@ -1,0 +1,342 @@
+"""One command as a local process group: timeout, cancellation, capped output.
+
+The command runs in its own session (``start_new_session=True``), so its
+process group id is its pid and one ``killpg`` reaches every child it started
+(unless a child deliberately left the group, see below).
+
+Termination:
+
+* **timeout**: ``SIGTERM`` to the group, up to :data:`TERM_GRACE_SECONDS` for
+  the leader to exit, then ``SIGKILL`` to the group regardless (children that
+  ignore ``SIGTERM`` die too). The result has ``timed_out=True``.
+* **cancellation** of the awaiting task and **destroy** of the sandbox:
+  ``SIGKILL`` to the group at once, synchronously, before anything else is
+  awaited; cancellation then re-raises :class:`asyncio.CancelledError`.
+
+After a kill the leader is reaped (bounded by :data:`REAP_TIMEOUT_SECONDS`) and
+the pipes get :data:`PIPE_DRAIN_SECONDS` to reach end-of-file: a grandchild
+that escaped the group (``setsid``) and still holds them cannot stall the
+caller. Without a kill, a command is finished when its leader has exited and
+both pipes reached end-of-file (as with ``subprocess.run``); a timeout bounds that.
+
+Output: each pipe is read on the event loop in chunks; the first
+``max_output_bytes`` are kept and the rest is read and discarded, so memory
+stays O(cap) and the child never blocks on a full pipe. The kept bytes are an
+exact prefix; no marker text is appended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from mango.domain.values import ExecResult
+
+__all__ = [
+    "PIPE_DRAIN_SECONDS",
+    "REAP_TIMEOUT_SECONDS",
+    "SAFE_PATH",
+    "TERM_GRACE_SECONDS",
+    "ExecTracker",
+    "RunHandle",
+    "kill_group",
+    "run_command",
+]
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""``PATH`` of every command; the worker's own environment is never inherited."""
+TERM_GRACE_SECONDS = 0.5
+"""After a timeout, how long the leader may take to exit on ``SIGTERM`` before ``SIGKILL``."""
+REAP_TIMEOUT_SECONDS = 5.0
+"""After ``SIGKILL``, how long to wait for the leader to be reaped."""
+PIPE_DRAIN_SECONDS = 1.0
+"""After a kill, how long the pipes may stay open before they are abandoned."""
+
+_CHUNK = 256 * 1024
+
+_Outcome = Literal["finished", "timed_out", "destroyed"]
+
+
+def kill_group(pgid: int, signo: signal.Signals) -> None:
+    """Send ``signo`` to the process group ``pgid``; a group that is gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signo)
+
+
+class _CappedReader:
+    """Reads one pipe on the event loop, keeps the first ``cap`` bytes, discards the rest."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, cap: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._cap = cap
+        self._open = True
+        self.data = bytearray()
+        self.truncated = False
+        self.eof: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        room = self._cap - len(self.data)
+        if len(chunk) > room:
+            self.truncated = True
+            chunk = chunk[: max(room, 0)]
+        self.data += chunk
+
+    def close(self) -> None:
+        """Stop reading and close the pipe; idempotent."""
+        if self._open:
+            self._open = False
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+
+class _StdinWriter:
+    """Feeds bytes into a pipe on the event loop, then closes it (end-of-file)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._open = True
+        self._pending = memoryview(data)
+        os.set_blocking(fd, False)
+        loop.add_writer(fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            written = os.write(self._fd, self._pending[:_CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:
+            # EPIPE: the command closed its stdin or exited; the rest is not wanted.
+            self.close()
+            return
+        self._pending = self._pending[written:]
+        if not self._pending:
+            self.close()
+
+    def close(self) -> None:
+        """Stop writing and close the pipe; idempotent."""
+        if self._open:
+            self._open = False
+            self._loop.remove_writer(self._fd)
+            os.close(self._fd)
+            self._pending = memoryview(b"")
+
+
+@attrs.define(eq=False)
+class RunHandle:
+    """One command of a sandbox, as :meth:`ExecTracker.terminate` sees it."""
+
+    destroyed: bool = False
+    """Set when the sandbox was destroyed while the command was pending or running."""
+    pgid: int | None = None
+    """The command's process group, once it is started."""
+    kill_requested: asyncio.Event = attrs.field(factory=asyncio.Event)
+    finished: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    def destroy(self) -> None:
+        """Kill the command's process group now and tell its exec to finish up."""
+        self.destroyed = True
+        if self.pgid is not None:
+            kill_group(self.pgid, signal.SIGKILL)
+        self.kill_requested.set()
+
+
+@attrs.define
+class ExecTracker:
+    """The commands running per sandbox, so that destroy can terminate them.
+
+    It covers commands started through one provider instance; the local
+    provider keeps no cross-process record (pids are not durable identities).
+    """
+
+    _runs: dict[str, set[RunHandle]] = attrs.field(factory=dict, init=False)
+
+    def register(self, key: str) -> RunHandle:
+        """Track a new command of sandbox ``key``."""
+        handle = RunHandle()
+        self._runs.setdefault(key, set()).add(handle)
+        return handle
+
+    def unregister(self, key: str, handle: RunHandle) -> None:
+        """Forget a command that has finished, and wake whoever waits for it."""
+        runs = self._runs.get(key)
+        if runs is not None:
+            runs.discard(handle)
+            if not runs:
+                del self._runs[key]
+        handle.finished.set()
+
+    async def terminate(self, key: str, timeout: float) -> None:
+        """Kill every command of sandbox ``key`` and wait (bounded) until their execs return."""
+        handles = list(self._runs.get(key, ()))
+        for handle in handles:
+            handle.destroy()
+        if not handles:
+            return
+        waiters = [asyncio.ensure_future(handle.finished.wait()) for handle in handles]
+        try:
+            await asyncio.wait(waiters, timeout=timeout)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+
+def _exit_code(returncode: int | None) -> int:
+    if returncode is None:
+        return -1
+    # asyncio reports death by signal N as -N; shells report 128 + N.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _spawn_failure(program: str, exc: OSError, cap: int) -> ExecResult:
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        code = 127
+        reason = "No such file or directory" if "/" in program else "command not found"
+    else:
+        code = 126
+        reason = exc.strerror or type(exc).__name__
+    message = f"mango: {program}: {reason}\n".encode("utf-8", "backslashreplace")
+    return ExecResult(stderr=message[:cap], exit_code=code, stderr_truncated=len(message) > cap)
+
+
+async def _reap_and_drain(
+    process: asyncio.subprocess.Process, readers: Sequence[_CappedReader]
+) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), REAP_TIMEOUT_SECONDS)
+    await asyncio.wait([reader.eof for reader in readers], timeout=PIPE_DRAIN_SECONDS)
+
+
+async def _supervise(
+    process: asyncio.subprocess.Process,
+    readers: Sequence[_CappedReader],
+    handle: RunHandle,
+    deadline: float | None,
+) -> _Outcome:
+    """Wait until the command finishes, times out or is killed by destroy."""
+    waiter = asyncio.ensure_future(process.wait())
+    killed = asyncio.ensure_future(handle.kill_requested.wait())
+    pending: set[asyncio.Future[Any]] = {waiter, *(reader.eof for reader in readers)}
+    outcome: _Outcome = "destroyed"
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                while pending and not handle.kill_requested.is_set():
+                    _, pending = await asyncio.wait(
+                        pending | {killed}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    pending.discard(killed)
+        except TimeoutError:
+            outcome = "timed_out"
+            kill_group(process.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), TERM_GRACE_SECONDS)
+        else:
+            if not pending:
+                return "finished"
+        kill_group(process.pid, signal.SIGKILL)
+        await _reap_and_drain(process, readers)
+    except BaseException:
+        # Cancellation (or anything unexpected): the group dies before we unwind.
+        kill_group(process.pid, signal.SIGKILL)
+        await _reap_and_drain(process, readers)
+        raise
+    finally:
+        waiter.cancel()
+        killed.cancel()
+    return outcome
+
+
+async def run_command(
+    *,
+    argv: Sequence[str],
+    stdin: bytes,
+    env: Mapping[str, str],
+    cwd: str,
+    timeout: float | None,
+    max_output_bytes: int,
+    handle: RunHandle,
+) -> ExecResult:
+    """Run ``argv`` in ``cwd`` with exactly ``env`` and return what it produced.
+
+    A program that cannot be started gives exit code 127 (not found) or 126
+    (not executable) with a message on stderr, as a shell would. An
+    :class:`OSError` whose ``filename`` is ``cwd`` (the directory vanished
+    before the start) is raised for the caller to translate.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    child_fds: list[int] = []
+    readers: list[_CappedReader] = []
+    writer: _StdinWriter | None = None
+    try:
+        for _ in range(2):
+            read_end, write_end = os.pipe()
+            child_fds.append(write_end)
+            readers.append(_CappedReader(loop, read_end, max_output_bytes))
+        stdin_target: int = asyncio.subprocess.DEVNULL
+        if stdin:
+            read_end, write_end = os.pipe()
+            child_fds.append(read_end)
+            writer = _StdinWriter(loop, write_end, stdin)
+            stdin_target = read_end
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=stdin_target,
+                stdout=child_fds[0],
+                stderr=child_fds[1],
+                cwd=cwd,
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            if exc.filename == cwd:
+                raise
+            return _spawn_failure(argv[0], exc, max_output_bytes)
+        finally:
+            # The child holds its own copies; ours must go so end-of-file can happen.
+            while child_fds:
+                os.close(child_fds.pop())
+        # start_new_session: the child called setsid(), so its pgid is its pid.
+        handle.pgid = process.pid
+        if handle.destroyed:
+            kill_group(process.pid, signal.SIGKILL)
+        outcome = await _supervise(process, readers, handle, deadline)
+        stdout, stderr = readers
+        return ExecResult(
+            stdout=bytes(stdout.data),
+            stderr=bytes(stderr.data),
+            exit_code=_exit_code(process.returncode) if outcome == "finished" else -1,
+            timed_out=outcome == "timed_out",
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            cancelled=outcome != "finished" and handle.destroyed,
+        )
+    finally:
+        for fd in child_fds:
+            os.close(fd)
+        for reader in readers:
+            reader.close()
+        if writer is not None:
+            writer.close()

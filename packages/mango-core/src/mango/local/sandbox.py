@@ -1,0 +1,144 @@
+"""The client for one local sandbox: a workspace directory on the worker host."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import attrs
+
+from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
+from mango.domain.paths import split_workspace_path
+from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.local.execution import SAFE_PATH, ExecTracker, run_command
+from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
+from mango.local.layout import remove_session_dir, workspace_root
+
+__all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
+
+DESTROY_WAIT_SECONDS = 10.0
+"""How long destroy waits for killed commands to be reaped before removing the tree."""
+
+
+async def checkpoint() -> None:
+    """Raise :class:`asyncio.CancelledError` now if the current task is being cancelled.
+
+    Called before any side effect, so a task cancelled before the call runs
+    nothing (a thread started by :func:`asyncio.to_thread` would run to the end).
+    """
+    await asyncio.sleep(0)
+
+
+def _effective_timeout(command: Command, spec: SandboxSpec) -> float | None:
+    timeout = command.timeout if command.timeout is not None else spec.timeout
+    if timeout is None or math.isinf(timeout):
+        return None
+    if math.isnan(timeout):
+        # The value objects accept NaN; a NaN deadline would corrupt the loop's timer heap.
+        raise InvalidInput("timeout must be a positive number, got nan")
+    return float(timeout)
+
+
+@attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
+class LocalSandbox:
+    """One local sandbox, obtained from :class:`~mango.local.LocalProvider`.
+
+    Commands run as host processes of the worker's user, in the workspace
+    directory: this is **not an isolation boundary** (see :mod:`mango.local`).
+    The sandbox keeps the spec it was created or attached with; its
+    ``timeout`` is the default for commands that give none.
+    """
+
+    _ref: SandboxRef
+    _session_dir: Path
+    _spec: SandboxSpec
+    _max_output_bytes: int
+    _tracker: ExecTracker = attrs.field(repr=False)
+
+    @property
+    def ref(self) -> SandboxRef:
+        """``SandboxRef("local", <canonical session directory>)``."""
+        return self._ref
+
+    @property
+    def root(self) -> str:
+        """The host path of the workspace root (commands' cwd and ``HOME``)."""
+        return str(workspace_root(self._session_dir))
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec this client was created or attached with."""
+        return self._spec
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command`` as a host process group in the workspace.
+
+        The environment is exactly ``PATH``, ``HOME`` (the workspace root) and
+        ``command.env``; stdin is ``command.stdin`` or ``/dev/null``. The
+        timeout is ``command.timeout``, else the spec's, else none. See
+        :mod:`mango.local.execution` for timeout, cancellation and output caps.
+        Raises :class:`PathEscapeError` if ``command.cwd`` goes through a
+        symlink and :class:`SandboxNotFound` if the sandbox is gone.
+        """
+        if not isinstance(command, Command):
+            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
+        await checkpoint()
+        timeout = _effective_timeout(command, self._spec)
+        handle = self._tracker.register(str(self._session_dir))
+        try:
+            cwd = await asyncio.to_thread(ensure_workspace_dir, self.root, command.cwd)
+            if handle.destroyed:
+                return ExecResult(exit_code=-1, cancelled=True)
+            env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
+            try:
+                return await run_command(
+                    argv=command.argv,
+                    stdin=command.stdin,
+                    env=env,
+                    cwd=cwd,
+                    timeout=timeout,
+                    max_output_bytes=self._max_output_bytes,
+                    handle=handle,
+                )
+            except OSError as exc:
+                if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
+                    raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
+                raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
+        finally:
+            self._tracker.unregister(str(self._session_dir), handle)
+
+    async def read_file(self, path: str) -> bytes:
+        """Return the bytes of the regular file ``path`` (workspace-relative).
+
+        Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
+        for a directory or other non-regular file, :class:`PathEscapeError` for
+        ``..``, absolute paths and symlinks anywhere in the path, and
+        :class:`SandboxNotFound` if the workspace is gone.
+        """
+        split_workspace_path(path)
+        await checkpoint()
+        return await asyncio.to_thread(read_workspace_file, self.root, path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate ``path`` with ``data``, creating parent directories.
+
+        Never follows a symlink (:class:`PathEscapeError`); a directory or other
+        non-regular target raises :class:`PermanentError`.
+        """
+        split_workspace_path(path)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
+        payload = bytes(data)
+        await checkpoint()
+        await asyncio.to_thread(write_workspace_file, self.root, path, payload)
+
+    async def destroy(self) -> None:
+        """Kill this sandbox's running commands and remove its directory. Idempotent.
+
+        Commands still running get ``ExecResult(cancelled=True)``. After this,
+        attach raises :class:`SandboxNotFound`.
+        """
+        await checkpoint()
+        await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)
+        await asyncio.to_thread(remove_session_dir, self._session_dir)

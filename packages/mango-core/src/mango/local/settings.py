@@ -1,0 +1,99 @@
+"""Settings of the local provider, read from the environment only when it is opened."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import platformdirs
+
+from mango.domain.errors import ConfigurationError
+from mango.domain.registry import SettingSpec
+from mango.local.provider import DEFAULT_MAX_OUTPUT_BYTES, LocalProvider
+
+__all__ = [
+    "MAX_OUTPUT_BYTES_ENV",
+    "SANDBOX_DIR_ENV",
+    "SETTINGS",
+    "STATE_DIR_ENV",
+    "LocalSettings",
+    "open_local_provider",
+    "read_local_settings",
+]
+
+SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
+MAX_OUTPUT_BYTES_ENV = "MANGO_MAX_OUTPUT_BYTES"
+STATE_DIR_ENV = "MANGO_STATE_DIR"
+
+SETTINGS = (
+    SettingSpec(
+        env=SANDBOX_DIR_ENV,
+        description=(
+            "absolute directory holding one sub-directory per Session "
+            f"(default: ${STATE_DIR_ENV}/sandboxes, else the user state directory of mango)"
+        ),
+    ),
+    SettingSpec(
+        env=MAX_OUTPUT_BYTES_ENV,
+        description="per-stream cap, in bytes, on the output an exec keeps",
+        default=str(DEFAULT_MAX_OUTPUT_BYTES),
+    ),
+)
+"""The settings the local provider reads, as its registration declares them."""
+
+
+@attrs.frozen
+class LocalSettings:
+    """The local provider's settings, validated."""
+
+    sandbox_dir: Path
+    max_output_bytes: int
+
+
+def _absolute_dir(name: str, value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        # A relative directory would move with the worker's cwd and orphan
+        # every sandbox reference persisted before a restart.
+        raise ConfigurationError(f"{name} must be an absolute path, got {value!r}")
+    return path
+
+
+def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettings:
+    """Read and validate the settings from ``environ`` (default: ``os.environ``).
+
+    Raises :class:`ConfigurationError` naming the variable at fault. Empty
+    values count as unset.
+    """
+    env = os.environ if environ is None else environ
+    sandbox_dir_text = env.get(SANDBOX_DIR_ENV, "")
+    if sandbox_dir_text:
+        sandbox_dir = _absolute_dir(SANDBOX_DIR_ENV, sandbox_dir_text)
+    else:
+        state_dir_text = env.get(STATE_DIR_ENV, "")
+        state_dir = (
+            _absolute_dir(STATE_DIR_ENV, state_dir_text)
+            if state_dir_text
+            else platformdirs.user_state_path("mango")
+        )
+        sandbox_dir = state_dir / "sandboxes"
+    cap_text = env.get(MAX_OUTPUT_BYTES_ENV, "").strip()
+    max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
+    if cap_text:
+        try:
+            max_output_bytes = int(cap_text, 10)
+        except ValueError:
+            max_output_bytes = 0
+        if max_output_bytes <= 0:
+            raise ConfigurationError(
+                f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer, got {cap_text!r}"
+            )
+    return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes)
+
+
+def open_local_provider(environ: Mapping[str, str] | None = None) -> LocalProvider:
+    """The registration's factory: a :class:`LocalProvider` built from the settings."""
+    settings = read_local_settings(environ)
+    return LocalProvider(settings.sandbox_dir, max_output_bytes=settings.max_output_bytes)
