@@ -23,23 +23,39 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
+    "ROOT_STATE_DIR",
     "Settings",
     "redact_url",
     "state_dir",
 ]
 
 DEFAULT_PROVIDER = "local"
+ROOT_STATE_DIR = Path("/var/lib/mango")
+"""The default state directory when running as root."""
 DEFAULT_TEMPORAL_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE_PREFIX = "mango"
 _TASK_QUEUE_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """mango's state directory: ``MANGO_STATE_DIR`` or the platform's user state dir."""
+    """mango's state directory.
+
+    ``MANGO_STATE_DIR`` (absolute; ``~`` is expanded) if set. Otherwise
+    ``/var/lib/mango`` for root, because the embedded PostgreSQL runs as an
+    unprivileged account that cannot enter ``/root``; else the platform's user
+    state directory (``~/.local/state/mango`` on Linux).
+    """
     env = os.environ if env is None else env
     configured = env.get("MANGO_STATE_DIR", "").strip()
     if configured:
-        return Path(configured).expanduser()
+        path = Path(configured).expanduser()
+        if not path.is_absolute():
+            raise ConfigurationError(
+                f"MANGO_STATE_DIR must be an absolute path, got {configured!r}"
+            )
+        return path
+    if os.name == "posix" and os.geteuid() == 0:
+        return ROOT_STATE_DIR
     return platformdirs.user_state_path("mango", appauthor=False)
 
 

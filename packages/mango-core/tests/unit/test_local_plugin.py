@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import platformdirs
 import pluggy
 import pytest
 
+from mango.config import ROOT_STATE_DIR, state_dir
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import (
@@ -81,9 +83,11 @@ def test_factory_reads_settings_only_when_opened(
 
 
 def test_settings_defaults_to_platform_state_dir() -> None:
-    """With nothing set, sandboxes live under the user state directory of mango."""
+    """With nothing set, sandboxes live under mango's default state directory."""
     settings = read_local_settings({})
-    assert settings.sandbox_dir == platformdirs.user_state_path("mango") / "sandboxes"
+    assert settings.sandbox_dir == state_dir({}) / "sandboxes"
+    expected = ROOT_STATE_DIR if os.geteuid() == 0 else platformdirs.user_state_path("mango")
+    assert state_dir({}) == expected
     assert settings.max_output_bytes == DEFAULT_MAX_OUTPUT_BYTES
 
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
-import platformdirs
 
+from mango.config import state_dir
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import SettingSpec
 from mango.local.provider import DEFAULT_MAX_OUTPUT_BYTES, LocalProvider
@@ -32,7 +32,8 @@ SETTINGS = (
         env=SANDBOX_DIR_ENV,
         description=(
             "absolute directory holding one sub-directory per Session "
-            f"(default: ${STATE_DIR_ENV}/sandboxes, else the user state directory of mango)"
+            "(default: <state dir>/sandboxes; the state dir is $MANGO_STATE_DIR, "
+            "/var/lib/mango for root, else the user state directory)"
         ),
     ),
     SettingSpec(
@@ -72,13 +73,7 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
     if sandbox_dir_text:
         sandbox_dir = _absolute_dir(SANDBOX_DIR_ENV, sandbox_dir_text)
     else:
-        state_dir_text = env.get(STATE_DIR_ENV, "")
-        state_dir = (
-            _absolute_dir(STATE_DIR_ENV, state_dir_text)
-            if state_dir_text
-            else platformdirs.user_state_path("mango")
-        )
-        sandbox_dir = state_dir / "sandboxes"
+        sandbox_dir = state_dir(env) / "sandboxes"
     cap_text = env.get(MAX_OUTPUT_BYTES_ENV, "").strip()
     max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
     if cap_text:

@@ -1,0 +1,26 @@
+"""The PostgreSQL adapter: the BindingStore and the SQL migrations it ships.
+
+``open_store(url)`` connects (psycopg 3, async pool), applies pending
+migrations under an advisory lock, and returns a :class:`PostgresBindingStore`.
+"""
+
+from mango.postgres._errors import redact
+from mango.postgres.schema import (
+    MIGRATION_LOCK_KEY,
+    Migration,
+    Pool,
+    apply_migrations,
+    load_migrations,
+)
+from mango.postgres.store import PostgresBindingStore, open_store
+
+__all__ = [
+    "MIGRATION_LOCK_KEY",
+    "Migration",
+    "Pool",
+    "PostgresBindingStore",
+    "apply_migrations",
+    "load_migrations",
+    "open_store",
+    "redact",
+]

@@ -1,0 +1,396 @@
+"""The PostgreSQL :class:`~mango.domain.ports.BindingStore`.
+
+Every write that can race is decided by the database under the Session row
+lock (``SELECT ... FOR UPDATE`` on ``mango_sessions``): intents, bindings,
+the deletion fence and Session deletion all serialise on it. The lock is taken
+in its own statement first, so the guarded statement that follows runs with a
+snapshot that sees whatever the previous lock holder committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from mango.domain.errors import ConfigurationError, PreconditionFailed, ProvisioningBlocked
+from mango.domain.hashing import spec_from_json, spec_to_json
+from mango.domain.values import (
+    Binding,
+    ProvisioningIntent,
+    SandboxRef,
+    SessionRecord,
+    validate_session_id,
+)
+from mango.postgres._errors import redact, translate_errors
+from mango.postgres.schema import Pool, apply_migrations
+
+__all__ = ["PostgresBindingStore", "open_store"]
+
+_SESSION = "SELECT id, created_at, deleting_at FROM mango_sessions"
+_INTENT = (
+    "SELECT i.session_id, i.provider, i.spec, i.spec_hash, s.deleting_at IS NOT NULL"
+    " FROM mango_sandbox_provisioning_intents i JOIN mango_sessions s ON s.id = i.session_id"
+)
+_LOCK_SESSION = "SELECT deleting_at FROM mango_sessions WHERE id = %s FOR UPDATE"
+_BINDING_REF_KEY = "mango_sandbox_bindings_ref_key"
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    deleting_at = None if row[2] is None else _utc(row[2])
+    return SessionRecord(session_id=row[0], created_at=_utc(row[1]), deleting_at=deleting_at)
+
+
+def _intent(row: tuple[Any, ...]) -> ProvisioningIntent:
+    return ProvisioningIntent(
+        session_id=row[0],
+        provider=row[1],
+        spec=spec_from_json(row[2]),
+        spec_hash=row[3],
+        deleting=bool(row[4]),
+    )
+
+
+def _binding(row: tuple[Any, ...]) -> Binding:
+    return Binding(
+        session_id=row[0],
+        ref=SandboxRef(provider=row[1], external_id=row[2]),
+        spec_hash=row[3],
+    )
+
+
+@attrs.define
+class PostgresBindingStore:
+    """Sessions, provisioning intents and sandbox bindings in PostgreSQL.
+
+    Built by :func:`open_store`; owns its pool and closes it in
+    :meth:`aclose` (or on leaving ``async with``). Connection failures raise
+    :class:`~mango.domain.errors.ProviderUnavailable` (retry).
+    """
+
+    _pool: Pool
+
+    async def aclose(self) -> None:
+        """Close the connection pool. Idempotent."""
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with translate_errors(action), self._pool.connection() as conn:
+            yield conn
+
+    # -------------------------------------------------------------- sessions
+
+    async def ensure_session(self, session_id: str) -> SessionRecord:
+        """Create the Session row if absent and return the stored row."""
+        validate_session_id(session_id)
+        async with self._connection("creating a session") as conn:
+            # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING always yields the stored row.
+            cursor = await conn.execute(
+                "INSERT INTO mango_sessions (id) VALUES (%s)"
+                " ON CONFLICT (id) DO UPDATE SET created_at = mango_sessions.created_at"
+                " RETURNING id, created_at, deleting_at",
+                (session_id,),
+            )
+            row = await cursor.fetchone()
+        assert row is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
+        return _session(row)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """Return the Session row, or None."""
+        validate_session_id(session_id)
+        async with self._connection("reading a session") as conn:
+            cursor = await conn.execute(_SESSION + " WHERE id = %s", (session_id,))
+            row = await cursor.fetchone()
+        return None if row is None else _session(row)
+
+    async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Sessions, oldest first (at most ``limit``; none if ``limit <= 0``)."""
+        if limit <= 0:
+            return []
+        async with self._connection("listing sessions") as conn:
+            cursor = await conn.execute(_SESSION + " ORDER BY created_at, id LIMIT %s", (limit,))
+            rows = await cursor.fetchall()
+        return [_session(row) for row in rows]
+
+    async def fence_session(self, session_id: str) -> SessionRecord | None:
+        """Set the deletion fence (the first time wins); None if the Session does not exist."""
+        validate_session_id(session_id)
+        async with self._connection("fencing a session") as conn:
+            cursor = await conn.execute(
+                "UPDATE mango_sessions SET deleting_at = COALESCE(deleting_at, now())"
+                " WHERE id = %s RETURNING id, created_at, deleting_at",
+                (session_id,),
+            )
+            row = await cursor.fetchone()
+        return None if row is None else _session(row)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a fenced Session with no binding or intent left.
+
+        Returns False if it was already gone; raises :class:`PreconditionFailed`
+        if it is not fenced or still has a binding or an intent.
+        """
+        validate_session_id(session_id)
+        try:
+            async with self._connection("deleting a session") as conn, conn.transaction():
+                cursor = await conn.execute(_LOCK_SESSION, (session_id,))
+                locked = await cursor.fetchone()
+                if locked is None:
+                    return False
+                if locked[0] is None:
+                    raise PreconditionFailed(f"session {session_id!r} is not fenced for deletion")
+                cursor = await conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM mango_sandbox_bindings WHERE session_id = %s),"
+                    " EXISTS (SELECT 1 FROM mango_sandbox_provisioning_intents"
+                    " WHERE session_id = %s)",
+                    (session_id, session_id),
+                )
+                left = await cursor.fetchone()
+                if left is not None and (left[0] or left[1]):
+                    what = " and ".join(
+                        name
+                        for name, present in (
+                            ("a sandbox binding", left[0]),
+                            ("an intent", left[1]),
+                        )
+                        if present
+                    )
+                    raise PreconditionFailed(f"session {session_id!r} still has {what}")
+                await conn.execute("DELETE FROM mango_sessions WHERE id = %s", (session_id,))
+        except psycopg.errors.ForeignKeyViolation as exc:  # a row we did not see; never expected
+            raise PreconditionFailed(
+                f"session {session_id!r} still has rows referring to it"
+            ) from exc
+        return True
+
+    async def list_deleting_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        """Fenced Sessions, oldest fence first (at most ``limit``)."""
+        if limit <= 0:
+            return []
+        async with self._connection("listing deleting sessions") as conn:
+            cursor = await conn.execute(
+                _SESSION + " WHERE deleting_at IS NOT NULL ORDER BY deleting_at, id LIMIT %s",
+                (limit,),
+            )
+            rows = await cursor.fetchall()
+        return [_session(row) for row in rows]
+
+    # --------------------------------------------------------------- intents
+
+    async def get_intent(self, session_id: str) -> ProvisioningIntent | None:
+        """Return the provisioning intent (``deleting`` projected), or None."""
+        validate_session_id(session_id)
+        async with self._connection("reading a provisioning intent") as conn:
+            cursor = await conn.execute(_INTENT + " WHERE i.session_id = %s", (session_id,))
+            row = await cursor.fetchone()
+        return None if row is None else _intent(row)
+
+    async def put_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
+        """Insert-if-absent; return the stored intent (which may differ from ``intent``).
+
+        Raises :class:`ProvisioningBlocked` if the Session is absent, fenced or
+        already bound.
+        """
+        session_id = intent.session_id
+        async with self._connection("writing a provisioning intent") as conn, conn.transaction():
+            cursor = await conn.execute(_LOCK_SESSION, (session_id,))
+            locked = await cursor.fetchone()
+            if locked is None:
+                raise ProvisioningBlocked(f"session {session_id!r} does not exist")
+            if locked[0] is not None:
+                raise ProvisioningBlocked(f"session {session_id!r} is being deleted")
+            cursor = await conn.execute(
+                "INSERT INTO mango_sandbox_provisioning_intents"
+                " (session_id, provider, spec, spec_hash)"
+                " SELECT s.id, %s, %s, %s FROM mango_sessions s"
+                " WHERE s.id = %s AND s.deleting_at IS NULL AND NOT EXISTS"
+                " (SELECT 1 FROM mango_sandbox_bindings b WHERE b.session_id = s.id)"
+                " FOR UPDATE OF s"
+                " ON CONFLICT (session_id) DO UPDATE"
+                " SET updated_at = mango_sandbox_provisioning_intents.updated_at"
+                " RETURNING session_id, provider, spec, spec_hash, false",
+                (intent.provider, Jsonb(spec_to_json(intent.spec)), intent.spec_hash, session_id),
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            raise ProvisioningBlocked(f"session {session_id!r} is already bound to a sandbox")
+        return _intent(row)
+
+    async def list_intents(self, provider: str, limit: int = 100) -> Sequence[ProvisioningIntent]:
+        """That provider's intents, oldest first, with ``deleting`` projected."""
+        if limit <= 0:
+            return []
+        async with self._connection("listing provisioning intents") as conn:
+            cursor = await conn.execute(
+                _INTENT + " WHERE i.provider = %s ORDER BY i.created_at, i.session_id LIMIT %s",
+                (provider, limit),
+            )
+            rows = await cursor.fetchall()
+        return [_intent(row) for row in rows]
+
+    async def delete_intent(self, intent: ProvisioningIntent) -> None:
+        """Compare-and-delete on (session, provider, spec hash).
+
+        Success if gone; :class:`PreconditionFailed` if a different intent is there.
+        """
+        async with self._connection("deleting a provisioning intent") as conn:
+            cursor = await conn.execute(
+                "DELETE FROM mango_sandbox_provisioning_intents"
+                " WHERE session_id = %s AND provider = %s AND spec_hash = %s",
+                (intent.session_id, intent.provider, intent.spec_hash),
+            )
+            if cursor.rowcount:
+                return
+            cursor = await conn.execute(
+                "SELECT provider, spec_hash FROM mango_sandbox_provisioning_intents"
+                " WHERE session_id = %s",
+                (intent.session_id,),
+            )
+            other = await cursor.fetchone()
+        if other is not None:
+            raise PreconditionFailed(
+                f"provisioning intent of session {intent.session_id!r} changed from "
+                f"{intent.provider}/{intent.spec_hash} to {other[0]}/{other[1]}"
+            )
+
+    # -------------------------------------------------------------- bindings
+
+    async def get_binding(self, session_id: str) -> Binding | None:
+        """Return the binding, or None."""
+        validate_session_id(session_id)
+        async with self._connection("reading a sandbox binding") as conn:
+            cursor = await conn.execute(
+                "SELECT session_id, provider, external_id, spec_hash"
+                " FROM mango_sandbox_bindings WHERE session_id = %s",
+                (session_id,),
+            )
+            row = await cursor.fetchone()
+        return None if row is None else _binding(row)
+
+    async def put_binding(self, binding: Binding) -> Binding:
+        """Insert-if-absent and delete the Session's intent in one transaction.
+
+        Returns the winner, which may be another worker's binding. Raises
+        :class:`ProvisioningBlocked` if the Session does not exist and
+        :class:`PreconditionFailed` if the reference is bound to another Session.
+        """
+        session_id, ref = binding.session_id, binding.ref
+        try:
+            async with self._connection("writing a sandbox binding") as conn, conn.transaction():
+                cursor = await conn.execute(_LOCK_SESSION, (session_id,))
+                if await cursor.fetchone() is None:
+                    raise ProvisioningBlocked(f"session {session_id!r} does not exist")
+                cursor = await conn.execute(
+                    "INSERT INTO mango_sandbox_bindings"
+                    " (session_id, provider, external_id, spec_hash) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (session_id) DO UPDATE"
+                    " SET updated_at = mango_sandbox_bindings.updated_at"
+                    " RETURNING session_id, provider, external_id, spec_hash",
+                    (session_id, ref.provider, ref.external_id, binding.spec_hash),
+                )
+                row = await cursor.fetchone()
+                await conn.execute(
+                    "DELETE FROM mango_sandbox_provisioning_intents WHERE session_id = %s",
+                    (session_id,),
+                )
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != _BINDING_REF_KEY:
+                raise
+            raise PreconditionFailed(f"{ref} is bound to another session") from exc
+        assert row is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
+        return _binding(row)
+
+    async def delete_binding(self, binding: Binding) -> None:
+        """Compare-and-delete on (session, provider, external id).
+
+        Success if gone; :class:`PreconditionFailed` if a different binding is there.
+        """
+        ref = binding.ref
+        async with self._connection("deleting a sandbox binding") as conn:
+            cursor = await conn.execute(
+                "DELETE FROM mango_sandbox_bindings"
+                " WHERE session_id = %s AND provider = %s AND external_id = %s",
+                (binding.session_id, ref.provider, ref.external_id),
+            )
+            if cursor.rowcount:
+                return
+            cursor = await conn.execute(
+                "SELECT provider, external_id FROM mango_sandbox_bindings WHERE session_id = %s",
+                (binding.session_id,),
+            )
+            other = await cursor.fetchone()
+        if other is not None:
+            raise PreconditionFailed(
+                f"binding of session {binding.session_id!r} changed from {ref} "
+                f"to {other[0]}:{other[1]}"
+            )
+
+
+async def open_store(
+    url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0
+) -> PostgresBindingStore:
+    """Connect to ``url``, apply pending migrations, and return an open store.
+
+    ``timeout`` bounds connecting and each wait for a pooled connection.
+    Raises :class:`ConfigurationError` for a malformed URL or a changed
+    migration and :class:`ProviderUnavailable` if the server cannot be
+    reached; messages never contain the password.
+    """
+    shown = redact(url)
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        # ``from None``: libpq may quote the raw string, password included.
+        raise ConfigurationError(
+            f"malformed database URL {shown!r}: {redact(str(exc))}",
+            hint="use postgresql://user:password@host:port/database",
+        ) from None
+    # One direct connection first: its error says why (refused, auth, no such
+    # database), where a pool would only report a timeout.
+    async with translate_errors(f"connecting to {shown}"):
+        probe = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=max(1, round(timeout))
+        )
+        await probe.close()
+    pool: Pool = AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        check=AsyncConnectionPool.check_connection,
+        timeout=timeout,
+        open=False,
+        name="mango",
+    )
+    try:
+        async with translate_errors(f"opening the pool for {shown}"):
+            await pool.open(wait=True, timeout=timeout)
+        async with translate_errors(f"migrating {shown}"):
+            await apply_migrations(pool)
+    except BaseException:
+        await pool.close()
+        raise
+    return PostgresBindingStore(pool)
