@@ -74,6 +74,11 @@ def _provider_validator(_instance: object, _attribute: object, value: Any) -> No
     validate_provider_name(value)
 
 
+def _non_empty(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{attribute.name} must be a non-empty string")
+
+
 def _str_tuple(values: Iterable[str] | None) -> tuple[str, ...]:
     if values is None:
         return ()
@@ -285,7 +290,7 @@ class Binding:
 
     session_id: str = attrs.field(validator=_session_id_validator)
     ref: SandboxRef
-    spec_hash: str
+    spec_hash: str = attrs.field(validator=_non_empty)
 
 
 @attrs.frozen
@@ -298,7 +303,7 @@ class ProvisioningIntent:
     session_id: str = attrs.field(validator=_session_id_validator)
     provider: str = attrs.field(validator=_provider_validator)
     spec: SandboxSpec
-    spec_hash: str
+    spec_hash: str = attrs.field(validator=_non_empty)
     deleting: bool = False
 
 
