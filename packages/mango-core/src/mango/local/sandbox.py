@@ -87,7 +87,13 @@ class LocalSandbox:
         timeout = _effective_timeout(command, self._spec)
         handle = self._tracker.register(str(self._session_dir))
         try:
-            cwd = await asyncio.to_thread(ensure_workspace_dir, self.root, command.cwd)
+            # The root needs no walk (a vanished root surfaces as an OSError on
+            # start); skipping the thread hop keeps the common exec cheap.
+            cwd = (
+                await asyncio.to_thread(ensure_workspace_dir, self.root, command.cwd)
+                if command.cwd
+                else self.root
+            )
             if handle.destroyed:
                 return ExecResult(exit_code=-1, cancelled=True)
             env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
