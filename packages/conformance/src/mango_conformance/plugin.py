@@ -1,10 +1,233 @@
-"""pytest11 entry point: registers options and markers only (inert until used)."""
+"""pytest11 entry point: options, markers and Hypothesis profiles; inert until the suite is used.
+
+Nothing here runs a check. The suite's tests exist only where a test module
+subclasses :class:`mango_conformance.ProviderSuite`; until then the plugin
+adds its options and markers, registers (never loads) its Hypothesis
+profiles, and prints nothing.
+
+Options:
+
+``--mango-profile NAME``
+    ``offline-dev`` (default), ``offline-ci``, ``live-smoke`` or ``live-nightly``;
+    also ``MANGO_CONFORMANCE_PROFILE``.
+``--mango-strict``
+    Fail the run if a sandbox leaked or a waiver is stale.
+``--mango-waivers FILE``
+    Skip known failures by node-id substring, each with a reason.
+``--mango-max-examples N`` / ``--mango-steps N``
+    Override the profile's Hypothesis example and step counts.
+``--mango-no-shrink``
+    Report the first failing example as found (fast feedback, e.g. for mutants).
+``--mango-hypothesis-db DIR``
+    Where the per-provider example databases live
+    (default ``<rootdir>/.hypothesis/conformance``).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from mango_conformance.config import RUN_CONFIG_KEY, RunConfig, run_config
+from mango_conformance.ledger import LeakLedger, set_current_ledger
+from mango_conformance.profiles import PROFILE_ENV, PROFILES, profile_from_env
+from mango_conformance.profiles import register_hypothesis_profiles as _register_profiles
+from mango_conformance.waivers import Waiver, WaiverError, match_waiver, read_waivers
+
+__all__ = [
+    "MARKERS",
+    "pytest_addoption",
+    "pytest_collection_finish",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "pytest_sessionfinish",
+    "pytest_terminal_summary",
+    "pytest_unconfigure",
+]
+
+MARKERS = (
+    "mango_conformance: a check of the mango provider conformance suite",
+    "mango_parity: a check ported from the reference core suite (L-01 to L-05)",
+    "mango_gap: a contract clause the reference suite did not check",
+    "mango_stateful: the Hypothesis lifecycle state machine",
+    "mango_capability(name): runs only if the provider declares the capability",
+    "mango_capability_group: a check of the capability groups",
+    "mango_destructive: may leave the sandbox unusable (it gets its own sandbox)",
+)
+"""The markers the plugin registers."""
+
+_PREVIOUS_LEDGER = pytest.StashKey[LeakLedger]()
+_STALE = pytest.StashKey[tuple[Waiver, ...]]()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the suite options."""
+    group = parser.getgroup("mango-conformance", "mango provider conformance suite")
+    group.addoption(
+        "--mango-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help=f"cost profile of the suite (default: ${PROFILE_ENV} or offline-dev)",
+    )
+    group.addoption(
+        "--mango-strict",
+        action="store_true",
+        default=False,
+        help="fail the run on leaked sandboxes and stale waivers",
+    )
+    group.addoption(
+        "--mango-waivers",
+        metavar="FILE",
+        default=None,
+        help="file of '<node-id substring> # <reason>' lines: known failures to skip",
+    )
+    group.addoption(
+        "--mango-max-examples",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="override the profile's number of state-machine examples",
+    )
+    group.addoption(
+        "--mango-steps",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="override the profile's number of steps per state-machine example",
+    )
+    group.addoption(
+        "--mango-no-shrink",
+        action="store_true",
+        default=False,
+        help="report the first failing state-machine example without shrinking it",
+    )
+    group.addoption(
+        "--mango-hypothesis-db",
+        metavar="DIR",
+        default=None,
+        help="directory of the per-provider example databases "
+        "(default: <rootdir>/.hypothesis/conformance)",
+    )
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register markers and profiles and read the options; runs no check."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    _register_profiles()
+    name = config.getoption("--mango-profile") or profile_from_env()
+    if name not in PROFILES:
+        raise pytest.UsageError(
+            f"{PROFILE_ENV}={name!r} is not a mango-conformance profile "
+            f"(choose from {', '.join(sorted(PROFILES))})"
+        )
+    waivers: tuple[Waiver, ...] = ()
+    waiver_file = config.getoption("--mango-waivers")
+    if waiver_file:
+        try:
+            waivers = read_waivers(Path(waiver_file))
+        except WaiverError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    database = config.getoption("--mango-hypothesis-db")
+    run = RunConfig(
+        profile=PROFILES[name],
+        strict=bool(config.getoption("--mango-strict")),
+        waivers=waivers,
+        database_dir=Path(database)
+        if database
+        else config.rootpath / ".hypothesis" / "conformance",
+        max_examples=config.getoption("--mango-max-examples"),
+        stateful_steps=config.getoption("--mango-steps"),
+        shrink=not config.getoption("--mango-no-shrink"),
+    )
+    config.stash[RUN_CONFIG_KEY] = run
+    config.stash[_PREVIOUS_LEDGER] = set_current_ledger(run.ledger)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the ledger that was current before this session (nested pytester runs)."""
+    previous = config.stash.get(_PREVIOUS_LEDGER, None)
+    if previous is not None:
+        set_current_ledger(previous)
+
+
+def _in_suite(item: pytest.Item) -> bool:
+    return item.get_closest_marker("mango_conformance") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply waivers to the suite's tests, before any deselection; find stale waivers."""
+    run = run_config(config)
+    suite = [item for item in items if _in_suite(item)]
+    if not suite or not run.waivers:
+        return
+    used: set[Waiver] = set()
+    for item in suite:
+        waiver = match_waiver(item.nodeid, run.waivers)
+        if waiver is None:
+            continue
+        used.add(waiver)
+        run.waived[item.nodeid] = waiver.reason
+        item.add_marker(pytest.mark.skip(reason=f"waived: {waiver.reason}"))
+    config.stash[_STALE] = tuple(waiver for waiver in run.waivers if waiver not in used)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Count the selected tests of the suite; zero keeps the plugin silent."""
+    run_config(session.config).suite_items = sum(1 for item in session.items if _in_suite(item))
+
+
+def _problems(config: pytest.Config) -> tuple[int, int]:
+    run = run_config(config)
+    stale = config.stash.get(_STALE, ())
+    return len(run.ledger), len(stale)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In strict mode, turn leaks and stale waivers into a failed run."""
+    run = run_config(session.config)
+    if not run.strict or not run.suite_items:
+        return
+    leaks, stale = _problems(session.config)
+    if (leaks or stale) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Report the profile, waivers, stale waivers and leaks, if the suite ran."""
+    run = run_config(config)
+    if not run.providers and not len(run.ledger):
+        return
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("=", "mango-conformance")
+    providers = ", ".join(sorted(run.providers)) or "none"
+    write(f"profile {run.profile.name}; provider(s): {providers}")
+    for nodeid, reason in sorted(run.waived.items()):
+        write(f"waived: {nodeid}: {reason}")
+    for waiver in config.stash.get(_STALE, ()):
+        write(f"WARNING: stale waiver {waiver.pattern!r} (line {waiver.line}) matches no test")
+    for leak in run.ledger.entries:
+        write(f"LEAK: {leak.describe()}", red=True)
+    leaks, stale = _problems(config)
+    failed = bool(terminalreporter.stats.get("failed")) or bool(terminalreporter.stats.get("error"))
+    if not failed and run.suite_items:
+        verdict = f"conformant with {len(run.waived)} waiver(s)"
+        if leaks:
+            verdict += f" and {leaks} leak(s)"
+        write(verdict, green=not leaks and not run.waived, yellow=bool(leaks or run.waived))
+    if run.strict and (leaks or stale):
+        write(
+            f"--mango-strict: failing the run ({leaks} leak(s), {stale} stale waiver(s))", red=True
+        )

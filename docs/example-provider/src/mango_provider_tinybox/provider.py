@@ -1,0 +1,336 @@
+"""The tinybox provider: one host directory per Session key, commands as host process groups.
+
+Layout under the base directory::
+
+    <base>/<id>/owner        sha256 of the Session key (never the key itself)
+    <base>/<id>/workspace/   the workspace root: cwd and HOME of commands
+
+``<id>`` is the first 32 hex digits of that sha256, so create is idempotent
+(the same key always finds the same directory) and attach can check
+ownership without a database. **Not an isolation boundary**: commands run
+as the worker's user on the worker's host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+import signal
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.errors import (
+    ConfigurationError,
+    OwnershipError,
+    PathEscapeError,
+    PermanentError,
+    SandboxNotFound,
+)
+from mango.domain.paths import split_workspace_path
+from mango.domain.values import (
+    Command,
+    ExecResult,
+    SandboxRef,
+    SandboxSpec,
+    validate_session_id,
+)
+
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "PROVIDER_NAME",
+    "TinyboxProvider",
+    "TinyboxSandbox",
+    "open_conformance_provider",
+]
+
+PROVIDER_NAME = "tinybox"
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+"""Per-stream cap on the output an exec keeps."""
+
+_OWNER = "owner"
+_WORKSPACE = "workspace"
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+_DRAIN_SECONDS = 1.0
+"""After a kill, how long the output pipes may stay open before they are abandoned."""
+
+
+def _digest(session_key: str) -> str:
+    return hashlib.sha256(validate_session_id(session_key).encode("utf-8")).hexdigest()
+
+
+class TinyboxProvider:
+    """Sandboxes as directories under ``base_dir``; a fresh instance finds what others made."""
+
+    def __init__(self, base_dir: Path, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
+        self.base_dir = Path(base_dir)
+        self.max_output_bytes = max_output_bytes
+
+    @classmethod
+    def from_env(cls) -> TinyboxProvider:
+        """Build from ``TINYBOX_DIR`` (read only when the provider is selected)."""
+        value = os.environ.get("TINYBOX_DIR", "")
+        if not value or not Path(value).is_absolute():
+            raise ConfigurationError(
+                "TINYBOX_DIR must be an absolute directory",
+                hint="export TINYBOX_DIR=/var/lib/tinybox",
+            )
+        return cls(Path(value))
+
+    @property
+    def name(self) -> str:
+        """Always ``tinybox``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """No optional capability: only the core contract."""
+        return CapabilitySet()
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> TinyboxSandbox:
+        """Create-if-absent the directory of ``session_key``; the same key gives the same ref."""
+        digest = _digest(session_key)
+        external_id = digest[:32]
+        await asyncio.to_thread(self._ensure, external_id, digest)
+        return self._sandbox(external_id, spec)
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> TinyboxSandbox:
+        """Check that ``ref`` is this provider's and belongs to ``session_key``; never creates."""
+        digest = _digest(session_key)
+        if ref.provider != PROVIDER_NAME:
+            raise OwnershipError(f"{ref} belongs to provider {ref.provider!r}")
+        if ref.external_id != digest[:32]:
+            raise OwnershipError(f"{ref} does not belong to this session")
+        owner = await asyncio.to_thread(_read_owner, self.base_dir / ref.external_id)
+        if owner is None:
+            raise SandboxNotFound(f"{ref} no longer exists")
+        if owner != digest:
+            raise OwnershipError(f"{ref} does not belong to this session")
+        return self._sandbox(ref.external_id, spec)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _sandbox(self, external_id: str, spec: SandboxSpec) -> TinyboxSandbox:
+        return TinyboxSandbox(
+            SandboxRef(PROVIDER_NAME, external_id),
+            self.base_dir / external_id,
+            spec,
+            self.max_output_bytes,
+        )
+
+    def _ensure(self, external_id: str, digest: str) -> None:
+        box = self.base_dir / external_id
+        (box / _WORKSPACE).mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(box / _OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(digest)
+        if _read_owner(box) != digest:
+            raise OwnershipError(f"tinybox {external_id} belongs to another session")
+
+
+def _read_owner(box: Path) -> str | None:
+    try:
+        return (box / _OWNER).read_text()
+    except FileNotFoundError:
+        return None
+
+
+class _Capture:
+    """Reads one pipe to the end, keeping the first ``cap`` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.truncated = False
+
+    async def run(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            room = self.cap - len(self.data)
+            if len(chunk) > room:
+                self.truncated = True
+                chunk = chunk[: max(room, 0)]
+            self.data += chunk
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+    stream.close()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class TinyboxSandbox:
+    """One tinybox: a workspace directory and the commands run in it."""
+
+    def __init__(self, ref: SandboxRef, box: Path, spec: SandboxSpec, cap: int) -> None:
+        self._ref = ref
+        self._box = box
+        self._spec = spec
+        self._cap = cap
+
+    @property
+    def ref(self) -> SandboxRef:
+        """``tinybox:<id>``."""
+        return self._ref
+
+    @property
+    def root(self) -> str:
+        """The host path of the workspace."""
+        return str(self._box / _WORKSPACE)
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command`` in its own process group; see the guide for the contract."""
+        cwd = await asyncio.to_thread(self._directory, command.cwd)
+        env = {"PATH": _PATH, "HOME": self.root, **command.env_dict}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command.argv,
+                stdin=asyncio.subprocess.PIPE if command.stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,  # its own process group: one killpg reaches every child
+            )
+        except FileNotFoundError:
+            return ExecResult(stderr=f"{command.argv[0]}: not found\n".encode(), exit_code=127)
+        except PermissionError:
+            return ExecResult(stderr=f"{command.argv[0]}: not executable\n".encode(), exit_code=126)
+        if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was asked
+            raise RuntimeError("the command's output pipes are missing")
+        out, err = _Capture(self._cap), _Capture(self._cap)
+        helpers = [
+            asyncio.ensure_future(out.run(process.stdout)),
+            asyncio.ensure_future(err.run(process.stderr)),
+        ]
+        if command.stdin and process.stdin is not None:
+            helpers.append(asyncio.ensure_future(_feed(process.stdin, command.stdin)))
+        timeout = command.timeout if command.timeout is not None else self._spec.timeout
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.gather(process.wait(), *helpers)
+            except TimeoutError:
+                timed_out = True
+                _kill_group(process.pid)
+                await process.wait()
+                await asyncio.wait(helpers, timeout=_DRAIN_SECONDS)
+        except BaseException:
+            # Cancellation: the whole group dies before the CancelledError goes on.
+            _kill_group(process.pid)
+            raise
+        finally:
+            for helper in helpers:
+                helper.cancel()
+        returncode = process.returncode if process.returncode is not None else -1
+        return ExecResult(
+            stdout=bytes(out.data),
+            stderr=bytes(err.data),
+            exit_code=-1 if timed_out else (128 - returncode if returncode < 0 else returncode),
+            timed_out=timed_out,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of a regular file; FileNotFoundError, PermanentError or PathEscapeError."""
+        return await asyncio.to_thread(self._read, path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate ``path``, creating parents; symlinks are never followed."""
+        await asyncio.to_thread(self._write, path, bytes(data))
+
+    async def destroy(self) -> None:
+        """Remove the directory; idempotent. Renaming first makes attach fail at once."""
+        await asyncio.to_thread(self._remove)
+
+    # -- blocking helpers, run in a thread --------------------------------------
+
+    def _workspace(self) -> Path:
+        root = self._box / _WORKSPACE
+        if not root.is_dir():
+            raise SandboxNotFound(f"{self._ref} no longer exists")
+        return root
+
+    def _walk(self, parts: tuple[str, ...], path: str, *, create: bool) -> Path:
+        """The directory ``parts`` below the workspace, refusing symlinks on the way."""
+        current = self._workspace()
+        for part in parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFoundError(errno.ENOENT, "no such directory", path) from None
+                current.mkdir()
+                continue
+            if stat.S_ISLNK(mode):
+                raise PathEscapeError(f"{path!r} goes through the symlink {part!r}")
+            if not stat.S_ISDIR(mode):
+                raise PermanentError(f"{path!r}: {part!r} is not a directory")
+        return current
+
+    def _directory(self, path: str) -> str:
+        return str(self._walk(split_workspace_path(path, allow_root=True), path, create=True))
+
+    def _read(self, path: str) -> bytes:
+        parts = split_workspace_path(path)  # PathEscapeError for '..' and absolute paths
+        target = self._walk(parts[:-1], path, create=False) / parts[-1]
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise PathEscapeError(f"{path!r} is a symlink") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PermanentError(f"{path!r} is not a regular file")
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+
+    def _write(self, path: str, data: bytes) -> None:
+        parts = split_workspace_path(path)
+        target = self._walk(parts[:-1], path, create=True) / parts[-1]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(target, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise PathEscapeError(f"{path!r} is a symlink") from None
+            if exc.errno in (errno.EISDIR, errno.ENXIO):
+                raise PermanentError(f"{path!r} is not a regular file") from None
+            raise
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+
+    def _remove(self) -> None:
+        doomed = self._box.with_name(f"{self._box.name}.deleting-{secrets.token_hex(4)}")
+        try:
+            self._box.rename(doomed)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def open_conformance_provider(scratch_dir: Path) -> AsyncIterator[TinyboxProvider]:
+    """The offline conformance target: a provider over ``scratch_dir / "boxes"``."""
+    provider = TinyboxProvider(Path(scratch_dir) / "boxes")
+    try:
+        yield provider
+    finally:
+        await provider.aclose()

@@ -1,0 +1,175 @@
+"""Capability groups: checks that run only for providers that declare the capability.
+
+A group is selected by the provider's *declared* capabilities (its
+registration, or what it reports when no registration is given), never by its
+name. A provider that does not declare a capability skips the group with
+"not declared". A provider that declares it must hand out sandboxes that
+implement the matching protocol of :mod:`mango.domain.ports` (checked now);
+the behavioural checks of each group are listed here and are skipped until
+the issue that builds the capability specifies them.
+"""
+
+# Checks are plain asserts on purpose: pytest rewrites them for detailed failure reports.
+# ruff: noqa: S101
+
+from __future__ import annotations
+
+import pytest
+
+from mango.domain.capabilities import Capability, CapabilitySet
+from mango.domain.ports import (
+    FileResourceSandbox,
+    LimitedNetworkSandbox,
+    MemoryStoreSandbox,
+    SessionOutputSandbox,
+    SkillBundleSandbox,
+)
+from mango_conformance.checks import mark_checks
+from mango_conformance.harness import Harness
+
+__all__ = [
+    "CAPABILITY_PROTOCOLS",
+    "PENDING_CHECKS",
+    "CapabilityChecks",
+    "declared_capabilities",
+    "pending_reason",
+]
+
+CAPABILITY_PROTOCOLS: dict[Capability, type | None] = {
+    Capability.FILE_RESOURCES: FileResourceSandbox,
+    Capability.SESSION_OUTPUTS: SessionOutputSandbox,
+    Capability.SKILL_BUNDLES: SkillBundleSandbox,
+    Capability.MEMORY_STORES: MemoryStoreSandbox,
+    Capability.LIMITED_NETWORK: LimitedNetworkSandbox,
+    Capability.PACKAGE_SETUP: None,
+}
+"""The sandbox protocol each capability requires (package setup runs through exec)."""
+
+PENDING_CHECKS: dict[Capability, str] = {
+    Capability.FILE_RESOURCES: (
+        "F-1..F-11: has/import/replace with an interrupted reader, stale-identity removal "
+        "keeps the newer file, fresh-client attach, idempotent removal, escape is permanent"
+    ),
+    Capability.SESSION_OUTPUTS: (
+        "O-1..O-6: tool and shell writes appear in a repeatable tar export with no extra "
+        "or control files; the staging directory is refused and left empty"
+    ),
+    Capability.SKILL_BUNDLES: (
+        "S-1..S-7: a failed import never becomes visible, a full import is visible with "
+        "exec bits, the bundle is read-only to file tools, and survives a fresh-client attach"
+    ),
+    Capability.MEMORY_STORES: (
+        "memory stores: replace then read round-trips, a fresh-client attach sees the "
+        "same files, and a concurrent change is a PreconditionFailed"
+    ),
+    Capability.LIMITED_NETWORK: (
+        "limited network: an empty allowlist blocks all egress, an allowlisted host is "
+        "reachable, and replacing the list is idempotent"
+    ),
+    Capability.PACKAGE_SETUP: (
+        "package setup: each package manager in a PackagePlan installs once, and a "
+        "failing install is reported with its stderr"
+    ),
+}
+"""What each group will check once its capability is specified."""
+
+
+def pending_reason(capability: Capability) -> str:
+    """The skip reason of a declared capability whose checks are not written yet."""
+    return (
+        f"{capability.value} checks arrive with the issue that builds {capability.description} "
+        f"({PENDING_CHECKS[capability]})"
+    )
+
+
+def declared_capabilities(harness: Harness) -> CapabilitySet:
+    """The registration's declaration if the options give one, else what the provider reports."""
+    declared = harness.options.declared_capabilities
+    return declared if declared is not None else harness.provider.capabilities
+
+
+def _protocol_check(harness: Harness, capability: Capability) -> None:
+    protocol = CAPABILITY_PROTOCOLS[capability]
+    if protocol is None:
+        return
+    key = harness.new_key("cap")
+    sandbox = harness.create(key)
+    assert isinstance(sandbox, protocol), (
+        f"the provider declares {capability.value} but its sandbox does not implement "
+        f"{protocol.__name__}"
+    )
+    attached = harness.attach(key, sandbox.ref, harness.open_provider())
+    assert isinstance(attached, protocol), (
+        f"a sandbox attached through a fresh provider does not implement {protocol.__name__}"
+    )
+
+
+class CapabilityChecks:
+    """One group per capability; skipped as "not declared" unless the provider declares it."""
+
+    def test_declared_capabilities_match_reported(self, conformance: Harness) -> None:
+        """Every fresh provider reports the declared capabilities (registration drift check)."""
+        declared = declared_capabilities(conformance)
+        for provider in (conformance.provider, conformance.open_provider()):
+            assert provider.capabilities == declared, (
+                f"declared [{', '.join(declared.names()) or 'none'}] but the provider reports "
+                f"[{', '.join(provider.capabilities.names()) or 'none'}]"
+            )
+
+    @pytest.mark.mango_capability(Capability.FILE_RESOURCES.value)
+    def test_file_resources_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring file resources implement FileResourceSandbox."""
+        _protocol_check(conformance, Capability.FILE_RESOURCES)
+
+    @pytest.mark.mango_capability(Capability.FILE_RESOURCES.value)
+    def test_file_resources_lifecycle(self) -> None:
+        """F-1..F-11 (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.FILE_RESOURCES))
+
+    @pytest.mark.mango_capability(Capability.SESSION_OUTPUTS.value)
+    def test_session_outputs_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring session outputs implement SessionOutputSandbox."""
+        _protocol_check(conformance, Capability.SESSION_OUTPUTS)
+
+    @pytest.mark.mango_capability(Capability.SESSION_OUTPUTS.value)
+    def test_session_outputs_export(self) -> None:
+        """O-1..O-6 (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.SESSION_OUTPUTS))
+
+    @pytest.mark.mango_capability(Capability.SKILL_BUNDLES.value)
+    def test_skill_bundles_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring skill bundles implement SkillBundleSandbox."""
+        _protocol_check(conformance, Capability.SKILL_BUNDLES)
+
+    @pytest.mark.mango_capability(Capability.SKILL_BUNDLES.value)
+    def test_skill_bundles_import(self) -> None:
+        """S-1..S-7 (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.SKILL_BUNDLES))
+
+    @pytest.mark.mango_capability(Capability.MEMORY_STORES.value)
+    def test_memory_stores_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring memory stores implement MemoryStoreSandbox."""
+        _protocol_check(conformance, Capability.MEMORY_STORES)
+
+    @pytest.mark.mango_capability(Capability.MEMORY_STORES.value)
+    def test_memory_stores_round_trip(self) -> None:
+        """Memory store checks (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.MEMORY_STORES))
+
+    @pytest.mark.mango_capability(Capability.LIMITED_NETWORK.value)
+    def test_limited_network_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring limited network implement LimitedNetworkSandbox."""
+        _protocol_check(conformance, Capability.LIMITED_NETWORK)
+
+    @pytest.mark.mango_capability(Capability.LIMITED_NETWORK.value)
+    def test_limited_network_allowlist(self) -> None:
+        """Limited network checks (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.LIMITED_NETWORK))
+
+    @pytest.mark.mango_capability(Capability.PACKAGE_SETUP.value)
+    def test_package_setup_installs(self) -> None:
+        """Package setup checks (see PENDING_CHECKS)."""
+        pytest.skip(pending_reason(Capability.PACKAGE_SETUP))
+
+
+mark_checks(CapabilityChecks, pytest.mark.mango_capability_group)

@@ -1,0 +1,228 @@
+"""Mutant providers: the local provider with exactly one defect each.
+
+The suite must catch every one of them (``test_mutants.py``); a mutant that
+passes would mean a check is vacuous. Imported by path from pytester runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import attrs
+
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.errors import SandboxNotFound
+from mango.domain.ports import Provider, Sandbox
+from mango.domain.registry import ConformanceTarget
+from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.local import LocalProvider
+from mango_conformance import provider_target
+
+_counter = itertools.count()
+
+
+@attrs.define
+class WrappedSandbox:
+    """Delegates everything to the local sandbox; mutants override one method."""
+
+    inner: Sandbox
+
+    @property
+    def ref(self) -> SandboxRef:
+        return self.inner.ref
+
+    @property
+    def root(self) -> str:
+        return self.inner.root
+
+    async def exec(self, command: Command) -> ExecResult:
+        return await self.inner.exec(command)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.inner.read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self.inner.write_file(path, data)
+
+    async def destroy(self) -> None:
+        await self.inner.destroy()
+
+
+@attrs.define
+class WrappedProvider:
+    """Delegates to a local provider under ``scratch/sandboxes``; mutants override one method."""
+
+    scratch: Path
+    inner: LocalProvider = attrs.field(init=False)
+    sandbox_class: ClassVar[type[WrappedSandbox]] = WrappedSandbox
+
+    def __attrs_post_init__(self) -> None:
+        self.inner = LocalProvider(self.scratch / "sandboxes")
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        return self.inner.capabilities
+
+    def wrap(self, sandbox: Sandbox) -> WrappedSandbox:
+        return self.sandbox_class(sandbox)
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> WrappedSandbox:
+        return self.wrap(await self.inner.create(session_key, spec))
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
+        return self.wrap(await self.inner.attach(session_key, ref, spec))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class NonIdempotentCreate(WrappedProvider):
+    """Every create makes a new resource, even for a key seen before."""
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> WrappedSandbox:
+        return self.wrap(await self.inner.create(f"{session_key}-{next(_counter)}", spec))
+
+
+class AttachSkipsOwnership(WrappedProvider):
+    """Attach trusts the ref: any key and any provider name get the resource."""
+
+    def _owners(self) -> Path:
+        return self.scratch / "owners.json"
+
+    def _load(self) -> dict[str, str]:
+        try:
+            loaded: dict[str, str] = json.loads(self._owners().read_text())
+        except FileNotFoundError:
+            return {}
+        return loaded
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> WrappedSandbox:
+        sandbox = await super().create(session_key, spec)
+        owners = self._load()
+        owners[sandbox.ref.external_id] = session_key
+        self._owners().write_text(json.dumps(owners))
+        return sandbox
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
+        owner = self._load().get(ref.external_id, session_key)
+        real = SandboxRef(provider=self.inner.name, external_id=ref.external_id)
+        return self.wrap(await self.inner.attach(owner, real, spec))
+
+
+class DestroyOnceSandbox(WrappedSandbox):
+    """A second destroy reports the resource as missing instead of succeeding."""
+
+    async def destroy(self) -> None:
+        if not await asyncio.to_thread(Path(self.root).is_dir):
+            raise SandboxNotFound(f"{self.ref} is already gone")
+        await self.inner.destroy()
+
+
+class DestroyFailsSecondTime(WrappedProvider):
+    """Destroy is not idempotent."""
+
+    sandbox_class = DestroyOnceSandbox
+
+
+class NotFoundIsGeneric(WrappedProvider):
+    """A lost resource surfaces as a bare RuntimeError instead of SandboxNotFound."""
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
+        try:
+            return await super().attach(session_key, ref, spec)
+        except SandboxNotFound as exc:
+            raise RuntimeError(f"backend error: {exc}") from None
+
+
+class SwallowCancelSandbox(WrappedSandbox):
+    """Turns a cancellation into an ordinary result."""
+
+    async def exec(self, command: Command) -> ExecResult:
+        try:
+            return await self.inner.exec(command)
+        except asyncio.CancelledError:
+            return ExecResult(exit_code=-1, cancelled=True)
+
+
+class CancellationIgnored(WrappedProvider):
+    """Cancelling an exec does not cancel the awaiting task."""
+
+    sandbox_class = SwallowCancelSandbox
+
+
+class AppendingWriteSandbox(WrappedSandbox):
+    """Writes over an existing file without truncating it (``r+`` instead of ``w``)."""
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        try:
+            old = await self.inner.read_file(path)
+        except FileNotFoundError:
+            old = b""
+        await self.inner.write_file(path, data + old[len(data) :])
+
+
+class WriteDoesNotTruncate(WrappedProvider):
+    """A shorter write leaves the tail of the old content."""
+
+    sandbox_class = AppendingWriteSandbox
+
+
+class EscapingSandbox(WrappedSandbox):
+    """Resolves ``..`` itself and reads or writes wherever it lands."""
+
+    def _outside(self, path: str) -> Path | None:
+        if ".." not in path.split("/") or path.startswith("/"):
+            return None
+        return Path(os.path.normpath(Path(self.root) / path))
+
+    async def read_file(self, path: str) -> bytes:
+        outside = self._outside(path)
+        if outside is None:
+            return await super().read_file(path)
+        return await asyncio.to_thread(outside.read_bytes)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        outside = self._outside(path)
+        if outside is None:
+            await super().write_file(path, data)
+            return
+        await asyncio.to_thread(outside.parent.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(outside.write_bytes, data)
+
+
+class EscapeAllowed(WrappedProvider):
+    """Paths with ``..`` are followed out of the workspace."""
+
+    sandbox_class = EscapingSandbox
+
+
+def _unbounded(scratch: Path) -> Provider:
+    return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
+
+
+MUTANTS: dict[str, Callable[[Path], Provider]] = {
+    "non-idempotent-create": NonIdempotentCreate,
+    "attach-skips-ownership": AttachSkipsOwnership,
+    "destroy-fails-second-time": DestroyFailsSecondTime,
+    "not-found-is-generic": NotFoundIsGeneric,
+    "cancellation-ignored": CancellationIgnored,
+    "unbounded-output": _unbounded,
+    "write-does-not-truncate": WriteDoesNotTruncate,
+    "escape-allowed": EscapeAllowed,
+}
+"""Each mutant's factory, by name."""
+
+
+def target_for(name: str) -> ConformanceTarget:
+    """The conformance target of the mutant ``name`` (it keeps the name ``local``)."""
+    return provider_target("local", MUTANTS[name], description=f"mutant: {name}")

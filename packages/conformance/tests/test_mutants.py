@@ -1,0 +1,72 @@
+"""Every mutant provider (one defect each) is caught by the suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+MUTANT_MODULE = """
+import pytest
+from conformance_mutants import target_for
+from mango_conformance import ProviderSuite
+
+
+class TestMutant(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return target_for({name!r})
+"""
+
+MACHINE = "test_lifecycle_state_machine"
+
+CAUGHT_BY: dict[str, set[str]] = {
+    "non-idempotent-create": {
+        "test_l03a_create_is_idempotent_across_instances",
+        "test_l03b_recreate_preserves_workspace",
+        MACHINE,
+    },
+    "attach-skips-ownership": {
+        "test_l04a_foreign_session_key_is_permanent",
+        "test_l04b_wrong_provider_name_is_permanent",
+        MACHINE,
+    },
+    "destroy-fails-second-time": {"test_l05ab_destroy_is_idempotent", MACHINE},
+    "not-found-is-generic": {"test_l05c_attach_after_destroy_is_not_found", MACHINE},
+    "cancellation-ignored": {
+        "test_cancel_mid_flight_kills_process_tree",
+        "test_cancel_at_first_suspension_raises_cancelled",
+        MACHINE,
+    },
+    "unbounded-output": {"test_output_is_bounded_and_flagged"},
+    "write-does-not-truncate": {
+        "test_overwrite_truncates",
+        "test_empty_file_round_trip",
+        MACHINE,
+    },
+    "escape-allowed": {
+        "test_l02f_escape_is_rejected",
+        "test_absolute_and_dotdot_paths_are_rejected",
+        MACHINE,
+    },
+}
+"""For each mutant, the checks that must fail on it (others may fail too)."""
+
+
+@pytest.mark.parametrize("mutant", sorted(CAUGHT_BY))
+def test_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """The named checks fail against the mutant, and the run as a whole fails."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    # The machine checks no output bound, so the unbounded mutant skips it (it would pass).
+    only = ["-k", f"not {MACHINE}"] if MACHINE not in CAUGHT_BY[mutant] else []
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "--mango-no-shrink", *only)
+    found = outcomes(result)
+    escaped = {name for name in CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)}"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
