@@ -1,3 +1,46 @@
-"""Docker Engine provider for mango."""
+"""Docker Engine provider for mango: one container per Session.
 
-__all__: list[str] = []
+Select it with ``MANGO_SANDBOX=docker``. It talks to the Engine API through
+aiodocker (never the docker CLI), honours ``DOCKER_HOST``, and negotiates the
+API version with the daemon.
+
+* **Identity.** Each Session key gets one container named ``mango-<32 hex>``
+  (a hash of the key) with ownership labels; create is create-if-absent on
+  that name, attach inspects the referenced container id and verifies the
+  labels, and starts the container again if it was stopped.
+* **Isolation.** No network unless the spec asks for ``bridge``; memory, CPU
+  and pids limits; an init process as PID 1 that reaps zombies.
+* **Exec.** Through the exec API with stdin, per-stream output caps (memory
+  O(cap)), a timeout and cancellation that kill only the command's process
+  tree, leaving the sandbox usable (see :mod:`mango_provider_docker.execution`).
+* **Files.** Through the archive API, refusing ``..``, absolute paths and
+  symlinks anywhere in a path (see :mod:`mango_provider_docker.files`).
+* **Capabilities.** None of the optional ones yet: package setup, limited
+  network and resource mounts are rejected at admission.
+
+Settings are in :mod:`mango_provider_docker.settings`.
+"""
+
+from mango_provider_docker.engine import Engine
+from mango_provider_docker.provider import (
+    DEFAULT_IMAGE,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DockerProvider,
+)
+from mango_provider_docker.sandbox import DockerSandbox
+from mango_provider_docker.settings import (
+    DockerSettings,
+    open_docker_provider,
+    read_docker_settings,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DockerProvider",
+    "DockerSandbox",
+    "DockerSettings",
+    "Engine",
+    "open_docker_provider",
+    "read_docker_settings",
+]

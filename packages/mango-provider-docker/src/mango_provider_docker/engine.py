@@ -1,0 +1,475 @@
+"""The Docker Engine API as this provider uses it, over aiodocker.
+
+:class:`Engine` is the only class that talks to the daemon. It creates its
+aiodocker client lazily (aiohttp needs a running event loop, and a
+registration's factory is synchronous) and never shells out to the docker
+CLI. Unless ``DOCKER_API_VERSION`` pins one, it uses the daemon's own API
+version, learnt from the ``Api-Version`` header of the first answer (or of
+``GET /_ping`` before aiodocker's first call) -- one round trip less than
+aiodocker's ``auto``, which asks the slow ``GET /version``.
+
+Every call runs inside :func:`~mango_provider_docker.errors.engine_errors`,
+the one place where aiodocker and aiohttp exceptions become mango errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import aiodocker
+import aiohttp
+import attrs
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
+
+from mango.domain.errors import ConfigurationError, ProviderUnavailable, SandboxNotFound
+from mango_provider_docker.errors import DAEMON_HINT, engine_errors, translate_docker_error
+
+__all__ = [
+    "API_TIMEOUT_SECONDS",
+    "CONNECT_TIMEOUT_SECONDS",
+    "REMOVE_WAIT_SECONDS",
+    "Engine",
+    "PathStat",
+]
+
+log = logging.getLogger(__name__)
+
+API_TIMEOUT_SECONDS = 60.0
+"""Upper bound on one control-plane call (inspect, create, start, exec create, ...)."""
+CONNECT_TIMEOUT_SECONDS = 10.0
+"""Upper bound on reaching the daemon and negotiating the API version."""
+REMOVE_WAIT_SECONDS = 30.0
+"""How long a remove waits for a removal already in progress elsewhere."""
+
+# Go's os.FileMode type bits, as the archive stat header reports them.
+_MODE_DIR = 1 << 31
+_MODE_SYMLINK = 1 << 27
+_MODE_TYPE = _MODE_DIR | _MODE_SYMLINK | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
+_STAT_HEADER = "X-Docker-Container-Path-Stat"
+
+
+@attrs.frozen
+class PathStat:
+    """What ``HEAD /containers/{id}/archive`` says about one path (never follows its last link)."""
+
+    name: str
+    mode: int
+    size: int
+
+    @property
+    def is_dir(self) -> bool:
+        """A directory."""
+        return bool(self.mode & _MODE_DIR)
+
+    @property
+    def is_symlink(self) -> bool:
+        """A symbolic link."""
+        return bool(self.mode & _MODE_SYMLINK)
+
+    @property
+    def is_regular(self) -> bool:
+        """A regular file: no type bit set."""
+        return not self.mode & _MODE_TYPE
+
+    @classmethod
+    def from_header(cls, value: str) -> PathStat:
+        """Decode the base64 JSON of the ``X-Docker-Container-Path-Stat`` header."""
+        try:
+            document = json.loads(base64.b64decode(value))
+            return cls(
+                name=str(document["name"]),
+                mode=int(document["mode"]),
+                size=int(document.get("size", 0)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProviderUnavailable(
+                f"the Docker Engine sent a malformed path stat: {exc}"
+            ) from exc
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        raise ProviderUnavailable(f"the Docker Engine sent a malformed {what}")
+    return document
+
+
+def _where(docker: aiodocker.Docker) -> str:
+    # aiodocker rewrites docker_host to a dummy URL for sockets; the address it
+    # resolved (socket path, tcp URL) is what a reader of the message needs.
+    return str(getattr(docker, "_connection_info", docker.docker_host))
+
+
+def _api_version(value: str | None) -> str:
+    if not value:
+        return "auto"
+    text = value.strip()
+    return text if text.startswith("v") else "v" + text
+
+
+class Engine:
+    """A lazily connected aiodocker client with the calls the provider needs.
+
+    ``host`` is a Docker host URL (``unix:///var/run/docker.sock``,
+    ``tcp://...``); ``None`` lets aiodocker find the daemon (Docker context,
+    ``DOCKER_HOST``, the usual sockets). ``api_version`` pins the API version
+    (``1.41``); ``None`` uses the daemon's.
+    """
+
+    def __init__(self, host: str | None = None, api_version: str | None = None) -> None:
+        self._host = host
+        self._api_version = _api_version(api_version)
+        self._docker: aiodocker.Docker | None = None
+        self._closed = False
+
+    @property
+    def host(self) -> str:
+        """Where the daemon is, for messages."""
+        if self._docker is not None:
+            return _where(self._docker)
+        return self._host or "the default Docker host"
+
+    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """:func:`engine_errors` for this engine's host."""
+        return engine_errors(what, self.host)
+
+    async def client(self) -> aiodocker.Docker:
+        """The client with a negotiated API version, for aiodocker's own calls."""
+        docker = self._connection()
+        if docker.api_version == "auto":
+            await self._negotiate(docker)
+        return docker
+
+    def _connection(self) -> aiodocker.Docker:
+        """The client, created on first use; its API version may still be unknown."""
+        if self._docker is None:
+            if self._closed:
+                raise ProviderUnavailable("the Docker provider was closed")
+            self._docker = self._connect()
+        return self._docker
+
+    def _connect(self) -> aiodocker.Docker:
+        # No request here: the version is learnt from the first answer (see _raw)
+        # or from GET /_ping before aiodocker's own first call. aiodocker's
+        # "auto" would ask GET /version, which the daemon answers slowly.
+        try:
+            return aiodocker.Docker(
+                url=self._host,
+                api_version=self._api_version,
+                timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_SECONDS),
+            )
+        except aiodocker.DockerError as exc:
+            raise translate_docker_error(exc, "connect", self._host or "default") from exc
+        except AssertionError as exc:
+            # aiodocker asserts when neither DOCKER_HOST nor a known socket exists.
+            raise ProviderUnavailable(
+                "no Docker Engine found: DOCKER_HOST is unset and no docker.sock exists",
+                hint=DAEMON_HINT,
+            ) from exc
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"cannot use Docker host {self._host or '(auto-detected)'}: {exc}",
+                hint="set DOCKER_HOST to unix:///path/to/docker.sock or tcp://host:port",
+            ) from exc
+
+    @staticmethod
+    def _learn_version(docker: aiodocker.Docker, headers: Mapping[str, str]) -> None:
+        version = headers.get("Api-Version", "")
+        if not version or not version.replace(".", "").isdigit():
+            raise ProviderUnavailable(
+                f"the Docker Engine reported no usable API version: {version!r}"
+            )
+        docker.api_version = "v" + version
+
+    async def _negotiate(self, docker: aiodocker.Docker) -> None:
+        """Adopt the daemon's API version from ``GET /_ping`` (its ``Api-Version`` header)."""
+        with engine_errors("connect", _where(docker)):
+            async with (
+                asyncio.timeout(CONNECT_TIMEOUT_SECONDS),
+                docker.session.get(f"{docker.docker_host}/_ping") as response,
+            ):
+                await response.read()
+                if response.status >= 400:
+                    raise aiodocker.DockerError(response.status, "ping failed")
+                self._learn_version(docker, response.headers)
+        log.debug("Docker Engine at %s speaks API %s", self.host, docker.api_version)
+
+    async def aclose(self) -> None:
+        """Close the HTTP session; idempotent."""
+        self._closed = True
+        docker, self._docker = self._docker, None
+        if docker is not None:
+            await docker.close()
+
+    # ------------------------------------------------------------------ raw HTTP
+
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """One request that aiodocker has no method for; non-2xx raises :class:`DockerError`.
+
+        Until the API version is known the request goes unversioned (the
+        daemon then speaks its own version, as a negotiation would pick) and
+        the version is learnt from the answer's ``Api-Version`` header, so a
+        restarted worker's first call costs no extra round trip.
+        """
+        docker = self._connection()
+        version = docker.api_version
+        prefix = "" if version == "auto" else f"/{version}"
+        url = f"{docker.docker_host}{prefix}/{path}"
+        # A BytesIO body: aiohttp warns that large raw bytes could stall the loop.
+        body_stream = io.BytesIO(data) if data is not None else None
+        async with docker.session.request(
+            method, url, params=params, data=body_stream, headers=headers
+        ) as response:
+            body = await response.read()
+            if version == "auto" and docker.api_version == "auto":
+                self._learn_version(docker, response.headers)
+            if response.status >= 400:
+                message = body.decode("utf-8", "replace")
+                with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
+                    message = str(json.loads(message)["message"])
+                raise aiodocker.DockerError(response.status, message)
+            return response.status, response.headers, body
+
+    # ------------------------------------------------------------------ containers
+
+    async def inspect_container(self, target: str) -> dict[str, Any] | None:
+        """``GET /containers/{target}/json``; ``None`` if there is no such container."""
+        with self.errors(f"inspect container {target}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    _, _, body = await self._raw("GET", f"containers/{target}/json")
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return _json_object(body, "container inspect")
+
+    async def create_container(self, name: str, config: Mapping[str, Any]) -> str | None:
+        """``POST /containers/create?name=...``; the new id, or ``None`` if the name is taken."""
+        docker = await self.client()
+        with self.errors(f"create container {name}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    container = await docker.containers.create(dict(config), name=name)
+            except aiodocker.DockerError as exc:
+                if exc.status == 409:
+                    return None
+                if exc.status == 404:
+                    # The only thing create can miss is the image.
+                    raise ConfigurationError(
+                        f"cannot create container {name}: {exc.message}"
+                    ) from exc
+                raise
+        return container.id
+
+    async def start_container(self, container_id: str) -> None:
+        """``POST /containers/{id}/start`` (already running is fine)."""
+        docker = await self.client()
+        with self.errors(f"start container {container_id}"):
+            async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                await docker.containers.container(container_id).start()
+
+    async def unpause_container(self, container_id: str) -> None:
+        """``POST /containers/{id}/unpause``."""
+        with self.errors(f"unpause container {container_id}"):
+            async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                await self._raw("POST", f"containers/{container_id}/unpause")
+
+    async def remove_container(self, container_id: str) -> bool:
+        """Force-remove a container and its anonymous volumes; False if it was already gone.
+
+        A removal already in progress (409) is waited for, bounded by
+        :data:`REMOVE_WAIT_SECONDS`.
+        """
+        docker = await self.client()
+        container = docker.containers.container(container_id)
+        with self.errors(f"remove container {container_id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    await container.delete(force=True, v=True)
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status != 409:
+                    raise
+            else:
+                return True
+        deadline = time.monotonic() + REMOVE_WAIT_SECONDS
+        delay = 0.05
+        while await self.inspect_container(container_id) is not None:
+            if time.monotonic() >= deadline:
+                raise ProviderUnavailable(
+                    f"container {container_id} is still being removed "
+                    f"after {REMOVE_WAIT_SECONDS:g}s"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        return True
+
+    async def list_containers(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every container (running or not) carrying all ``labels``."""
+        filters = json.dumps({"label": [f"{key}={value}" for key, value in labels.items()]})
+        with self.errors("list containers"):
+            async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                _, _, body = await self._raw(
+                    "GET", "containers/json", params={"all": "1", "filters": filters}
+                )
+        try:
+            listing = json.loads(body)
+        except ValueError:
+            listing = None
+        if not isinstance(listing, list):
+            raise ProviderUnavailable("the Docker Engine sent a malformed container list")
+        return [item for item in listing if isinstance(item, dict)]
+
+    # ------------------------------------------------------------------ images
+
+    async def image_exists(self, image: str) -> bool:
+        """``GET /images/{image}/json`` answers 200."""
+        docker = await self.client()
+        with self.errors(f"inspect image {image}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    await docker.images.inspect(image)
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return False
+                raise
+        return True
+
+    async def pull_image(self, image: str, progress: Callable[[str], None]) -> None:
+        """Pull ``image``, reporting each status line of the progress stream to ``progress``."""
+        docker = await self.client()
+        try:
+            with self.errors(f"pull image {image}"):
+                stream: AsyncIterator[dict[str, Any]] = docker.images.pull(image, stream=True)
+                async for event in stream:
+                    status = str(event.get("status", "")).strip()
+                    if status:
+                        detail = str(event.get("progress", "")).strip()
+                        ident = str(event.get("id", "")).strip()
+                        progress(" ".join(part for part in (ident, status, detail) if part))
+        except SandboxNotFound as exc:
+            # A 404 here is about the image, not a sandbox.
+            raise ConfigurationError(f"image {image!r} was not found: {exc}") from exc
+
+    # ------------------------------------------------------------------ exec
+
+    async def exec_create(
+        self,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        env: Sequence[str],
+        stdin: bool,
+        workdir: str,
+    ) -> Exec | None:
+        """``POST /containers/{id}/exec`` with no TTY; ``None`` if the container is not running."""
+        docker = await self.client()
+        container = docker.containers.container(container_id)
+        with self.errors(f"exec in container {container_id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    return await container.exec(
+                        list(argv), stdin=stdin, environment=list(env), workdir=workdir, tty=False
+                    )
+            except aiodocker.DockerError as exc:
+                if exc.status == 409:
+                    return None
+                raise
+
+    def exec_stream(self, execution: Exec) -> Stream:
+        """The attach stream of a created exec; entering it starts the command."""
+        return execution.start(detach=False)
+
+    async def exec_start_detached(self, execution: Exec) -> None:
+        """Start an exec without attaching to it."""
+        with self.errors(f"start exec {execution.id}"):
+            async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                await execution.start(detach=True)
+
+    async def exec_inspect(self, execution: Exec) -> dict[str, Any] | None:
+        """``GET /exec/{id}/json``; ``None`` if the exec (with its container) is gone."""
+        with self.errors(f"inspect exec {execution.id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    return await execution.inspect()
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+    # ------------------------------------------------------------------ archive
+
+    async def stat_path(self, container_id: str, path: str) -> PathStat | None:
+        """``HEAD /containers/{id}/archive?path=...``: the path's own stat; ``None`` on 404.
+
+        The last component is never followed. A HEAD answer has no body, so a
+        404 for a missing path and one for a missing container look alike;
+        callers tell them apart by stat-ing a path that must exist.
+        """
+        with self.errors(f"stat {path} in container {container_id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    _, headers, _ = await self._raw(
+                        "HEAD", f"containers/{container_id}/archive", params={"path": path}
+                    )
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        header = headers.get(_STAT_HEADER)
+        if header is None:
+            raise ProviderUnavailable(f"the Docker Engine sent no {_STAT_HEADER} header")
+        return PathStat.from_header(header)
+
+    async def get_archive(self, container_id: str, path: str) -> bytes | None:
+        """``GET /containers/{id}/archive?path=...``: a tar of ``path``; ``None`` if it is missing.
+
+        Raises :class:`SandboxNotFound` if the container is gone.
+        """
+        with self.errors(f"read {path} from container {container_id}"):
+            try:
+                _, _, body = await self._raw(
+                    "GET", f"containers/{container_id}/archive", params={"path": path}
+                )
+            except aiodocker.DockerError as exc:
+                if exc.status == 404 and "no such container" not in exc.message.lower():
+                    return None
+                raise
+        return body
+
+    async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
+        """``PUT /containers/{id}/archive?path=...``: extract a tar below the directory ``path``.
+
+        ``noOverwriteDirNonDir`` makes the daemon refuse to replace a
+        directory by a file or the other way round.
+        """
+        with self.errors(f"write below {path} in container {container_id}"):
+            await self._raw(
+                "PUT",
+                f"containers/{container_id}/archive",
+                params={"path": path, "noOverwriteDirNonDir": "1"},
+                data=tar_bytes,
+                headers={"Content-Type": "application/x-tar"},
+            )

@@ -1,0 +1,357 @@
+"""One command in a container: attach stream, capped output, timeout and cancellation.
+
+A command runs through the Engine's exec API (``POST /containers/{id}/exec``,
+then ``POST /exec/{id}/start`` hijacked, no TTY), wrapped by
+:data:`~mango_provider_docker.scripts.EXEC_WRAPPER`, which reports the
+command's pid inside the container before ``exec``-ing it. Stdout and stderr
+arrive multiplexed on one stream; stdin, when given, is written on the same
+connection and then its write side is closed so that the command sees
+end-of-file. The exit code comes from ``GET /exec/{id}/json``, polled until
+the exec is no longer running (the stream can end first).
+
+Termination keeps the sandbox usable: only the command's process tree dies.
+
+* **timeout** (``Command.timeout``, else the spec's): a second exec runs
+  :data:`~mango_provider_docker.scripts.TREE_KILLER` with the reported pid;
+  the stream is then drained (at most :data:`DRAIN_SECONDS`) and the result
+  has ``timed_out=True`` and ``exit_code=-1``.
+* **cancellation** of the awaiting task: the same kill, in a task that a
+  second cancellation cannot interrupt, then :class:`asyncio.CancelledError`
+  is re-raised. A task cancelled before the exec was started runs nothing.
+  If the cancellation lands while the start request is in flight, the start
+  is allowed to settle first, so a command that did start is always found.
+* **destroy** of the sandbox while the command runs: the container goes, the
+  stream ends, and the result has ``cancelled=True`` and ``exit_code=-1``.
+
+Output: each stream keeps its first ``cap`` bytes, an exact prefix; later
+bytes are read and discarded (aiodocker's flow-controlled queue holds at most
+a few frames), so memory stays O(cap) whatever the command prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import attrs
+from aiodocker.execs import Exec
+
+from mango.domain.errors import (
+    MangoError,
+    PathEscapeError,
+    PermanentError,
+    ProviderUnavailable,
+    SandboxNotFound,
+)
+from mango.domain.values import Command, ExecResult
+from mango_provider_docker.engine import Engine
+from mango_provider_docker.layout import WORKSPACE
+from mango_provider_docker.scripts import EXEC_WRAPPER, TREE_KILLER
+from mango_provider_docker.streams import OutputPump, close_write_side, write_stdin
+
+__all__ = [
+    "DRAIN_SECONDS",
+    "SAFE_PATH",
+    "SETTLE_SECONDS",
+    "SHELL",
+    "ContainerNotRunning",
+    "ExecHandle",
+    "ExecTracker",
+    "run_command",
+]
+
+log = logging.getLogger(__name__)
+
+SHELL = "/bin/sh"
+"""The POSIX shell every image must provide; it runs the wrapper and the killer."""
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""``PATH`` of every command unless ``Command.env`` sets one."""
+DRAIN_SECONDS = 5.0
+"""After a kill, how long the stream may stay open before it is abandoned."""
+SETTLE_SECONDS = 15.0
+"""How long a kill waits for an in-flight start, or for the wrapper's pid line."""
+_EXIT_TIMED_OUT = -1
+
+
+class ContainerNotRunning(MangoError):
+    """The container exists but is stopped or paused; the caller may start it and retry."""
+
+
+@attrs.define(eq=False)
+class ExecHandle:
+    """One running command, as destroy sees it."""
+
+    destroyed: bool = False
+    """Set when the sandbox was destroyed while the command was pending or running."""
+
+
+@attrs.define
+class ExecTracker:
+    """The commands running per container, so that destroy can mark them cancelled."""
+
+    _runs: dict[str, set[ExecHandle]] = attrs.field(factory=dict, init=False)
+
+    def register(self, container_id: str) -> ExecHandle:
+        """Track a new command of ``container_id``."""
+        handle = ExecHandle()
+        self._runs.setdefault(container_id, set()).add(handle)
+        return handle
+
+    def unregister(self, container_id: str, handle: ExecHandle) -> None:
+        """Forget a finished command."""
+        runs = self._runs.get(container_id)
+        if runs is not None:
+            runs.discard(handle)
+            if not runs:
+                del self._runs[container_id]
+
+    def mark_destroyed(self, container_id: str) -> None:
+        """Flag every running command of ``container_id`` as cancelled by destroy."""
+        for handle in self._runs.get(container_id, ()):
+            handle.destroyed = True
+
+
+class _Run:
+    """One started exec: its stream, pump, stdin writer, and the kill path."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        container_id: str,
+        execution: Exec,
+        cap: int,
+        background: set[asyncio.Task[Any]],
+    ) -> None:
+        self._engine = engine
+        self._container_id = container_id
+        self._execution = execution
+        self._background = background
+        self._stream = engine.exec_stream(execution)
+        self._pump = OutputPump(engine, self._stream, cap)
+        self._tasks: list[asyncio.Future[Any]] = []
+
+    @property
+    def exec_id(self) -> str:
+        """The Engine's id of this exec, for messages."""
+        return self._execution.id
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coroutine`` in a task the provider keeps a reference to until it ends."""
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def open(self) -> None:
+        """Send the start request (this starts the command)."""
+        with self._engine.errors(f"start exec {self.exec_id}"):
+            await self._stream.__aenter__()
+
+    def start_io(self, stdin: bytes) -> asyncio.Future[None]:
+        """Start reading output (and writing stdin); return the reader."""
+        pump = asyncio.ensure_future(self._pump.run())
+        self._tasks.append(pump)
+        if stdin:
+            self._tasks.append(asyncio.ensure_future(write_stdin(self._stream, stdin)))
+        else:
+            close_write_side(self._stream)
+        return pump
+
+    async def wait_exited(self) -> dict[str, Any] | None:
+        """Poll the exec until it no longer runs; ``None`` if it is gone with its container."""
+        delay = 0.002
+        while True:
+            info = await self._engine.exec_inspect(self._execution)
+            if info is None or not info.get("Running"):
+                return info
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    async def kill_tree(self, pump: asyncio.Future[None]) -> None:
+        """Kill the command's process tree, then let the stream drain (bounded)."""
+        if not self._pump.status_seen.is_set():
+            status = asyncio.ensure_future(self._pump.status_seen.wait())
+            waiters: set[asyncio.Future[Any]] = {status, pump}
+            await asyncio.wait(waiters, timeout=SETTLE_SECONDS, return_when="FIRST_COMPLETED")
+            status.cancel()
+        pid = self._pump.pid
+        if pid is None:
+            if not pump.done():
+                log.warning("exec %s never reported its pid; it may still be running", self.exec_id)
+        else:
+            try:
+                killer = await self._engine.exec_create(
+                    self._container_id,
+                    [SHELL, "-c", TREE_KILLER, "mango-kill", str(pid)],
+                    env=[f"PATH={SAFE_PATH}"],
+                    stdin=False,
+                    workdir="/",
+                )
+                if killer is not None:
+                    await self._engine.exec_start_detached(killer)
+            except (SandboxNotFound, ProviderUnavailable) as exc:
+                log.warning("could not kill the process tree of exec %s: %s", self.exec_id, exc)
+        await asyncio.wait({pump}, timeout=DRAIN_SECONDS)
+
+    async def close(self) -> None:
+        """Stop the reader and writer and close the connection; idempotent."""
+        with contextlib.suppress(Exception):
+            await self._stream.close()
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+            for task in self._tasks:
+                if not task.cancelled():
+                    task.exception()  # retrieved: a reader error after a kill is expected
+
+    def result(
+        self, *, exit_code: int, timed_out: bool = False, cancelled: bool = False
+    ) -> ExecResult:
+        """The :class:`ExecResult` from what was read so far."""
+        stdout, stderr = self._pump.stdout, self._pump.stderr
+        return ExecResult(
+            stdout=bytes(stdout.data),
+            stderr=bytes(stderr.data),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+        )
+
+    def finished(self, info: dict[str, Any] | None, *, destroyed: bool) -> ExecResult:
+        """The result of a command that ran to its end (``info``: the exec inspect)."""
+        self.raise_wrapper_error()
+        if destroyed:
+            return self.result(exit_code=-1, cancelled=True)
+        if info is None:
+            raise SandboxNotFound(f"container {self._container_id} disappeared while a command ran")
+        exit_code = info.get("ExitCode")
+        return self.result(exit_code=exit_code if isinstance(exit_code, int) else -1)
+
+    def raise_wrapper_error(self) -> None:
+        """Raise what the wrapper's error status line means, if it printed one."""
+        reason = self._pump.error
+        if reason is None:
+            return
+        if reason == "symlink":
+            raise PathEscapeError(
+                "the working directory goes through a symlink; symlinks in the workspace are "
+                "never followed"
+            )
+        if reason == "notdir":
+            raise PermanentError("a component of the working directory is not a directory")
+        raise PermanentError(f"the container's {WORKSPACE} is missing or is a symlink")
+
+
+async def _settled(opening: asyncio.Future[None]) -> bool:
+    """Wait (bounded) for an in-flight start request; True if the command was started."""
+    await asyncio.wait({opening}, timeout=SETTLE_SECONDS)
+    if not opening.done():
+        opening.cancel()
+        log.warning("an exec start request did not settle in %ss", SETTLE_SECONDS)
+        return False
+    return not opening.cancelled() and opening.exception() is None
+
+
+async def _terminate(
+    run: _Run, opening: asyncio.Future[None], pump: asyncio.Future[None] | None
+) -> None:
+    """Kill whatever the exec started, drain, then close. Never raises."""
+    try:
+        if pump is None:
+            if not await _settled(opening):
+                return
+            pump = run.start_io(b"")
+        await run.kill_tree(pump)
+    except Exception as exc:  # noqa: BLE001 - termination reports, it never raises
+        log.warning("terminating exec %s failed: %s", run.exec_id, exc)
+    finally:
+        await run.close()
+
+
+def _exec_env(command: Command) -> list[str]:
+    env = {"PATH": SAFE_PATH, "HOME": WORKSPACE, **command.env_dict}
+    return [f"{key}={value}" for key, value in env.items()]
+
+
+async def _supervise(
+    run: _Run, stdin: bytes, deadline: float | None, handle: ExecHandle
+) -> ExecResult:
+    """Start the command and wait for it, killing its tree on timeout or cancellation."""
+    opening = asyncio.ensure_future(run.open())
+    pump: asyncio.Future[None] | None = None
+    handed_off = False
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(opening)
+            pump = run.start_io(stdin)
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(pump)
+                info = await run.wait_exited()
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            handed_off = True
+            termination = run.spawn(_terminate(run, opening, pump))
+            # A (further) cancellation stops this wait, never the termination.
+            await asyncio.shield(termination)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return run.result(exit_code=_EXIT_TIMED_OUT, timed_out=True, cancelled=handle.destroyed)
+        except SandboxNotFound:
+            if handle.destroyed:
+                return run.result(exit_code=-1, cancelled=True)
+            raise
+        return run.finished(info, destroyed=handle.destroyed)
+    finally:
+        if not handed_off:
+            if not opening.done():
+                opening.cancel()
+            await run.close()
+
+
+async def run_command(
+    engine: Engine,
+    container_id: str,
+    command: Command,
+    *,
+    timeout: float | None,
+    cap: int,
+    handle: ExecHandle,
+    background: set[asyncio.Task[Any]],
+) -> ExecResult:
+    """Run ``command`` in the container and return what it produced (see the module docstring).
+
+    Raises :class:`ContainerNotRunning` if the container is stopped or paused,
+    :class:`SandboxNotFound` if it is gone (unless destroy removed it while
+    the command ran: then the result is ``cancelled``), :class:`PathEscapeError`
+    if the working directory goes through a symlink.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    # $0 is "sh" so that the shell's own messages (127: "not found") read as usual.
+    argv: Sequence[str] = [SHELL, "-c", EXEC_WRAPPER, "sh", command.cwd, *command.argv]
+    try:
+        async with asyncio.timeout_at(deadline):
+            execution = await engine.exec_create(
+                container_id,
+                argv,
+                env=_exec_env(command),
+                stdin=bool(command.stdin),
+                workdir=WORKSPACE,
+            )
+    except TimeoutError:
+        # Created at most, never started: nothing runs.
+        return ExecResult(exit_code=_EXIT_TIMED_OUT, timed_out=True)
+    except SandboxNotFound:
+        if handle.destroyed:
+            return ExecResult(exit_code=-1, cancelled=True)
+        raise
+    if execution is None:
+        raise ContainerNotRunning(f"container {container_id} is not running")
+    run = _Run(engine, container_id, execution, cap, background)
+    return await _supervise(run, command.stdin, deadline, handle)

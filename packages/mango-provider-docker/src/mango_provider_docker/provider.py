@@ -1,0 +1,297 @@
+"""The Docker provider: one container per Session key on a Docker Engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mango.domain.capabilities import CapabilitySet, admit
+from mango.domain.errors import (
+    ConfigurationError,
+    InvalidInput,
+    OwnershipError,
+    ProviderUnavailable,
+    SandboxNotFound,
+)
+from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+from mango_provider_docker.container import (
+    Limits,
+    container_config,
+    default_limits,
+    resolve_limits,
+)
+from mango_provider_docker.engine import Engine
+from mango_provider_docker.execution import ExecTracker
+from mango_provider_docker.layout import (
+    LABEL_MANAGED_BY,
+    LABEL_PROVIDER,
+    LABEL_SESSION,
+    PROVIDER_NAME,
+    check_container_id,
+    container_name,
+    ensure_host_dir,
+    host_dir,
+    ownership_labels,
+    verify_ownership,
+)
+from mango_provider_docker.sandbox import DockerSandbox, ensure_running
+
+__all__ = [
+    "CLOSE_WAIT_SECONDS",
+    "CONFLICT_WAIT_SECONDS",
+    "DEFAULT_CPUS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MEMORY",
+    "DEFAULT_PIDS_LIMIT",
+    "DockerProvider",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "alpine:latest"
+"""Image of sandboxes whose spec names none (``MANGO_SANDBOX_IMAGE`` overrides it)."""
+DEFAULT_MEMORY = "1g"
+DEFAULT_CPUS = 1.0
+DEFAULT_PIDS_LIMIT = 512
+DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+"""Default cap, per stream, on the output an exec keeps."""
+CONFLICT_WAIT_SECONDS = 30.0
+"""After losing the race for a container name, how long to wait for the winner's container."""
+CLOSE_WAIT_SECONDS = 30.0
+"""How long ``aclose`` waits for the kills of cancelled commands to finish."""
+
+_RESERVED_LABELS = frozenset({LABEL_MANAGED_BY, LABEL_PROVIDER, LABEL_SESSION})
+
+
+def _as_path(value: str | os.PathLike[str]) -> Path:
+    # Absolute now, so a later chdir of the worker cannot move the directories.
+    return Path(value).absolute()
+
+
+def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _labels(value: Mapping[str, str]) -> dict[str, str]:
+    labels = dict(value)
+    clash = _RESERVED_LABELS.intersection(labels)
+    if clash:
+        raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
+    return labels
+
+
+def _check_spec(spec: object) -> SandboxSpec:
+    if not isinstance(spec, SandboxSpec):
+        raise InvalidInput(f"expected a SandboxSpec, got {type(spec).__name__}")
+    return spec
+
+
+@attrs.define(eq=False)
+class DockerProvider:
+    """Sandboxes as containers on one Docker Engine.
+
+    ``create`` is create-if-absent by a container name derived from the
+    Session key, so a fresh instance (a restarted worker) finds what an
+    earlier one made; ``attach`` inspects the referenced container, checks its
+    ownership labels and starts it if it was stopped. Construction is cheap
+    and does no I/O: the Engine is contacted on first use.
+    """
+
+    resource_dir: Path = attrs.field(converter=_as_path)
+    """Provider-owned host directory; one ``session-<hash>`` directory per sandbox below it."""
+    image: str = attrs.field(default=DEFAULT_IMAGE, kw_only=True)
+    """Image of sandboxes whose spec names none."""
+    host: str | None = attrs.field(default=None, kw_only=True)
+    """Docker host URL (``DOCKER_HOST``); ``None`` lets aiodocker find the daemon."""
+    api_version: str | None = attrs.field(default=None, kw_only=True)
+    """Pinned Engine API version (``DOCKER_API_VERSION``); ``None`` negotiates it."""
+    memory: str = attrs.field(default=DEFAULT_MEMORY, kw_only=True)
+    """Default memory limit (``0``: none)."""
+    cpus: float = attrs.field(default=DEFAULT_CPUS, kw_only=True)
+    """Default CPU limit (``0``: none)."""
+    pids_limit: int = attrs.field(default=DEFAULT_PIDS_LIMIT, kw_only=True)
+    """Default pids limit (``0``: none)."""
+    max_output_bytes: int = attrs.field(
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+    )
+    """Per-stream cap on the bytes an exec keeps."""
+    pull_missing_images: bool = attrs.field(default=True, kw_only=True)
+    """Pull an image that is not present; when False, a missing image is a configuration error."""
+    progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
+    """Receives image pull progress lines (default: the ``mango_provider_docker`` logger)."""
+    extra_labels: dict[str, str] = attrs.field(factory=dict, kw_only=True, converter=_labels)
+    """More labels for every container (for example to find a test run's containers)."""
+    _defaults: Limits = attrs.field(init=False)
+    _engine: Engine = attrs.field(init=False, repr=False)
+    _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
+    _background: set[asyncio.Task[Any]] = attrs.field(factory=set, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._defaults = default_limits(self.memory, self.cpus, self.pids_limit)
+        self._engine = Engine(self.host, self.api_version)
+
+    @property
+    def name(self) -> str:
+        """Always ``"docker"``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """The empty set: mounts and package setup arrive with their own capabilities."""
+        return CapabilitySet()
+
+    @property
+    def engine(self) -> Engine:
+        """The Engine client this provider uses."""
+        return self._engine
+
+    async def ping(self) -> str:
+        """Contact the Engine (negotiating the API version); return the API version in use.
+
+        Raises :class:`ProviderUnavailable` if the daemon cannot be reached.
+        """
+        docker = await self._engine.client()
+        return str(docker.api_version)
+
+    def _sandbox(self, session_key: str, container_id: str, spec: SandboxSpec) -> DockerSandbox:
+        return DockerSandbox(
+            ref=SandboxRef(PROVIDER_NAME, container_id),
+            spec=spec,
+            host_dir=host_dir(self.resource_dir, session_key),
+            engine=self._engine,
+            max_output_bytes=self.max_output_bytes,
+            tracker=self._tracker,
+            background=self._background,
+        )
+
+    async def _ensure_image(self, image: str) -> None:
+        if await self._engine.image_exists(image):
+            return
+        if not self.pull_missing_images:
+            raise ConfigurationError(
+                f"image {image!r} is not present on the Docker Engine and pulling is disabled",
+                hint="build or pull it first, or enable pulling (MANGO_SANDBOX_PULL=1)",
+            )
+        report = self.progress or (lambda line: log.info("pulling %s: %s", image, line))
+        report(f"pulling image {image}")
+        await self._engine.pull_image(image, report)
+        if not await self._engine.image_exists(image):
+            raise ConfigurationError(f"pulling {image!r} finished but the image is not present")
+        report(f"pulled image {image}")
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> DockerSandbox:
+        """Create-if-absent the container of ``session_key``; idempotent.
+
+        A name conflict (another worker won the race) resolves to the existing
+        container after checking its labels; a container with that name that
+        mango does not own raises :class:`OwnershipError`. Raises
+        :class:`InvalidInput` for an invalid key or limit, and
+        :class:`CapabilityNotSupported` for package setup or limited network.
+        """
+        key = validate_session_id(session_key)
+        spec = _check_spec(spec)
+        admit(PROVIDER_NAME, self.capabilities, spec)
+        limits = resolve_limits(spec, self._defaults)
+        await asyncio.sleep(0)  # a task cancelled before the call creates nothing
+        name = container_name(key)
+        inspect = await self._engine.inspect_container(name)
+        if inspect is not None and (inspect.get("State") or {}).get("Status") == "removing":
+            # A destroy is under way: let it finish, then create afresh.
+            verify_ownership(inspect, key)
+            await self._engine.remove_container(str(inspect["Id"]))
+            inspect = None
+        if inspect is None:
+            image = spec.image or self.image
+            await self._ensure_image(image)
+            await asyncio.to_thread(ensure_host_dir, self.resource_dir, key)
+            config = container_config(
+                image=image,
+                spec=spec,
+                limits=limits,
+                labels={**self.extra_labels, **ownership_labels(key)},
+            )
+            created = await self._engine.create_container(name, config)
+            if created is not None:
+                await self._start_new(created)
+                return self._sandbox(key, created, spec)
+            inspect = await self._await_winner(name)
+        container_id = verify_ownership(inspect, key)
+        await ensure_running(self._engine, container_id, inspect)
+        return self._sandbox(key, container_id, spec)
+
+    async def _await_winner(self, name: str) -> dict[str, Any]:
+        """The container another creator made under ``name`` (the daemon answered 409).
+
+        The daemon reserves a name before the container can be inspected, so
+        the winner may take a moment to appear.
+        """
+        deadline = time.monotonic() + CONFLICT_WAIT_SECONDS
+        delay = 0.01
+        while (inspect := await self._engine.inspect_container(name)) is None:
+            if time.monotonic() >= deadline:
+                raise ProviderUnavailable(
+                    f"container name {name} is taken but no such container appeared; retry"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        return inspect
+
+    async def _start_new(self, container_id: str) -> None:
+        try:
+            await self._engine.start_container(container_id)
+        except (InvalidInput, ConfigurationError, ProviderUnavailable):
+            # A container that never started holds nothing; a retry creates it afresh.
+            try:
+                await self._engine.remove_container(container_id)
+            except (ProviderUnavailable, SandboxNotFound) as exc:
+                log.warning(
+                    "could not remove container %s that failed to start: %s", container_id, exc
+                )
+            raise
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> DockerSandbox:
+        """Rebuild a client for ``ref`` after checking it belongs to ``session_key``.
+
+        Starts (or unpauses) the container if it is not running, as after a
+        daemon restart without live-restore. Raises :class:`OwnershipError` if
+        ``ref`` names another provider or the container another Session key or
+        no mango container at all, :class:`InvalidInput` if the reference is
+        not a container id, and :class:`SandboxNotFound` if the container is
+        gone (nothing is recreated).
+        """
+        key = validate_session_id(session_key)
+        spec = _check_spec(spec)
+        if not isinstance(ref, SandboxRef):
+            raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
+        if ref.provider != PROVIDER_NAME:
+            raise OwnershipError(
+                f"sandbox reference {ref} belongs to provider {ref.provider!r}, "
+                f"not {PROVIDER_NAME!r}"
+            )
+        container_id = check_container_id(ref.external_id)
+        await asyncio.sleep(0)
+        inspect = await self._engine.inspect_container(container_id)
+        if inspect is None or inspect.get("Id") != container_id:
+            raise SandboxNotFound(f"docker container {container_id} no longer exists")
+        verify_ownership(inspect, key)
+        await ensure_running(self._engine, container_id, inspect)
+        return self._sandbox(key, container_id, spec)
+
+    async def aclose(self) -> None:
+        """Let pending kills finish (bounded), then close the Engine connection.
+
+        Containers are left as they are.
+        """
+        pending = list(self._background)
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_WAIT_SECONDS)
+        await self._engine.aclose()

@@ -1,0 +1,154 @@
+"""The client for one Docker sandbox: a container with ``/workspace``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
+from mango.domain.paths import split_workspace_path
+from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango_provider_docker.engine import Engine
+from mango_provider_docker.execution import ContainerNotRunning, ExecTracker, run_command
+from mango_provider_docker.files import read_workspace_file, write_workspace_file
+from mango_provider_docker.layout import WORKSPACE, remove_host_dir
+
+__all__ = ["DockerSandbox", "ensure_running"]
+
+
+async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, Any] | None) -> None:
+    """Start or unpause the container if its inspect document says it is not running.
+
+    ``inspect=None`` means "just created": start it. Raises
+    :class:`SandboxNotFound` if the container is gone or being removed.
+    """
+    state = (inspect or {}).get("State") or {}
+    if inspect is not None and state.get("Status") == "removing":
+        raise SandboxNotFound(f"container {container_id} is being removed")
+    if state.get("Paused"):
+        await engine.unpause_container(container_id)
+    elif not state.get("Running"):
+        await engine.start_container(container_id)
+
+
+@attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
+class DockerSandbox:
+    """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
+
+    Commands run inside the container (see :mod:`mango_provider_docker.execution`);
+    files move through the archive API (see :mod:`mango_provider_docker.files`).
+    The sandbox keeps the spec it was created or attached with; its
+    ``timeout`` is the default for commands that give none.
+    """
+
+    _ref: SandboxRef
+    _spec: SandboxSpec
+    _host_dir: Path
+    _engine: Engine = attrs.field(repr=False)
+    _max_output_bytes: int
+    _tracker: ExecTracker = attrs.field(repr=False)
+    _background: set[asyncio.Task[Any]] = attrs.field(repr=False)
+
+    @property
+    def ref(self) -> SandboxRef:
+        """``SandboxRef("docker", <full container id>)``."""
+        return self._ref
+
+    @property
+    def root(self) -> str:
+        """``/workspace``: the workspace root inside the container."""
+        return WORKSPACE
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec this client was created or attached with."""
+        return self._spec
+
+    @property
+    def container_id(self) -> str:
+        """The full id of the container."""
+        return self._ref.external_id
+
+    @property
+    def host_dir(self) -> Path:
+        """The provider-owned host directory of this sandbox (removed by destroy)."""
+        return self._host_dir
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command`` in the container's workspace; see :mod:`mango_provider_docker.execution`.
+
+        The environment is the image's, with ``PATH`` and ``HOME=/workspace``
+        fixed, plus ``command.env``. ``command.cwd`` is created if missing; a
+        symlink in it raises :class:`PathEscapeError`. A stopped or paused
+        container is started again first. Raises :class:`SandboxNotFound` if
+        the container is gone.
+        """
+        if not isinstance(command, Command):
+            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
+        await asyncio.sleep(0)  # a task cancelled before the call runs nothing
+        timeout = command.timeout if command.timeout is not None else self._spec.timeout
+        handle = self._tracker.register(self.container_id)
+        try:
+            for attempt in range(2):
+                try:
+                    return await run_command(
+                        self._engine,
+                        self.container_id,
+                        command,
+                        timeout=timeout,
+                        cap=self._max_output_bytes,
+                        handle=handle,
+                        background=self._background,
+                    )
+                except ContainerNotRunning:
+                    if attempt:
+                        break
+                    await self._revive()
+            raise ProviderUnavailable(f"container {self.container_id} stops as soon as it starts")
+        finally:
+            self._tracker.unregister(self.container_id, handle)
+
+    async def _revive(self) -> None:
+        inspect = await self._engine.inspect_container(self.container_id)
+        if inspect is None:
+            raise SandboxNotFound(f"container {self.container_id} no longer exists")
+        await ensure_running(self._engine, self.container_id, inspect)
+
+    async def read_file(self, path: str) -> bytes:
+        """Return the bytes of the regular file ``path`` (workspace-relative).
+
+        Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
+        for a directory or other non-regular file, :class:`PathEscapeError` for
+        ``..``, absolute paths and symlinks anywhere in the path, and
+        :class:`SandboxNotFound` if the container is gone.
+        """
+        split_workspace_path(path)
+        await asyncio.sleep(0)
+        return await read_workspace_file(self._engine, self.container_id, path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or replace ``path`` with ``data`` (mode 0644), creating parent directories.
+
+        Never writes through a symlink (:class:`PathEscapeError`); a directory
+        or other non-regular target raises :class:`PermanentError`.
+        """
+        split_workspace_path(path)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
+        payload = bytes(data)
+        await asyncio.sleep(0)
+        await write_workspace_file(self._engine, self.container_id, path, payload)
+
+    async def destroy(self) -> None:
+        """Force-remove the container (and its anonymous volumes) and the host directory.
+
+        Idempotent. Commands still running get ``ExecResult(cancelled=True)``.
+        After this, attach raises :class:`SandboxNotFound`.
+        """
+        await asyncio.sleep(0)
+        self._tracker.mark_destroyed(self.container_id)
+        await self._engine.remove_container(self.container_id)
+        await asyncio.to_thread(remove_host_dir, self._host_dir)

@@ -1,0 +1,89 @@
+"""The two POSIX ``sh`` scripts the provider runs inside containers.
+
+Both take their inputs as positional parameters (``sh -c SCRIPT NAME ARG...``),
+never by interpolation, and use only shell builtins on their common path
+(``cd``, ``test``, ``printf``, ``read``, ``kill``), so any image with a POSIX
+``/bin/sh`` works: busybox, dash, bash.
+
+:data:`EXEC_WRAPPER` runs every command. It enters the working directory below
+``/workspace`` one component at a time (creating missing directories and
+refusing symlinks), prints one status line on stdout, then ``exec``\\ s the
+command, which keeps the wrapper's pid. The status line is the first thing on
+stdout, before the command can print anything:
+
+* ``mango-exec:<pid>`` -- the command's pid inside the container is ``<pid>``;
+* ``mango-exec-error:<reason>`` and exit status 125 -- the command did not run
+  (``root``: ``/workspace`` is missing or a symlink; ``symlink``: a component of
+  the working directory is a symlink; ``notdir``: a component is not a
+  directory).
+
+:data:`TREE_KILLER` terminates the process tree of one command, given that
+pid. Exec processes are session and process-group leaders (runc calls
+``setsid`` for them), but the killer does not rely on it: it freezes
+(``SIGSTOP``) the root, then repeatedly scans ``/proc`` and freezes every
+process whose process group or session is the root's pid or whose parent is
+already frozen, until a scan finds nothing new; then it sends ``SIGKILL`` to
+the group and to every frozen process. Frozen processes cannot fork or be
+re-parented away while the tree is collected. A descendant that called
+``setsid`` *and* whose parent exited before the kill has left the tree and is
+not found -- the same limit as the local provider's process-group kill.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXEC_WRAPPER", "STATUS_ERROR", "STATUS_PID", "TREE_KILLER"]
+
+STATUS_PID = b"mango-exec:"
+"""Prefix of the wrapper's status line when the command is about to start."""
+STATUS_ERROR = b"mango-exec-error:"
+"""Prefix of the wrapper's status line when the command could not start."""
+
+EXEC_WRAPPER = r"""d=$1; shift
+if [ -L /workspace ] || ! cd -P /workspace 2>/dev/null; then
+    printf 'mango-exec-error:root\n'; exit 125
+fi
+if [ -n "$d" ]; then
+    IFS=/; set -f
+    for c in $d; do
+        if [ -L "./$c" ]; then printf 'mango-exec-error:symlink\n'; exit 125; fi
+        [ -e "./$c" ] || mkdir "./$c" 2>/dev/null
+        if ! cd -P "./$c" 2>/dev/null; then printf 'mango-exec-error:notdir\n'; exit 125; fi
+    done
+    unset IFS; set +f
+fi
+unset OLDPWD
+printf 'mango-exec:%s\n' "$$"
+exec "$@"
+"""
+"""``sh -c EXEC_WRAPPER sh CWD ARGV...``: see the module docstring."""
+
+TREE_KILLER = r"""r=$1
+case $r in ''|*[!0-9]*) exit 2;; esac
+[ "$r" -gt 1 ] || exit 2
+kill -STOP "$r" 2>/dev/null
+frozen=" $r "
+more=1
+while [ -n "$more" ]; do
+    more=
+    for f in /proc/[0-9]*/stat; do
+        p=${f#/proc/}; p=${p%/stat}
+        case $frozen in *" $p "*) continue;; esac
+        [ "$p" = "$$" ] && continue
+        IFS= read -r s < "$f" 2>/dev/null || continue
+        s=${s##*) }; s=${s#* }
+        pp=${s%% *}; s=${s#* }
+        pg=${s%% *}; s=${s#* }
+        sid=${s%% *}
+        case $frozen in *" $pp "*) pp=in;; esac
+        if [ "$pg" = "$r" ] || [ "$sid" = "$r" ] || [ "$pp" = in ]; then
+            kill -STOP "$p" 2>/dev/null
+            frozen="$frozen$p "
+            more=1
+        fi
+    done
+done
+kill -KILL -- "-$r" 2>/dev/null
+for p in $frozen; do kill -KILL "$p" 2>/dev/null; done
+exit 0
+"""
+"""``sh -c TREE_KILLER mango-kill PID``: see the module docstring."""

@@ -1,0 +1,46 @@
+"""The whole mango-conformance suite against the real Docker Engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mango.domain.registry import ConformanceTarget
+from mango.domain.values import SandboxSpec
+from mango.plugins import load_plugins
+from mango_conformance import ProviderSuite, SuiteOptions, provider_target
+from mango_provider_docker import DEFAULT_MAX_OUTPUT_BYTES, DockerProvider
+
+from .conftest import make_provider
+
+pytestmark = pytest.mark.docker
+
+
+STATE_MACHINE_EXAMPLES = 20
+"""Examples of the lifecycle machine per run: every container operation costs tens of
+milliseconds, so the default profile's 200 would take about eight minutes here. Deeper runs:
+``--mango-max-examples 200 --mango-steps 50`` (the command-line flags win)."""
+STATE_MACHINE_STEPS = 40
+
+
+class TestDockerProvider(ProviderSuite):
+    """The Docker provider passes every check, with a timeout that keeps the sandbox."""
+
+    @pytest.fixture
+    def conformance_target(self, test_image: str) -> ConformanceTarget:
+        def factory(scratch: Path) -> DockerProvider:
+            return make_provider(scratch / "docker", test_image)
+
+        return provider_target("docker", factory, description="test daemon, busybox image")
+
+    @pytest.fixture
+    def conformance_options(self) -> SuiteOptions:
+        registration = load_plugins(entry_points=True).providers().get("docker")
+        return SuiteOptions(
+            spec=SandboxSpec(timeout=60.0),
+            output_cap=DEFAULT_MAX_OUTPUT_BYTES,
+            declared_capabilities=registration.capabilities,
+            max_examples=STATE_MACHINE_EXAMPLES,
+            stateful_steps=STATE_MACHINE_STEPS,
+        )

@@ -1,0 +1,238 @@
+"""Exec in a Docker sandbox: streams, env, cwd, stdin, caps, timeout and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from mango.domain.errors import PathEscapeError, PermanentError, SandboxNotFound
+from mango.domain.values import Command, SandboxSpec
+from mango_provider_docker import DockerProvider, DockerSandbox, Engine
+from mango_provider_docker.execution import SAFE_PATH
+
+from .conftest import make_provider
+from .helpers import all_gone, eventually, processes, sh, wait_for_file
+
+pytestmark = pytest.mark.docker
+
+TREE = (
+    'sleep 300 & printf %s "$!" > "$1.child"; '
+    'sh -c \'sleep 301 & printf %s "$!" > "$0.grandchild"; wait\' "$1" & '
+    'printf %s "$$" > "$1.leader"; : > "$1.ready"; wait'
+)
+"""A leader with a child and a grandchild (in a sub-shell), all sleeping; writes their pids."""
+TREE_FILES = ("leader", "child", "grandchild")
+
+
+async def test_exit_code_and_streams_are_kept_apart(sandbox: DockerSandbox) -> None:
+    """A non-zero exit is data; stdout and stderr are demultiplexed exactly."""
+    result = await sandbox.exec(sh("printf out; printf err >&2; exit 7"))
+    assert (result.stdout, result.stderr, result.exit_code) == (b"out", b"err", 7)
+    assert not (result.timed_out)
+    assert not (result.cancelled)
+    assert not (result.stdout_truncated)
+    assert not (result.stderr_truncated)
+
+
+async def test_output_looking_like_the_status_line_is_passed_through(
+    sandbox: DockerSandbox,
+) -> None:
+    """A command printing the wrapper's status prefix gets its bytes back unchanged."""
+    result = await sandbox.exec(sh("printf 'mango-exec:1\\nmango-exec-error:x\\n'"))
+    assert result.stdout == b"mango-exec:1\nmango-exec-error:x\n"
+
+
+async def test_missing_program_exits_127(sandbox: DockerSandbox) -> None:
+    """A program that does not exist is exit code 127, for bare names and paths."""
+    for program in ("no-such-program", "/no/such/program"):
+        result = await sandbox.exec(Command((program,)))
+        assert result.exit_code == 127, result
+
+
+async def test_environment_is_fixed_plus_command_env(sandbox: DockerSandbox) -> None:
+    """PATH and HOME are fixed, Command.env is added, and the worker's variables stay out."""
+    os.environ["MANGO_TEST_WORKER_ONLY"] = "leak"
+    try:
+        result = await sandbox.exec(Command(("env",), env={"PROBE": "a b=c"}))
+    finally:
+        del os.environ["MANGO_TEST_WORKER_ONLY"]
+    lines = set(result.stdout.decode().splitlines())
+    assert f"PATH={SAFE_PATH}" in lines
+    assert "HOME=/workspace" in lines
+    assert "PROBE=a b=c" in lines
+    assert not any("MANGO_TEST_WORKER_ONLY" in line for line in lines)
+
+
+async def test_cwd_is_created_below_the_workspace(sandbox: DockerSandbox) -> None:
+    """A missing working directory is created, relative to /workspace."""
+    result = await sandbox.exec(Command(("pwd",), cwd="made/on/demand"))
+    assert result.stdout == b"/workspace/made/on/demand\n"
+    listing = await sandbox.exec(sh("stat -c %a made/on/demand"))
+    assert listing.stdout == b"755\n"
+
+
+async def test_cwd_through_a_symlink_is_an_escape(sandbox: DockerSandbox) -> None:
+    """A symlink in the working directory raises PathEscapeError and runs nothing."""
+    await sandbox.exec(sh("mkdir -p real && ln -s /etc link && ln -s real inside && : > file"))
+    for cwd in ("link", "inside", "link/sub"):
+        with pytest.raises(PathEscapeError):
+            await sandbox.exec(Command(("touch", "/workspace/ran"), cwd=cwd))
+    with pytest.raises(PermanentError):
+        await sandbox.exec(Command(("touch", "/workspace/ran"), cwd="file/below"))
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("ran")
+
+
+async def test_stdin_is_binary_exact_and_closed(sandbox: DockerSandbox) -> None:
+    """Stdin bytes arrive unchanged (NUL and high bytes) and end with end-of-file."""
+    payload = bytes(range(256)) * 257 + b"\x00tail"
+    result = await sandbox.exec(Command(("cat",), stdin=payload))
+    assert result.stdout == payload
+    big = os.urandom(3 * 1024 * 1024)
+    digest = await sandbox.exec(sh("sha256sum | cut -d' ' -f1", stdin=big))
+    assert digest.stdout.decode().strip() == hashlib.sha256(big).hexdigest()
+
+
+async def test_without_stdin_the_command_reads_end_of_file(sandbox: DockerSandbox) -> None:
+    """No stdin means an immediate end-of-file, not a hang."""
+    result = await sandbox.exec(Command(("cat",), timeout=20.0))
+    assert (result.stdout, result.exit_code, result.timed_out) == (b"", 0, False)
+
+
+async def test_output_is_capped_per_stream_with_an_exact_prefix(
+    docker_engine: Engine, test_image: str, resource_dir: Path, session_key: str
+) -> None:
+    """Each stream keeps exactly the first ``cap`` bytes and is flagged; short output is not."""
+    provider = make_provider(resource_dir, test_image, max_output_bytes=1000)
+    try:
+        sandbox = await provider.create(session_key, SandboxSpec())
+        try:
+            result = await sandbox.exec(
+                sh("seq 1 30000; seq 30001 60000 >&2; printf short > /dev/null")
+            )
+            out = "".join(f"{n}\n" for n in range(1, 30001)).encode()
+            err = "".join(f"{n}\n" for n in range(30001, 60001)).encode()
+            assert (result.stdout, result.stderr) == (out[:1000], err[:1000])
+            assert result.stdout_truncated
+            assert result.stderr_truncated
+            assert result.exit_code == 0
+            exact = await sandbox.exec(sh("head -c 1000 /dev/zero"))
+            assert len(exact.stdout) == 1000
+            assert not exact.stdout_truncated
+        finally:
+            await sandbox.destroy()
+    finally:
+        await provider.aclose()
+
+
+async def test_output_memory_stays_bounded(
+    docker_engine: Engine, test_image: str, resource_dir: Path, session_key: str
+) -> None:
+    """Printing 32 MiB per stream past a 4 KiB cap allocates a small, bounded amount."""
+    provider = make_provider(resource_dir, test_image, max_output_bytes=4096)
+    try:
+        sandbox = await provider.create(session_key, SandboxSpec())
+        try:
+            tracemalloc.start()
+            try:
+                result = await sandbox.exec(
+                    sh("head -c 33554432 /dev/zero & head -c 33554432 /dev/zero >&2; wait")
+                )
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert result.exit_code == 0
+            assert result.stdout == bytes(4096)
+            assert result.stderr == bytes(4096)
+            assert peak < 4 * 1024 * 1024, f"peak {peak} bytes while 64 MiB streamed"
+        finally:
+            await sandbox.destroy()
+    finally:
+        await provider.aclose()
+
+
+async def test_timeout_kills_only_the_command_tree(
+    sandbox: DockerSandbox, docker_engine: Engine
+) -> None:
+    """A timeout returns promptly, kills the whole tree, and leaves the container usable."""
+    started = time.monotonic()
+    result = await sandbox.exec(sh(TREE, "t", timeout=1.5))
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.exit_code == -1
+    assert not result.cancelled
+    assert elapsed < 1.5 + 5.0
+    await wait_for_file(sandbox, "t.ready", 0)
+    files = [f"t.{role}" for role in TREE_FILES]
+    await eventually(lambda: all_gone(sandbox, *files), 10.0, "the timed-out tree dying")
+    inspect = await docker_engine.inspect_container(sandbox.container_id)
+    assert inspect is not None
+    assert inspect["State"]["Running"]
+    after = await sandbox.exec(sh("printf usable"))
+    assert after.stdout == b"usable"
+
+
+async def test_cancellation_kills_the_tree_and_re_raises(sandbox: DockerSandbox) -> None:
+    """Cancelling a running exec re-raises CancelledError promptly; its processes die."""
+    task = asyncio.ensure_future(sandbox.exec(sh(TREE, "c")))
+    await wait_for_file(sandbox, "c.ready")
+    begun = time.monotonic()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=10.0)
+    assert task in done
+    assert task.cancelled()
+    assert time.monotonic() - begun < 10.0
+    files = [f"c.{role}" for role in TREE_FILES]
+    await eventually(lambda: all_gone(sandbox, *files), 10.0, "the cancelled tree dying")
+    assert (await sandbox.exec(sh("printf usable"))).stdout == b"usable"
+
+
+async def test_early_timeouts_and_cancels_leave_nothing_running(sandbox: DockerSandbox) -> None:
+    """Whatever phase a timeout or a cancel lands in, no command survives it."""
+    for timeout in (0.001, 0.01, 0.03, 0.06, 0.1, 0.2):
+        result = await sandbox.exec(Command(("sleep", "321"), timeout=timeout))
+        assert result.timed_out, (timeout, result)
+    for steps in (0, 1, 2, 3, 5, 8, 13, 21, 34, 55):
+        task = asyncio.ensure_future(sandbox.exec(Command(("sleep", "322"))))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.wait({task}, timeout=30.0)
+        assert task.cancelled(), steps
+
+    async def none_left() -> bool:
+        return not any(" sleep 32" in line for line in await processes(sandbox))
+
+    await eventually(none_left, 20.0, "every sleep 321/322 dying")
+
+
+async def test_destroy_during_exec_gives_a_cancelled_result(
+    provider: DockerProvider, session_key: str
+) -> None:
+    """Destroying the sandbox under a running command ends it as cancelled, not as an error."""
+    sandbox = await provider.create(session_key, SandboxSpec())
+    task = asyncio.ensure_future(sandbox.exec(sh(": > up; sleep 300")))
+    await wait_for_file(sandbox, "up")
+    await sandbox.destroy()
+    result = await asyncio.wait_for(task, 30.0)
+    assert result.cancelled
+    assert result.exit_code == -1
+    with pytest.raises(SandboxNotFound):
+        await sandbox.exec(sh("true"))
+
+
+async def test_exec_starts_a_stopped_container_again(
+    sandbox: DockerSandbox, docker_engine: Engine
+) -> None:
+    """A container stopped behind mango's back is started again by the next exec."""
+    await sandbox.write_file("kept.txt", b"kept")
+    docker = await docker_engine.client()
+    await docker.containers.container(sandbox.container_id).stop(t=0)
+    result = await sandbox.exec(sh("cat kept.txt"))
+    assert result.stdout == b"kept"

@@ -1,0 +1,223 @@
+"""Registration, settings, limits parsing and error translation: no daemon needed."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import aiodocker
+import aiohttp
+import pytest
+
+import mango_provider_docker
+from mango.config import state_dir
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.errors import (
+    ConfigurationError,
+    InvalidInput,
+    ProviderUnavailable,
+    SandboxNotFound,
+    is_permanent,
+)
+from mango.domain.registry import ConformanceTargetRegistry, ProviderRegistry, SupportLevel
+from mango.domain.values import SandboxSpec
+from mango.plugins import load_plugins
+from mango_provider_docker import DockerProvider, plugin, read_docker_settings
+from mango_provider_docker.container import Limits, parse_memory, resolve_limits
+from mango_provider_docker.engine import engine_errors, translate_docker_error
+from mango_provider_docker.settings import SETTINGS, StderrProgress, open_docker_provider
+
+
+def test_plugin_module_holds_only_hookimpls() -> None:
+    """plugin.py exposes the marker and the two hooks, nothing else."""
+    assert plugin.__all__ == [
+        "hookimpl",
+        "mango_register_conformance_targets",
+        "mango_register_providers",
+    ]
+
+
+def test_public_names_are_sorted_and_exported() -> None:
+    """The package ``__all__`` is sorted and every name in it exists."""
+    names = mango_provider_docker.__all__
+    assert names == sorted(names)
+    for name in names:
+        assert hasattr(mango_provider_docker, name)
+
+
+def test_registration_is_beta_with_no_capabilities() -> None:
+    """``docker`` registers through the entry point: beta, no optional capability."""
+    registration = load_plugins().providers().get("docker")
+    assert registration.support_level is SupportLevel.BETA
+    assert registration.capabilities == CapabilitySet()
+    names = {setting.env for setting in registration.settings}
+    assert {
+        "MANGO_SANDBOX_IMAGE",
+        "MANGO_SANDBOX_RESOURCE_DIR",
+        "DOCKER_HOST",
+        "MANGO_SANDBOX_MEMORY",
+        "MANGO_SANDBOX_CPUS",
+        "MANGO_SANDBOX_PIDS_LIMIT",
+        "MANGO_MAX_OUTPUT_BYTES",
+    } <= names
+    assert not any(setting.secret for setting in SETTINGS)
+
+
+def test_factory_is_lazy_and_matches_the_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the provider does no I/O, even with an unreachable daemon."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("MANGO_SANDBOX_RESOURCE_DIR", "/nonexistent/resources")
+    registry = ProviderRegistry()
+    plugin.mango_register_providers(registry)
+    provider = registry.open("docker")
+    assert isinstance(provider, DockerProvider)
+    assert provider.host == "unix:///nonexistent/docker.sock"
+
+
+def test_settings_defaults() -> None:
+    """Empty environment: default image, limits, cap, and docker/ in mango's state directory."""
+    settings = read_docker_settings({})
+    assert settings.image == "alpine:latest"
+    assert settings.resource_dir == state_dir({}) / "docker"
+    assert (settings.memory, settings.cpus, settings.pids_limit) == ("1g", 1.0, 512)
+    assert settings.max_output_bytes == 1024 * 1024
+    assert settings.host is None
+    assert settings.api_version is None
+    assert settings.pull
+    assert read_docker_settings({"MANGO_STATE_DIR": "/s"}).resource_dir == Path("/s/docker")
+
+
+def test_settings_from_environment() -> None:
+    """Every variable is read; 0 disables a limit."""
+    settings = read_docker_settings(
+        {
+            "MANGO_SANDBOX_IMAGE": "busybox:1",
+            "MANGO_SANDBOX_RESOURCE_DIR": "/r",
+            "DOCKER_HOST": "tcp://127.0.0.1:2375",
+            "DOCKER_API_VERSION": "1.41",
+            "MANGO_SANDBOX_MEMORY": "0",
+            "MANGO_SANDBOX_CPUS": "2.5",
+            "MANGO_SANDBOX_PIDS_LIMIT": "0",
+            "MANGO_SANDBOX_PULL": "0",
+            "MANGO_MAX_OUTPUT_BYTES": "4096",
+        }
+    )
+    assert settings.image == "busybox:1"
+    assert settings.resource_dir == Path("/r")
+    assert settings.host == "tcp://127.0.0.1:2375"
+    assert settings.api_version == "1.41"
+    assert (settings.memory, settings.cpus, settings.pids_limit) == ("0", 2.5, 0)
+    assert not settings.pull
+    assert settings.max_output_bytes == 4096
+    provider = open_docker_provider(
+        {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"}
+    )
+    assert provider.image == "alpine:latest"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MANGO_SANDBOX_RESOURCE_DIR", "relative/dir"),
+        ("MANGO_STATE_DIR", "relative/state"),
+        ("MANGO_SANDBOX_MEMORY", "lots"),
+        ("MANGO_SANDBOX_MEMORY", "1k"),
+        ("MANGO_SANDBOX_CPUS", "-1"),
+        ("MANGO_SANDBOX_CPUS", "nan"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "1.5"),
+        ("MANGO_SANDBOX_PULL", "maybe"),
+        ("MANGO_MAX_OUTPUT_BYTES", "0"),
+    ],
+)
+def test_bad_settings_name_the_variable(name: str, value: str) -> None:
+    """A malformed value is a ConfigurationError that names its variable."""
+    with pytest.raises(ConfigurationError) as caught:
+        read_docker_settings({name: value})
+    assert name in str(caught.value)
+
+
+def test_memory_sizes_use_binary_units() -> None:
+    """Docker's units: k, m, g, t with optional ``b``/``ib``; 0 means no limit."""
+    assert parse_memory("512m") == 512 << 20
+    assert parse_memory("1.5GiB") == 3 << 29
+    assert parse_memory("2g") == 2 << 30
+    assert parse_memory("6291456") == 6 << 20
+    assert parse_memory("0") == 0
+    for bad in ("", "m", "12x", "-1g", "5m"):
+        with pytest.raises(InvalidInput):
+            parse_memory(bad)
+
+
+def test_spec_limits_win_over_defaults() -> None:
+    """A spec value replaces the default; an unset one keeps it."""
+    defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    assert resolve_limits(SandboxSpec(), defaults) == defaults
+    assert resolve_limits(SandboxSpec(memory="64m", cpus=0.25, pids_limit=7), defaults) == Limits(
+        memory_bytes=64 << 20, nano_cpus=25 * 10**7, pids_limit=7
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "permanent"),
+    [
+        (900, ProviderUnavailable, False),
+        (404, SandboxNotFound, False),
+        (400, InvalidInput, True),
+        (403, ConfigurationError, True),
+        (409, ProviderUnavailable, False),
+        (500, ProviderUnavailable, False),
+    ],
+)
+def test_docker_errors_map_to_the_mango_tree(
+    status: int, expected: type[Exception], permanent: bool
+) -> None:
+    """Each HTTP status of the Engine becomes one mango error class."""
+    error = translate_docker_error(aiodocker.DockerError(status, "boom"), "probe", "unix:///s")
+    assert type(error) is expected
+    assert is_permanent(error) is permanent
+
+
+def test_engine_errors_translates_transport_failures() -> None:
+    """aiohttp and OS errors become ProviderUnavailable, chained to the cause."""
+    for cause in (aiohttp.ClientConnectionError("reset"), ConnectionRefusedError(), TimeoutError()):
+        with pytest.raises(ProviderUnavailable) as caught, engine_errors("probe", "unix:///s"):
+            raise cause
+        assert caught.value.__cause__ is cause
+
+
+def test_conformance_target_is_registered() -> None:
+    """``mango-conformance run docker`` finds the offline target."""
+    registry = ConformanceTargetRegistry()
+    plugin.mango_register_conformance_targets(registry)
+    assert registry.get("docker").provider == "docker"
+
+
+async def test_conformance_target_without_a_daemon_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With no daemon, opening the target raises ProviderUnavailable with a clear message."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    registry = ConformanceTargetRegistry()
+    plugin.mango_register_conformance_targets(registry)
+    with pytest.raises(ProviderUnavailable, match="needs a running Docker Engine"):
+        async with registry.get("docker").open(tmp_path):
+            pytest.fail("the target opened without a daemon")
+
+
+def test_pull_progress_is_throttled() -> None:
+    """Status changes always print; byte-progress lines at most once per interval."""
+    now = [0.0]
+    out = io.StringIO()
+    progress = StderrProgress(stream=out, interval=1.0, clock=lambda: now[0])
+    progress("pulling image x")
+    progress("abc Downloading [=>   ] 1MB/9MB")
+    progress("abc Downloading [==>  ] 2MB/9MB")
+    now[0] = 1.5
+    progress("abc Downloading [===> ] 3MB/9MB")
+    progress("abc Pull complete")
+    assert out.getvalue().splitlines() == [
+        "mango: docker: pulling image x",
+        "mango: docker: abc Downloading [=>   ] 1MB/9MB",
+        "mango: docker: abc Downloading [===> ] 3MB/9MB",
+        "mango: docker: abc Pull complete",
+    ]
