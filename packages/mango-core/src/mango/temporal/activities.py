@@ -1,0 +1,444 @@
+"""Temporal activities: the only place on the Temporal side that calls adapters.
+
+:class:`MangoActivities` is constructed with its ports (a SessionManager for
+one provider, the BindingStore, optionally a Temporal client and the
+provider's registration) and registered on one worker. Each activity takes one
+attrs request and returns one attrs output (:mod:`mango.temporal.messages`),
+validates it at this boundary, and translates mango errors once, on the way
+out (:mod:`mango.temporal.failures`): permanent errors and lost sandboxes are
+non-retryable, everything else retries.
+
+A tool step runs at least once: if a worker dies mid-step, Temporal runs
+the step again on another worker once its heartbeat times out (tools like
+``edit`` then see the first attempt's effects and may fail accordingly).
+
+Long activities heartbeat every ``heartbeat_interval`` seconds while they
+work. When the workflow cancels one, Temporal delivers the cancellation
+through the heartbeat and the activity's asyncio task is cancelled; the
+command running in the sandbox is cancelled with it (the Sandbox contract
+kills its process tree) before the activity reports back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import attrs
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from mango.app.session_manager import ReconcileReport, SessionManager
+from mango.domain.errors import (
+    ConfigurationError,
+    InvalidInput,
+    MangoError,
+    OwnershipError,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SessionDeleting,
+)
+from mango.domain.ports import BindingStore, Sandbox
+from mango.domain.registry import ProviderRegistration
+from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+from mango.temporal.failures import to_application_error
+from mango.temporal.messages import (
+    AcquireInput,
+    AcquireOutput,
+    CleanupInput,
+    CredentialStatus,
+    DeleteSessionRecordInput,
+    DeleteSessionRecordOutput,
+    FinishDeletionsInput,
+    HealthInput,
+    ProviderHealth,
+    ReadFileInput,
+    ReadFileOutput,
+    ReconcileInput,
+    ReleaseInput,
+    ReleaseOutput,
+    StopSessionWorkflowInput,
+    StopSessionWorkflowOutput,
+    ToolResult,
+    ToolStepInput,
+    WriteFileInput,
+    WriteFileOutput,
+)
+from mango.temporal.routing import (
+    CLEANUP_WORKFLOW,
+    DEFAULT_TASK_QUEUE_PREFIX,
+    cleanup_workflow_id,
+    route_provider,
+    session_workflow_id,
+    task_queue_for,
+)
+from mango.temporal.tools import ToolRunner, parse_arguments
+
+__all__ = ["MangoActivities"]
+
+_LOG = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_HEALTH_PROBE_KEY = "mango-health-probe"
+
+
+async def _boundary(work: Awaitable[_T]) -> _T:
+    """Await ``work``, translating mango errors into Temporal failures once."""
+    try:
+        return await work
+    except ApplicationError:
+        raise
+    except MangoError as exc:
+        raise to_application_error(exc) from exc
+
+
+async def _heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
+    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+            activity.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()
+            # The command must be gone before the activity reports its cancellation.
+            await asyncio.wait({task})
+
+
+@attrs.define
+class MangoActivities:
+    """The activities of one worker, bound to its provider through ``manager``."""
+
+    manager: SessionManager
+    store: BindingStore
+    client: Client | None = None
+    """Needed by the activities that start or stop workflows (cleanup, reconciler)."""
+    registration: ProviderRegistration | None = None
+    """For health reports: support level and which settings are secrets."""
+    task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
+    tools: ToolRunner = attrs.field(factory=ToolRunner)
+    heartbeat_interval: float = 1.0
+    environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, repr=False)
+
+    @property
+    def provider(self) -> str:
+        """This worker's provider name."""
+        return self.manager.provider.name
+
+    @property
+    def task_queue(self) -> str:
+        """This worker's task queue."""
+        return task_queue_for(self.provider, self.task_queue_prefix)
+
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity, for ``Worker(activities=...)``."""
+        return [
+            self.acquire_sandbox,
+            self.execute_tool,
+            self.read_file,
+            self.write_file,
+            self.release_sandbox,
+            self.stop_session_workflow,
+            self.delete_session_record,
+            self.reconcile_provisioning,
+            self.finish_deletions,
+            self.provider_health,
+        ]
+
+    # ------------------------------------------------------------ helpers
+
+    async def _admitted(self, session_id: str) -> None:
+        """Refuse work for a Session that does not exist or is fenced for deletion."""
+        validate_session_id(session_id)
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise InvalidInput(
+                f"session {session_id!r} does not exist (never created, or deleted)",
+                hint="create the session before running tool steps in it",
+            )
+        if record.deleting:
+            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
+
+    async def _sandbox(self, session_id: str, spec: SandboxSpec) -> Sandbox:
+        await self._admitted(session_id)
+        try:
+            return await self.manager.acquire(session_id, spec)
+        except SandboxNotFound as exc:
+            _LOG.error("session %s: %s", session_id, exc)
+            raise
+
+    def _require_client(self) -> Client:
+        if self.client is None:
+            raise ConfigurationError("this activity needs a Temporal client; none was given")
+        return self.client
+
+    # ------------------------------------------------------------ session work
+
+    @activity.defn(name="AcquireSandbox")
+    async def acquire_sandbox(self, request: AcquireInput) -> AcquireOutput:
+        """Provision the Session's sandbox on first use, or attach to it.
+
+        A lost sandbox (:class:`SandboxNotFound`) fails non-retryably: the
+        workspace is gone and is never silently replaced by an empty one.
+        """
+
+        async def work() -> AcquireOutput:
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            return AcquireOutput(ref=sandbox.ref)
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="ExecuteTool")
+    async def execute_tool(self, request: ToolStepInput) -> ToolResult:
+        """Run one built-in tool call in the Session's sandbox, heartbeating meanwhile.
+
+        The call is validated before anything is provisioned. Cancelling the
+        activity cancels the command in the sandbox.
+        """
+
+        async def work() -> ToolResult:
+            parse_arguments(request.call)
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            return await self.tools.run(sandbox, request.call)
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="ReadFile")
+    async def read_file(self, request: ReadFileInput) -> ReadFileOutput:
+        """Return the bytes of one workspace file; a missing file is :class:`InvalidInput`."""
+
+        async def work() -> ReadFileOutput:
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            try:
+                return ReadFileOutput(data=await sandbox.read_file(request.path))
+            except FileNotFoundError:
+                raise InvalidInput(f"no file {request.path!r} in the workspace") from None
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="WriteFile")
+    async def write_file(self, request: WriteFileInput) -> WriteFileOutput:
+        """Create or replace one workspace file."""
+
+        async def work() -> WriteFileOutput:
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            await sandbox.write_file(request.path, request.data)
+            return WriteFileOutput(size=len(request.data))
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    # ------------------------------------------------------------ deletion
+
+    @activity.defn(name="ReleaseSandbox")
+    async def release_sandbox(self, request: ReleaseInput) -> ReleaseOutput:
+        """Fence the Session, destroy its sandbox, remove its binding and intent.
+
+        Idempotent. Another provider's binding or intent is a non-retryable
+        :class:`OwnershipError` naming the worker that must run.
+        """
+
+        async def work() -> ReleaseOutput:
+            await self.manager.release(request.session_id)
+            return ReleaseOutput(session_id=request.session_id)
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="StopSessionWorkflow")
+    async def stop_session_workflow(
+        self, request: StopSessionWorkflowInput
+    ) -> StopSessionWorkflowOutput:
+        """Cancel the Session's tool workflow and wait until it closed.
+
+        Cancelling it cancels a running tool step and the command inside the
+        sandbox. A workflow still open after ``grace`` seconds is terminated.
+        A workflow that does not exist counts as stopped.
+        """
+        client = self._require_client()
+        handle = client.get_workflow_handle(session_workflow_id(request.session_id))
+
+        async def status() -> WorkflowExecutionStatus | None:
+            try:
+                return (await handle.describe()).status
+            except RPCError as exc:
+                if exc.status is RPCStatusCode.NOT_FOUND:
+                    return None
+                raise ProviderUnavailable(f"Temporal: {exc.message}") from exc
+
+        async def work() -> StopSessionWorkflowOutput:
+            if await status() is not WorkflowExecutionStatus.RUNNING:
+                return StopSessionWorkflowOutput(was_running=False)
+            await handle.cancel()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + request.grace
+            while loop.time() < deadline:
+                if await status() is not WorkflowExecutionStatus.RUNNING:
+                    return StopSessionWorkflowOutput(was_running=True)
+                await asyncio.sleep(0.2)
+            _LOG.warning(
+                "session workflow of %s ignored cancellation; terminating", request.session_id
+            )
+            try:
+                await handle.terminate(reason="session deleted; cancellation timed out")
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise ProviderUnavailable(f"Temporal: {exc.message}") from exc
+            return StopSessionWorkflowOutput(was_running=True, terminated=True)
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="DeleteSessionRecord")
+    async def delete_session_record(
+        self, request: DeleteSessionRecordInput
+    ) -> DeleteSessionRecordOutput:
+        """Delete the fenced Session row; retried while a binding or intent remains."""
+        validate_session_id(request.session_id)
+        return await _boundary(self._delete_record(request.session_id))
+
+    async def _delete_record(self, session_id: str) -> DeleteSessionRecordOutput:
+        return DeleteSessionRecordOutput(deleted=await self.store.delete_session(session_id))
+
+    # ------------------------------------------------------------ reconciliation
+
+    @activity.defn(name="ReconcileProvisioning")
+    async def reconcile_provisioning(self, request: ReconcileInput) -> ReconcileReport:
+        """Finish or destroy what a crash left between intent and binding (this provider only)."""
+        return await _boundary(
+            _heartbeating(
+                self.manager.reconcile_provisioning(request.limit), self.heartbeat_interval
+            )
+        )
+
+    @activity.defn(name="FinishDeletions")
+    async def finish_deletions(self, request: FinishDeletionsInput) -> ReconcileReport:
+        """Start or join the cleanup workflow of each fenced Session routed to this provider.
+
+        A Session bound to (or being provisioned by) another provider is left
+        to that provider's workers. A cleanup run that failed is started again
+        only ``retry_failed_after`` seconds after it closed, so a permanent
+        failure is reported rather than hammered. Each Session is isolated.
+        """
+        return await _boundary(
+            _heartbeating(self._finish_deletions(request), self.heartbeat_interval)
+        )
+
+    async def _finish_deletions(self, request: FinishDeletionsInput) -> ReconcileReport:
+        client = self._require_client()
+        records = await self.store.list_deleting_sessions(request.limit)
+        attempted = started = 0
+        failures: list[tuple[str, str]] = []
+        for record in records:
+            session_id = record.session_id
+            try:
+                if await route_provider(self.store, session_id, self.provider) != self.provider:
+                    continue
+                attempted += 1
+                workflow_id = cleanup_workflow_id(session_id)
+                recent = await self._recent_failure(client, workflow_id, request.retry_failed_after)
+                if recent is not None:
+                    failures.append((session_id, recent))
+                    continue
+                await client.start_workflow(
+                    CLEANUP_WORKFLOW,
+                    CleanupInput(session_id=session_id, policy=request.policy),
+                    id=workflow_id,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                )
+                started += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one failing Session must not block the rest
+                _LOG.warning("could not start the cleanup of %s: %s", session_id, exc)
+                failures.append((session_id, f"{type(exc).__name__}: {exc}"))
+        return ReconcileReport(attempted, started, tuple(failures))
+
+    @staticmethod
+    async def _recent_failure(client: Client, workflow_id: str, window: float) -> str | None:
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        failed = {
+            WorkflowExecutionStatus.FAILED,
+            WorkflowExecutionStatus.TERMINATED,
+            WorkflowExecutionStatus.TIMED_OUT,
+        }
+        closed = description.close_time
+        if description.status not in failed or closed is None:
+            return None
+        if datetime.now(UTC) - closed >= timedelta(seconds=window):
+            return None
+        return (
+            f"the last cleanup run {description.status.name.lower()} at {closed.isoformat()}; "
+            f"it is retried {window:g} s after that"
+        )
+
+    # ------------------------------------------------------------ health
+
+    @activity.defn(name="ProviderHealth")
+    async def provider_health(self, request: HealthInput) -> ProviderHealth:
+        """Report this worker's provider: reachability and which credentials are present.
+
+        Reachability is probed by attaching to a reference that cannot exist:
+        a provider that answers "not found" or "not yours" is reachable; one
+        that raises :class:`ProviderUnavailable` is not. Secret values are
+        never read into the report, only whether they are set.
+        """
+        _ = request
+        reachable, detail = await self._probe()
+        credentials: tuple[CredentialStatus, ...] = ()
+        missing: tuple[str, ...] = ()
+        level = ""
+        if self.registration is not None:
+            level = self.registration.support_level.value
+            credentials = tuple(
+                CredentialStatus(s.env, bool(self.environ.get(s.env)), s.required)
+                for s in self.registration.settings
+                if s.secret
+            )
+            missing = tuple(
+                s.env
+                for s in self.registration.settings
+                if s.required and not self.environ.get(s.env)
+            )
+        return ProviderHealth(
+            provider=self.provider,
+            task_queue=self.task_queue,
+            reachable=reachable,
+            detail=detail,
+            support_level=level,
+            credentials=credentials,
+            missing_settings=missing,
+            worker=f"{socket.gethostname()}:{os.getpid()}",
+        )
+
+    async def _probe(self) -> tuple[bool, str]:
+        provider = self.manager.provider
+        ref = SandboxRef(provider.name, f"{_HEALTH_PROBE_KEY}-nonexistent")
+        try:
+            async with asyncio.timeout(10.0):
+                await provider.attach(_HEALTH_PROBE_KEY, ref, SandboxSpec())
+        except (SandboxNotFound, OwnershipError, InvalidInput) as exc:
+            return True, f"answered ({type(exc).__name__} for a probe reference)"
+        except ProviderUnavailable as exc:
+            return False, f"unreachable: {exc}"
+        except TimeoutError:
+            return False, "unreachable: no answer within 10 s"
+        except MangoError as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a health probe reports, it never raises
+            return False, f"unexpected {type(exc).__name__}: {exc}"
+        return True, "answered"

@@ -1,0 +1,259 @@
+"""The client side of the durable path: routing, tool steps, deletion, worker health.
+
+:class:`Orchestrator` is what ``mango exec --via-temporal``, ``mango sessions
+delete --via-temporal`` and ``mango doctor`` use. It needs the BindingStore
+(to create and fence Sessions and to route them) and a Temporal client, never
+a provider or its credentials: those live only on workers.
+
+Deletion is: fence the Session in PostgreSQL (no new admissions from then
+on), then start or join the deterministic cleanup workflow on the queue of
+the provider that holds the Session, and wait for it. If the client dies
+after the fence, a worker's reconciler finds the fenced Session and finishes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import attrs
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import TimeoutError as TimeoutError_
+from temporalio.service import RPCError
+
+from mango.domain.errors import ProviderUnavailable, SessionDeleting
+from mango.domain.ports import BindingStore
+from mango.domain.values import SandboxSpec, validate_provider_name, validate_session_id
+from mango.temporal.failures import raise_as_mango_error
+from mango.temporal.messages import (
+    CleanupInput,
+    HealthInput,
+    ProviderHealth,
+    SessionWorkflowInput,
+    StepPolicy,
+    ToolCall,
+    ToolResult,
+)
+from mango.temporal.payloads import data_converter
+from mango.temporal.routing import (
+    DEFAULT_TASK_QUEUE_PREFIX,
+    RUN_TOOL_UPDATE,
+    cleanup_workflow_id,
+    route_provider,
+    session_workflow_id,
+    task_queue_for,
+)
+from mango.temporal.tools import parse_arguments
+from mango.temporal.workflows import ProviderHealthWorkflow, SandboxCleanupWorkflow, SessionWorkflow
+
+__all__ = [
+    "POLLER_FRESHNESS",
+    "Orchestrator",
+    "active_pollers",
+    "connect",
+    "require_worker",
+    "worker_health",
+]
+
+POLLER_FRESHNESS = 90.0
+"""Seconds since its last poll after which a poller no longer counts as a live worker.
+
+A live worker long-polls about once a minute; the server keeps listing a
+dead one for a while.
+"""
+
+
+@contextmanager
+def _rpc_errors(doing: str) -> Iterator[None]:
+    """Turn a refused or failed Temporal call into :class:`ProviderUnavailable`."""
+    try:
+        yield
+    except RPCError as exc:
+        raise ProviderUnavailable(f"Temporal could not {doing}: {exc.message}") from exc
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    """A client with mango's data converter; :class:`ProviderUnavailable` if unreachable."""
+    try:
+        return await Client.connect(address, namespace=namespace, data_converter=data_converter)
+    except (RuntimeError, RPCError) as exc:
+        raise ProviderUnavailable(
+            f"cannot reach Temporal at {address} (namespace {namespace!r}): {exc}",
+            hint="check MANGO_TEMPORAL_ADDRESS and MANGO_TEMPORAL_NAMESPACE, "
+            "or unset them and run 'mango worker' for an embedded dev server",
+        ) from exc
+
+
+async def active_pollers(client: Client, task_queue: str) -> list[str]:
+    """Identities of workers that polled ``task_queue`` for workflow tasks recently."""
+    with _rpc_errors(f"describe task queue {task_queue!r}"):
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    now = time.time()
+    return [
+        poller.identity
+        for poller in response.pollers
+        if now - poller.last_access_time.ToSeconds() <= POLLER_FRESHNESS
+    ]
+
+
+@attrs.define
+class Orchestrator:
+    """Starts work for Sessions on the right provider's workers and waits for it."""
+
+    client: Client
+    store: BindingStore
+    default_provider: str = attrs.field(validator=lambda _i, _a, v: validate_provider_name(v))
+    """Provider for a Session that has neither a binding nor an intent (``MANGO_SANDBOX``)."""
+    task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
+    policy: StepPolicy = attrs.field(factory=StepPolicy)
+    idle_timeout: float = 900.0
+    steps_per_run: int = 500
+    require_worker: bool = True
+    """Fail fast with an explanation when no worker polls the target queue."""
+
+    async def route(self, session_id: str) -> tuple[str, str]:
+        """``(provider, task queue)`` that handle ``session_id``."""
+        provider = await route_provider(self.store, session_id, self.default_provider)
+        return provider, task_queue_for(provider, self.task_queue_prefix)
+
+    async def _check_worker(self, provider: str, task_queue: str, doing: str) -> None:
+        if self.require_worker:
+            await require_worker(self.client, provider, task_queue, doing)
+
+    async def run_tool(
+        self, session_id: str, call: ToolCall, spec: SandboxSpec | None = None
+    ) -> ToolResult:
+        """Run one tool step through the Session's workflow and return its result.
+
+        Creates the Session if needed (a fenced one raises
+        :class:`SessionDeleting`), starts its workflow or joins the running
+        one (update-with-start), and waits for the step. A failed step is
+        raised as the mango error it carries.
+        """
+        validate_session_id(session_id)
+        parse_arguments(call)
+        record = await self.store.ensure_session(session_id)
+        if record.deleting:
+            raise SessionDeleting(
+                f"session {session_id!r} is being deleted",
+                hint="wait for the deletion to finish, then use a new session id",
+            )
+        provider, task_queue = await self.route(session_id)
+        await self._check_worker(provider, task_queue, "run the step")
+        start = WithStartWorkflowOperation(
+            SessionWorkflow.run,
+            SessionWorkflowInput(
+                session_id=session_id,
+                spec=spec or SandboxSpec(),
+                policy=self.policy,
+                idle_timeout=self.idle_timeout,
+                steps_per_run=self.steps_per_run,
+            ),
+            id=session_workflow_id(session_id),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            with _rpc_errors(f"run a tool step of session {session_id!r}"):
+                # By name: the SDK's overloads mistype async update methods.
+                result: ToolResult = await self.client.execute_update_with_start_workflow(
+                    RUN_TOOL_UPDATE, call, start_workflow_operation=start, result_type=ToolResult
+                )
+        except WorkflowUpdateFailedError as exc:
+            raise_as_mango_error(exc)
+        return result
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Fence, then run (or join) the cleanup workflow and wait; False if already gone."""
+        validate_session_id(session_id)
+        if await self.store.fence_session(session_id) is None:
+            return False
+        provider, task_queue = await self.route(session_id)
+        await self._check_worker(
+            provider, task_queue, "delete it (it stays fenced; a worker will finish it)"
+        )
+        try:
+            with _rpc_errors(f"delete session {session_id!r}"):
+                handle = await self.client.start_workflow(
+                    SandboxCleanupWorkflow.run,
+                    CleanupInput(session_id=session_id, policy=self.policy),
+                    id=cleanup_workflow_id(session_id),
+                    task_queue=task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                )
+                result = await handle.result()
+        except WorkflowFailureError as exc:
+            raise_as_mango_error(exc)
+        return result.deleted
+
+    async def worker_health(
+        self, provider: str | None = None, timeout: float = 20.0
+    ) -> ProviderHealth:
+        """Ask a worker of ``provider`` (default: the default provider) for its health."""
+        return await worker_health(
+            self.client, provider or self.default_provider, self.task_queue_prefix, timeout
+        )
+
+
+def _start_worker_hint(provider: str) -> str:
+    return f"start one: MANGO_SANDBOX={provider} mango worker"
+
+
+async def require_worker(client: Client, provider: str, task_queue: str, doing: str) -> None:
+    """Raise :class:`ProviderUnavailable` if no live worker polls ``task_queue``."""
+    if not await active_pollers(client, task_queue):
+        raise ProviderUnavailable(
+            f"no worker for provider {provider!r} is polling task queue {task_queue!r}, "
+            f"so nothing would {doing}",
+            hint=_start_worker_hint(provider),
+        )
+
+
+async def worker_health(
+    client: Client,
+    provider: str,
+    task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX,
+    timeout: float = 20.0,
+) -> ProviderHealth:
+    """Run the health workflow on ``provider``'s queue and return the worker's report.
+
+    Fails fast with :class:`ProviderUnavailable` when no worker polls that queue.
+    """
+    task_queue = task_queue_for(provider, task_queue_prefix)
+    await require_worker(client, provider, task_queue, "answer")
+    try:
+        with _rpc_errors(f"ask the workers of {task_queue!r} for their health"):
+            return await client.execute_workflow(
+                ProviderHealthWorkflow.run,
+                HealthInput(),
+                id=f"mango-health:{task_queue}:{uuid.uuid4().hex}",
+                task_queue=task_queue,
+                execution_timeout=timedelta(seconds=timeout),
+            )
+    except WorkflowFailureError as exc:
+        if isinstance(exc.cause, TimeoutError_):
+            raise ProviderUnavailable(
+                f"no worker of provider {provider!r} answered on {task_queue!r} "
+                f"within {timeout:g} s",
+                hint=_start_worker_hint(provider),
+            ) from exc
+        raise_as_mango_error(exc)

@@ -1,0 +1,201 @@
+"""Crash injection for recovery tests: inert unless ``MANGO_FAULT_POINT`` is set.
+
+The worker entry (``mango worker``) calls :func:`inject_faults` on its
+provider and store. With ``MANGO_FAULT_POINT`` unset (always, outside tests)
+it returns them unchanged. With it set, the process kills itself with SIGKILL
+(no cleanup, no finally blocks: a real crash) the first time it reaches that
+point of the lifecycle:
+
+==================  ===================================================================
+``after-intent``    the provisioning intent was stored; nothing was created yet
+``after-create``    the provider created the resource; no binding yet
+``after-setup``     setup finished (packages, network); the binding is about to be stored
+``after-binding``   the binding was stored; the step did not run yet
+``during-destroy``  the provider destroyed the resource; binding and intent still stored
+==================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import attrs
+
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.errors import ConfigurationError
+from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.values import (
+    Binding,
+    Command,
+    ExecResult,
+    ProvisioningIntent,
+    SandboxRef,
+    SandboxSpec,
+    SessionRecord,
+)
+
+__all__ = ["FAULT_POINT_ENV", "FaultPoint", "fault_point_from_env", "inject_faults"]
+
+FAULT_POINT_ENV = "MANGO_FAULT_POINT"
+_LOG = logging.getLogger(__name__)
+
+
+class FaultPoint(enum.StrEnum):
+    """Where the worker crashes; see the module docstring."""
+
+    AFTER_INTENT = "after-intent"
+    AFTER_CREATE = "after-create"
+    AFTER_SETUP = "after-setup"
+    AFTER_BINDING = "after-binding"
+    DURING_DESTROY = "during-destroy"
+
+
+def fault_point_from_env(env: Mapping[str, str] | None = None) -> FaultPoint | None:
+    """The configured fault point or None; an unknown value is a :class:`ConfigurationError`."""
+    raw = (os.environ if env is None else env).get(FAULT_POINT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return FaultPoint(raw)
+    except ValueError:
+        known = ", ".join(point.value for point in FaultPoint)
+        raise ConfigurationError(f"{FAULT_POINT_ENV}={raw!r} is not one of {known}") from None
+
+
+def _crash(point: FaultPoint) -> NoReturn:
+    message = f"mango fault injection: killing worker pid {os.getpid()} at {point.value}\n"
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(137)  # pragma: no cover - SIGKILL does not return
+
+
+@attrs.define
+class _Sandbox:
+    inner: Sandbox
+    point: FaultPoint
+
+    @property
+    def ref(self) -> SandboxRef:
+        return self.inner.ref
+
+    @property
+    def root(self) -> str:
+        return self.inner.root
+
+    async def exec(self, command: Command) -> ExecResult:
+        return await self.inner.exec(command)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.inner.read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self.inner.write_file(path, data)
+
+    async def destroy(self) -> None:
+        await self.inner.destroy()
+        if self.point is FaultPoint.DURING_DESTROY:
+            _crash(self.point)
+
+    def __getattr__(self, name: str) -> Any:
+        # Optional capability protocols (runtime_checkable) see the inner sandbox's methods.
+        return getattr(self.inner, name)
+
+
+@attrs.define
+class _Provider:
+    inner: Provider
+    point: FaultPoint
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        return self.inner.capabilities
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> Sandbox:
+        sandbox = await self.inner.create(session_key, spec)
+        if self.point is FaultPoint.AFTER_CREATE:
+            _crash(self.point)
+        return _Sandbox(sandbox, self.point)
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
+        return _Sandbox(await self.inner.attach(session_key, ref, spec), self.point)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@attrs.define
+class _Store:
+    inner: BindingStore
+    point: FaultPoint
+
+    async def ensure_session(self, session_id: str) -> SessionRecord:
+        return await self.inner.ensure_session(session_id)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return await self.inner.get_session(session_id)
+
+    async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        return await self.inner.list_sessions(limit)
+
+    async def fence_session(self, session_id: str) -> SessionRecord | None:
+        return await self.inner.fence_session(session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def list_deleting_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
+        return await self.inner.list_deleting_sessions(limit)
+
+    async def get_intent(self, session_id: str) -> ProvisioningIntent | None:
+        return await self.inner.get_intent(session_id)
+
+    async def put_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
+        stored = await self.inner.put_intent(intent)
+        if self.point is FaultPoint.AFTER_INTENT:
+            _crash(self.point)
+        return stored
+
+    async def list_intents(self, provider: str, limit: int = 100) -> Sequence[ProvisioningIntent]:
+        return await self.inner.list_intents(provider, limit)
+
+    async def delete_intent(self, intent: ProvisioningIntent) -> None:
+        await self.inner.delete_intent(intent)
+
+    async def get_binding(self, session_id: str) -> Binding | None:
+        return await self.inner.get_binding(session_id)
+
+    async def put_binding(self, binding: Binding) -> Binding:
+        if self.point is FaultPoint.AFTER_SETUP:
+            _crash(self.point)
+        winner = await self.inner.put_binding(binding)
+        if self.point is FaultPoint.AFTER_BINDING:
+            _crash(self.point)
+        return winner
+
+    async def delete_binding(self, binding: Binding) -> None:
+        await self.inner.delete_binding(binding)
+
+
+def inject_faults(
+    provider: Provider, store: BindingStore, point: FaultPoint | None
+) -> tuple[Provider, BindingStore]:
+    """Wrap ``provider`` and ``store`` so the process crashes at ``point``; unchanged if None."""
+    if point is None:
+        return provider, store
+    _LOG.warning(
+        "FAULT INJECTION ACTIVE (%s=%s): this worker will SIGKILL itself; tests only",
+        FAULT_POINT_ENV,
+        point.value,
+    )
+    return _Provider(provider, point), _Store(store, point)

@@ -1,0 +1,157 @@
+"""The worker: one provider, one task queue, every mango workflow and activity.
+
+:func:`build_worker` assembles a :class:`temporalio.worker.Worker` for a
+:class:`~mango.temporal.activities.MangoActivities`; :func:`serve` runs it
+until told to stop, starting (or joining) the provider's reconciler workflow
+first, and shuts it down gracefully: in-flight activities get
+``graceful_shutdown`` seconds, after which they are cancelled (and so are the
+commands they run) and Temporal retries them on another worker.
+
+Composing the ports (plugins, database, provider, Temporal connection) is
+the job of the entry point, ``mango worker`` (:mod:`mango.cli.worker`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from mango.temporal.activities import MangoActivities
+from mango.temporal.messages import ReconcilerInput
+from mango.temporal.routing import reconciler_workflow_id
+from mango.temporal.workflows import WORKFLOWS, ReconcilerWorkflow
+
+__all__ = ["build_worker", "ensure_reconciler", "serve", "workflow_runner"]
+
+_LOG = logging.getLogger(__name__)
+_READY_TIMEOUT = 30.0
+
+# attrs and cattrs are side-effect free at import; passing them through keeps
+# one copy of their machinery. mango's own modules are passed through by the
+# workflows module itself (workflow.unsafe.imports_passed_through()).
+_PASSTHROUGH = ("attrs", "attr", "cattrs")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandboxed runner of mango's workflows (workers and replayers use the same)."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*_PASSTHROUGH)
+    )
+
+
+def build_worker(
+    client: Client,
+    activities: MangoActivities,
+    *,
+    graceful_shutdown: float = 10.0,
+    max_concurrent_activities: int = 100,
+    sticky_queue_timeout: float = 5.0,
+) -> Worker:
+    """A worker on ``activities.task_queue`` with every mango workflow and activity.
+
+    Heartbeats are sent at most every second, so a cancellation reaches a
+    running tool step within about a second. ``sticky_queue_timeout`` bounds
+    how long a workflow task waits for this worker (which has the workflow
+    cached) before any worker may take it: after a crash, the delay before
+    another worker resumes the workflow.
+    """
+    return Worker(
+        client,
+        task_queue=activities.task_queue,
+        workflows=list(WORKFLOWS),
+        activities=activities.all(),
+        workflow_runner=workflow_runner(),
+        max_concurrent_activities=max_concurrent_activities,
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_queue_timeout),
+    )
+
+
+async def ensure_reconciler(client: Client, task_queue: str, config: ReconcilerInput) -> str:
+    """Start the reconciler workflow of ``task_queue``, or join the one running; return its id."""
+    workflow_id = reconciler_workflow_id(task_queue)
+    await client.start_workflow(
+        ReconcilerWorkflow.run,
+        config,
+        id=workflow_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return workflow_id
+
+
+async def _until_polling(client: Client, task_queue: str, running: asyncio.Task[None]) -> None:
+    """Wait until the server lists this client among the queue's pollers (bounded).
+
+    Until then a client checking for live workers would wrongly find none.
+    """
+    from mango.temporal.client import active_pollers
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _READY_TIMEOUT
+    while client.identity not in await active_pollers(client, task_queue):
+        if running.done():
+            running.result()  # the worker failed to start; say why
+            return
+        if loop.time() >= deadline:
+            _LOG.warning("the worker is not listed as a poller of %s yet", task_queue)
+            return
+        await asyncio.sleep(0.05)
+
+
+async def serve(
+    client: Client,
+    activities: MangoActivities,
+    *,
+    stop: asyncio.Event,
+    reconciler: ReconcilerInput | None = None,
+    graceful_shutdown: float = 10.0,
+    sticky_queue_timeout: float = 5.0,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Run a worker until ``stop`` is set (or the worker fails), then shut it down.
+
+    With ``reconciler`` set, the provider's reconciler workflow is started or
+    joined once the worker polls. ``on_ready`` is called when it does.
+    """
+    worker = build_worker(
+        client,
+        activities,
+        graceful_shutdown=graceful_shutdown,
+        sticky_queue_timeout=sticky_queue_timeout,
+    )
+    running = asyncio.create_task(worker.run(), name="mango-worker")
+    stopping = asyncio.create_task(stop.wait(), name="mango-worker-stop")
+    try:
+        await _until_polling(client, activities.task_queue, running)
+        if reconciler is not None:
+            workflow_id = await ensure_reconciler(client, activities.task_queue, reconciler)
+            _LOG.info("reconciler workflow %s is running", workflow_id)
+        _LOG.info(
+            "worker ready: provider %s, task queue %s, namespace %s",
+            activities.provider,
+            activities.task_queue,
+            client.namespace,
+        )
+        if on_ready is not None:
+            on_ready()
+        done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if running in done:
+            running.result()  # a worker that stops on its own has failed; say why
+            return
+        _LOG.info("shutting down: waiting up to %g s for running steps", graceful_shutdown)
+    finally:
+        stopping.cancel()
+        if not running.done():
+            await worker.shutdown()
+            await running
+        _LOG.info("worker stopped")

@@ -1,0 +1,350 @@
+"""Deterministic workflows. Everything non-deterministic happens in activities.
+
+* :class:`SessionWorkflow` (id ``session:<session id>``): one per Session;
+  tool steps arrive as the ``RunTool`` update and run one at a time, in the
+  order they were accepted. The first step of a run acquires the sandbox
+  (provisioning it durably). A run ends after ``idle_timeout`` without a step
+  (the next request starts a new one) and continues as new after
+  ``steps_per_run`` steps. Cancelling it cancels the running step and the
+  command inside the sandbox.
+* :class:`SandboxCleanupWorkflow` (id ``sandbox-cleanup:<session id>``): stops
+  the Session workflow, releases the sandbox (destroy, binding, intent), then
+  deletes the Session row, each step retried durably. Started with id
+  conflict policy USE_EXISTING (a repeated delete joins the running cleanup)
+  and reuse policy ALLOW_DUPLICATE (a new run may start after a failed one).
+* :class:`ReconcilerWorkflow` (id ``mango-reconciler:<task queue>``): one per
+  provider; every ``interval`` it reconciles provisioning intents and starts
+  the cleanup of fenced Sessions, each step isolated from the other's failure.
+* :class:`ProviderHealthWorkflow`: runs the health activity on the worker of a
+  provider and returns its report (``mango doctor``).
+
+Registered names are stable strings, because recorded histories refer to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from mango.temporal.activities import MangoActivities
+    from mango.temporal.messages import (
+        AcquireInput,
+        CleanupInput,
+        CleanupOutput,
+        DeleteSessionRecordInput,
+        FinishDeletionsInput,
+        HealthInput,
+        ProviderHealth,
+        ReconcileInput,
+        ReconcileReport,
+        ReconcilerInput,
+        ReconcilerStatus,
+        ReleaseInput,
+        SessionWorkflowInput,
+        SessionWorkflowOutput,
+        StepPolicy,
+        StopSessionWorkflowInput,
+        ToolCall,
+        ToolResult,
+        ToolStepInput,
+    )
+    from mango.temporal.routing import (
+        CLEANUP_WORKFLOW,
+        HEALTH_WORKFLOW,
+        RECONCILER_WORKFLOW,
+        RUN_TOOL_UPDATE,
+        SESSION_WORKFLOW,
+    )
+    from mango.temporal.tools import TOOL_NAMES
+
+__all__ = [
+    "WORKFLOWS",
+    "ProviderHealthWorkflow",
+    "ReconcilerWorkflow",
+    "SandboxCleanupWorkflow",
+    "SessionWorkflow",
+]
+
+_STEP_CANCELLED = "ToolStepCancelled"
+_R = TypeVar("_R")
+
+
+def _retry(policy: StepPolicy) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=policy.initial_retry),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=policy.max_retry_interval),
+        maximum_attempts=policy.maximum_attempts,
+    )
+
+
+@workflow.defn(name=SESSION_WORKFLOW)
+class SessionWorkflow:
+    """The tool workflow of one Session; see the module docstring."""
+
+    @workflow.init
+    def __init__(self, request: SessionWorkflowInput) -> None:
+        """Set up state before any update handler runs."""
+        self._input = request
+        self._lock = asyncio.Lock()
+        self._acquired = False
+        self._steps = 0
+        self._busy = 0
+        self._touched = False
+        self._cancelled = False
+        # A list, not a set: iteration order must be the same on every replay.
+        self._running: list[workflow.ActivityHandle[Any]] = []
+
+    @workflow.run
+    async def run(self, request: SessionWorkflowInput) -> SessionWorkflowOutput:
+        """Serve tool steps until idle (complete) or long enough (continue as new)."""
+        roll = False
+        try:
+            while True:
+                self._touched = False
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._touched or self._should_roll(),
+                        timeout=timedelta(seconds=request.idle_timeout),
+                        timeout_summary="idle",
+                    )
+                except TimeoutError:
+                    if self._busy == 0:
+                        break
+                    continue
+                if self._should_roll():
+                    roll = True
+                    break
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        except asyncio.CancelledError:
+            self._cancelled = True
+            for handle in self._running:
+                handle.cancel()
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+        if roll:
+            workflow.continue_as_new(request)
+        return SessionWorkflowOutput(steps=self._steps)
+
+    def _should_roll(self) -> bool:
+        return self._busy == 0 and (
+            self._steps >= self._input.steps_per_run
+            or workflow.info().is_continue_as_new_suggested()
+        )
+
+    @workflow.update(name=RUN_TOOL_UPDATE)
+    async def run_tool(self, call: ToolCall) -> ToolResult:
+        """Run one tool step after the steps accepted before it; return its result."""
+        self._busy += 1
+        self._touched = True
+        try:
+            async with self._lock:
+                if self._cancelled:
+                    raise _cancelled_step(call.name)
+                try:
+                    return await self._step(call)
+                finally:
+                    self._steps += 1
+        finally:
+            self._busy -= 1
+            self._touched = True
+
+    @run_tool.validator
+    def _validate_run_tool(self, call: ToolCall) -> None:
+        if call.name not in TOOL_NAMES:
+            raise ApplicationError(
+                f"unknown tool {call.name!r}; the built-in tools are {', '.join(TOOL_NAMES)}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        if self._cancelled:
+            raise ApplicationError(
+                "the session workflow is being cancelled", type=_STEP_CANCELLED, non_retryable=True
+            )
+
+    async def _step(self, call: ToolCall) -> ToolResult:
+        policy = self._input.policy
+        wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        try:
+            if not self._acquired:
+                await self._tracked(
+                    workflow.start_activity_method(
+                        MangoActivities.acquire_sandbox,
+                        AcquireInput(session_id=self._input.session_id, spec=self._input.spec),
+                        start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                        heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                        retry_policy=_retry(policy),
+                        cancellation_type=wait,
+                        summary="acquire sandbox",
+                    )
+                )
+                self._acquired = True
+            result = await self._tracked(
+                workflow.start_activity_method(
+                    MangoActivities.execute_tool,
+                    ToolStepInput(
+                        session_id=self._input.session_id, call=call, spec=self._input.spec
+                    ),
+                    start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                    heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                    retry_policy=_retry(policy),
+                    cancellation_type=wait,
+                    summary=f"tool {call.name}",
+                )
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise _cancelled_step(call.name) from err
+            raise
+        except asyncio.CancelledError as err:
+            # The workflow's cancellation cancelled this step's activity (see run()).
+            raise _cancelled_step(call.name) from err
+        return result
+
+    async def _tracked(self, handle: workflow.ActivityHandle[_R]) -> _R:
+        """Await ``handle``; while it runs, a cancellation of the workflow cancels it."""
+        if self._cancelled:
+            handle.cancel()
+        self._running.append(handle)
+        try:
+            return await handle
+        finally:
+            self._running.remove(handle)
+
+
+def _cancelled_step(tool: str) -> ApplicationError:
+    return ApplicationError(
+        f"the {tool} step was cancelled together with the session workflow "
+        "(the session may be being deleted)",
+        type=_STEP_CANCELLED,
+        non_retryable=True,
+    )
+
+
+@workflow.defn(name=CLEANUP_WORKFLOW)
+class SandboxCleanupWorkflow:
+    """Delete one Session durably: stop its workflow, release its sandbox, delete its row."""
+
+    @workflow.run
+    async def run(self, request: CleanupInput) -> CleanupOutput:
+        """Run the three steps in order; a non-retryable failure fails this run."""
+        policy = request.policy
+        start_to_close = timedelta(seconds=max(300.0, policy.stop_grace + 60.0))
+        heartbeat = timedelta(seconds=policy.heartbeat_timeout)
+        await workflow.execute_activity_method(
+            MangoActivities.stop_session_workflow,
+            StopSessionWorkflowInput(session_id=request.session_id, grace=policy.stop_grace),
+            start_to_close_timeout=start_to_close,
+            heartbeat_timeout=heartbeat,
+            retry_policy=_retry(policy),
+            summary="stop session workflow",
+        )
+        await workflow.execute_activity_method(
+            MangoActivities.release_sandbox,
+            ReleaseInput(session_id=request.session_id),
+            start_to_close_timeout=start_to_close,
+            heartbeat_timeout=heartbeat,
+            retry_policy=_retry(policy),
+            summary="release sandbox",
+        )
+        deleted = await workflow.execute_activity_method(
+            MangoActivities.delete_session_record,
+            DeleteSessionRecordInput(session_id=request.session_id),
+            start_to_close_timeout=start_to_close,
+            retry_policy=_retry(policy),
+            summary="delete session row",
+        )
+        return CleanupOutput(session_id=request.session_id, deleted=deleted.deleted)
+
+
+@workflow.defn(name=RECONCILER_WORKFLOW)
+class ReconcilerWorkflow:
+    """One provider's reconciler: intents, then interrupted deletions, every ``interval``."""
+
+    def __init__(self) -> None:
+        """Start with an empty status."""
+        self._status = ReconcilerStatus()
+
+    @workflow.run
+    async def run(self, request: ReconcilerInput) -> None:
+        """Loop for ``passes_per_run`` passes, then continue as new."""
+        attempt = timedelta(seconds=request.attempt_timeout)
+        heartbeat = timedelta(seconds=request.policy.heartbeat_timeout)
+        # A pass gives up quickly: the next pass is the retry.
+        retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+        for _ in range(request.passes_per_run):
+            errors: list[str] = []
+            provisioning: ReconcileReport | None = None
+            deletions: ReconcileReport | None = None
+            try:
+                provisioning = await workflow.execute_activity_method(
+                    MangoActivities.reconcile_provisioning,
+                    ReconcileInput(limit=request.batch),
+                    start_to_close_timeout=attempt,
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=retry,
+                    summary="reconcile provisioning",
+                )
+            except ActivityError as err:
+                errors.append(f"reconcile provisioning: {err.cause or err}")
+            try:
+                deletions = await workflow.execute_activity_method(
+                    MangoActivities.finish_deletions,
+                    FinishDeletionsInput(
+                        limit=request.batch,
+                        retry_failed_after=request.retry_failed_after,
+                        policy=request.policy,
+                    ),
+                    start_to_close_timeout=attempt,
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=retry,
+                    summary="finish deletions",
+                )
+            except ActivityError as err:
+                errors.append(f"finish deletions: {err.cause or err}")
+            for error in errors:
+                workflow.logger.warning("reconciler pass failed: %s", error)
+            self._status = ReconcilerStatus(
+                passes=self._status.passes + 1,
+                provisioning=provisioning,
+                deletions=deletions,
+                errors=tuple(errors),
+            )
+            progressed = provisioning is not None and provisioning.completed > 0
+            await workflow.sleep(min(0.1, request.interval) if progressed else request.interval)
+        workflow.continue_as_new(request)
+
+    @workflow.query(name="Status")
+    def status(self) -> ReconcilerStatus:
+        """The outcome of the last pass."""
+        return self._status
+
+
+@workflow.defn(name=HEALTH_WORKFLOW)
+class ProviderHealthWorkflow:
+    """Ask a worker of one provider for its health report."""
+
+    @workflow.run
+    async def run(self, request: HealthInput) -> ProviderHealth:
+        """Run the health activity once on this task queue."""
+        return await workflow.execute_activity_method(
+            MangoActivities.provider_health,
+            request,
+            start_to_close_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+
+
+WORKFLOWS: tuple[type, ...] = (
+    SessionWorkflow,
+    SandboxCleanupWorkflow,
+    ReconcilerWorkflow,
+    ProviderHealthWorkflow,
+)
+"""Every workflow a mango worker registers."""

@@ -1,0 +1,144 @@
+"""Helpers of the Temporal tests: waiting on conditions, counting resources, worker handles."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from temporalio.client import Client
+
+from mango.domain import BindingStore
+from mango.local import LocalProvider
+from mango.temporal import MangoActivities, Orchestrator, StepPolicy
+
+FAST_POLICY = StepPolicy(
+    heartbeat_timeout=3.0,
+    initial_retry=0.2,
+    max_retry_interval=1.0,
+    stop_grace=10.0,
+)
+"""Short timeouts so that a dead worker's step is retried within seconds."""
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0, what: str = "condition"
+) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def session_dirs(base: Path) -> list[Path]:
+    """The provider resources of the local provider under ``base`` (live or half-deleted)."""
+    if not base.exists():
+        return []
+    return sorted(path for path in base.iterdir() if path.name.startswith("session-"))
+
+
+WorkerFactory = Callable[..., AbstractAsyncContextManager[MangoActivities]]
+
+
+MANGO = [sys.executable, "-c", "from mango.cli import main; main()"]
+"""The ``mango`` command, run by this interpreter."""
+
+
+@attrs.frozen
+class Harness:
+    """Everything a workflow test needs, as one fixture."""
+
+    client: Client
+    store: BindingStore
+    provider: LocalProvider
+    sandbox_dir: Path
+    queue_prefix: str
+    orchestrator: Orchestrator
+    run_worker: WorkerFactory
+    sid: Callable[[str], str]
+
+    def worker(self, **options: Any) -> AbstractAsyncContextManager[MangoActivities]:
+        """An in-process worker for the local provider, for the duration of the block."""
+        return self.run_worker(self.provider, self.store, **options)
+
+    def orchestrator_with(self, **options: Any) -> Orchestrator:
+        """A client like ``orchestrator`` with other settings."""
+        return attrs.evolve(self.orchestrator, **options)
+
+
+@attrs.define
+class WorkerProcess:
+    """A ``mango worker`` child process and its log."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        """Everything the worker printed so far."""
+        return self.log.read_text(errors="replace")
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until it prints the ready line (it is polling)."""
+
+        async def ready() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"worker exited with {self.process.returncode}:\n{self.text()}")
+            return "mango worker ready" in self.text()
+
+        await wait_until(ready, timeout, "the worker to be ready")
+
+    async def wait_exit(self, timeout: float = 60.0) -> int:
+        """Wait until it exits on its own; return its return code."""
+
+        async def exited() -> bool:
+            return self.process.poll() is not None
+
+        await wait_until(exited, timeout, "the worker to exit")
+        return self.process.returncode
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit within 20 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+@attrs.frozen
+class WorkerEnv:
+    """What a worker subprocess needs to join the test's database, server and queues."""
+
+    database_url: str
+    temporal_address: str
+    queue_prefix: str
+    sandbox_dir: Path
+    state_dir: Path
+
+    def environ(self, **extra: str) -> dict[str, str]:
+        """The environment of ``mango worker`` / ``mango exec`` children."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MANGO_")}
+        env.update(
+            MANGO_DATABASE_URL=self.database_url,
+            MANGO_TEMPORAL_ADDRESS=self.temporal_address,
+            MANGO_TEMPORAL_TASK_QUEUE_PREFIX=self.queue_prefix,
+            MANGO_SANDBOX="local",
+            MANGO_LOCAL_SANDBOX_DIR=str(self.sandbox_dir),
+            MANGO_STATE_DIR=str(self.state_dir),
+            MANGO_DISABLE_PLUGINS="1",
+        )
+        env.update(extra)
+        return env

@@ -1,0 +1,146 @@
+"""``mango worker``, ``--via-temporal`` and the doctor's Temporal checks."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from temporalio.service import RPCError
+
+from mango.cli import cli
+from mango.cli.durable import temporal_checks
+from mango.config import Settings
+from mango.domain import ConfigurationError, InvalidInput
+from mango.local import LocalProvider
+from mango.temporal import session_workflow_id
+from mango.temporal.faults import FaultPoint, fault_point_from_env, inject_faults
+
+from .support import MANGO, Harness, WorkerEnv, WorkerProcess, session_dirs
+
+
+def test_worker_refuses_an_unknown_provider() -> None:
+    """An unknown MANGO_SANDBOX stops the worker before anything starts, listing what exists."""
+    result = CliRunner().invoke(
+        cli, ["worker"], env={"MANGO_SANDBOX": "nosuch", "MANGO_DISABLE_PLUGINS": "1"}
+    )
+    assert result.exit_code == 2
+    assert "unknown sandbox provider 'nosuch' (installed: local)" in result.output
+
+
+def test_fault_injection_is_inert_unless_configured(tmp_path: Path) -> None:
+    """Unset, nothing is wrapped; set, only the known points are accepted."""
+    provider, store = LocalProvider(tmp_path), object()
+    assert fault_point_from_env({}) is None
+    assert inject_faults(provider, store, None) == (provider, store)  # type: ignore[arg-type]
+    assert fault_point_from_env({"MANGO_FAULT_POINT": "after-create"}) is FaultPoint.AFTER_CREATE
+    with pytest.raises(ConfigurationError, match="after-intent, after-create"):
+        fault_point_from_env({"MANGO_FAULT_POINT": "sometime"})
+
+
+def test_settings_validate_temporal_variables(tmp_path: Path) -> None:
+    """Address, namespace and task-queue prefix come from the environment, validated."""
+    settings = Settings.from_env(
+        {
+            "MANGO_STATE_DIR": str(tmp_path),
+            "MANGO_TEMPORAL_ADDRESS": "temporal.example:7233",
+            "MANGO_TEMPORAL_NAMESPACE": "prod",
+            "MANGO_TEMPORAL_TASK_QUEUE_PREFIX": "blue",
+        }
+    )
+    assert (settings.temporal_address, settings.temporal_namespace, settings.task_queue_prefix) == (
+        "temporal.example:7233",
+        "prod",
+        "blue",
+    )
+    for name, value in (
+        ("MANGO_TEMPORAL_ADDRESS", "http://x:1"),
+        ("MANGO_TEMPORAL_TASK_QUEUE_PREFIX", "bad prefix"),
+    ):
+        with pytest.raises(ConfigurationError, match=name):
+            Settings.from_env({"MANGO_STATE_DIR": str(tmp_path), name: value})
+
+
+async def mango(env: dict[str, str], *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    """Run the ``mango`` command; return its exit code, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *MANGO,
+        *args,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(stdin), 120)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.temporal
+@pytest.mark.postgres
+@pytest.mark.slow
+async def test_commands_travel_the_durable_path(
+    harness: Harness, worker_env: WorkerEnv, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """exec and sessions delete go through a worker when MANGO_TEMPORAL_ADDRESS is set."""
+    worker = spawn_worker()
+    await worker.wait_ready()
+    env = worker_env.environ()
+    session_id = harness.sid("cli")
+
+    code, out, err = await mango(
+        env,
+        "exec",
+        "--session",
+        session_id,
+        "--stdin",
+        "--",
+        "sh",
+        "-c",
+        "cat; exit 3",
+        stdin=b"piped\n",
+    )
+    assert (code, out) == (3, "piped\n"), err
+    description = await harness.client.get_workflow_handle(
+        session_workflow_id(session_id)
+    ).describe()
+    assert description.task_queue == f"{harness.queue_prefix}-local"
+
+    direct = harness.sid("direct")
+    code, out, _ = await mango(env, "exec", "--direct", "--session", direct, "--", "echo", "hi")
+    assert (code, out) == (0, "hi\n")
+    with pytest.raises(RPCError):
+        await harness.client.get_workflow_handle(session_workflow_id(direct)).describe()
+
+    checks = await temporal_checks(Settings.from_env(env))
+    assert [(c.name, c.ok) for c in checks] == [
+        ("temporal", True),
+        (f"worker {harness.queue_prefix}-local", True),
+    ]
+    assert "provider local answered" in checks[1].detail
+
+    code, out, err = await mango(env, "sessions", "delete", session_id, direct, "--json")
+    assert code == 0, err
+    assert '"deleted": true' in out
+    assert session_dirs(worker_env.sandbox_dir) == []
+
+    worker.stop()
+    assert worker.process.returncode == 0, worker.text()
+    assert "worker stopped" in worker.text()
+    missing = await temporal_checks(Settings.from_env(env), timeout=5)
+    assert (missing[1].ok, missing[1].hint) == (
+        False,
+        "start one: MANGO_SANDBOX=local mango worker",
+    )
+
+
+def test_stdin_must_be_text_on_the_durable_path(tmp_path: Path) -> None:
+    """Binary stdin cannot become a tool argument; the command says so."""
+    from mango.cli.durable import exec_via_temporal
+    from mango.domain import Command
+
+    settings = Settings(state_dir=tmp_path)
+    with pytest.raises(InvalidInput, match="UTF-8"):
+        asyncio.run(exec_via_temporal(settings, "s", Command(("cat",), stdin=b"\xff\xfe")))

@@ -1,0 +1,70 @@
+"""cattrs JSON payloads: round trips, the wire format, and typed refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from temporalio.api.common.v1 import Payload
+
+from mango.domain import ExecResult, InvalidInput, NetworkMode, SandboxRef, SandboxSpec
+from mango.temporal.messages import (
+    AcquireOutput,
+    ProviderHealth,
+    ReconcileReport,
+    SessionWorkflowInput,
+    ToolStepInput,
+    WriteFileInput,
+)
+from mango.temporal.payloads import data_converter
+from mango.temporal.tools import ToolCall, ToolResult
+
+VALUES = [
+    SessionWorkflowInput(
+        session_id="s-1",
+        spec=SandboxSpec(timeout=5, network=NetworkMode.LIMITED, network_allowed_hosts=("b", "a")),
+    ),
+    ToolStepInput(session_id="s-1", call=ToolCall("bash", {"command": "ls", "timeout": 2.5})),
+    WriteFileInput(session_id="s-1", path="bin/x", data=bytes(range(256))),
+    ToolResult(tool="bash", output="ok", exec_result=ExecResult(stdout=b"\x00\xff", exit_code=2)),
+    AcquireOutput(ref=SandboxRef("local", "/var/lib/x")),
+    ReconcileReport(3, 2, (("s-1", "boom"),)),
+    ProviderHealth(provider="local", task_queue="mango-local", reachable=True, detail="ok"),
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
+def test_round_trip(value: object) -> None:
+    """Every message comes back equal through the data converter."""
+    converter = data_converter.payload_converter
+    [payload] = converter.to_payloads([value])
+    assert payload.metadata["encoding"] == b"json/plain"
+    assert converter.from_payloads([payload], [type(value)]) == [value]
+
+
+def test_wire_format_is_plain_json() -> None:
+    """Enums travel as values, tuples as lists, bytes as text; readable by other SDKs."""
+    [payload] = data_converter.payload_converter.to_payloads(
+        [SandboxSpec(network=NetworkMode.BRIDGE, network_allowed_hosts=("x",))]
+    )
+    raw = json.loads(payload.data)
+    assert raw["network"] == "bridge"
+    assert raw["network_allowed_hosts"] == ["x"]
+
+
+def test_plain_values_still_convert() -> None:
+    """Values without a mango type (SDK internals, None, lists) use plain JSON."""
+    converter = data_converter.payload_converter
+    values = [None, "text", 3, [1, "a"], {"k": [True]}]
+    assert converter.from_payloads(converter.to_payloads(values), None) == values
+
+
+def test_a_malformed_payload_is_invalid_input_naming_the_fields() -> None:
+    """A payload that does not fit its type raises InvalidInput listing each problem."""
+    payload = Payload(
+        metadata={"encoding": b"json/plain"},
+        data=json.dumps({"session_id": " padded ", "spec": {"timeout": -1}}).encode(),
+    )
+    with pytest.raises(InvalidInput, match="SessionWorkflowInput") as caught:
+        data_converter.payload_converter.from_payloads([payload], [SessionWorkflowInput])
+    assert "payload.spec" in str(caught.value)
