@@ -248,3 +248,29 @@ async def test_put_binding_winner_returned(store: InMemoryBindingStore) -> None:
     first = await store.put_binding(Binding("s", SandboxRef("memory", "one"), "h"))
     second = await store.put_binding(Binding("s", SandboxRef("memory", "two"), "h"))
     assert second == first
+
+
+async def test_fence_from_another_process_beats_the_cache(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """A manager with a cached client still refuses a Session another worker fenced."""
+    cached = await _manager(store, make_provider())
+    await cached.acquire("s1", SPEC)
+    await store.fence_session("s1")
+    with pytest.raises(SessionDeleting):
+        await cached.acquire("s1", SPEC)
+
+
+async def test_recreated_session_does_not_reuse_a_stale_client(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A Session deleted and re-created elsewhere gets a new sandbox, not the stale cache."""
+    stale = await _manager(store, make_provider(idempotent=False))
+    first = await stale.acquire("s1", SPEC)
+    other = SessionManager(make_provider(idempotent=False), store)
+    assert await other.delete_session("s1") is True
+    await other.ensure_session("s1")
+    second = await stale.acquire("s1", SPEC)
+    assert second.ref != first.ref
+    assert first.ref.external_id not in world.resources
+    assert second.ref.external_id in world.resources

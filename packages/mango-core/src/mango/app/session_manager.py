@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from datetime import datetime
 
 import attrs
 
@@ -43,6 +44,7 @@ from mango.domain.values import (
     Binding,
     ProvisioningIntent,
     SandboxSpec,
+    SessionRecord,
     validate_session_id,
 )
 
@@ -70,6 +72,9 @@ class ReconcileReport:
 class _Cached:
     sandbox: Sandbox
     spec_hash: str
+    session_created_at: datetime
+    """Creation time of the Session row the client was cached for: a Session
+    deleted and re-created elsewhere under the same id never reuses it."""
 
 
 @attrs.define
@@ -136,17 +141,21 @@ class SessionManager:
         validate_session_id(session_id)
         self.admit(spec)
         async with self._locks.hold(session_id):
-            found = await self._existing_locked(session_id, spec, LifecycleCommand.ACQUIRE)
+            record = await self.store.get_session(session_id)
+            found = await self._existing_locked(session_id, spec, record, LifecycleCommand.ACQUIRE)
             if found is not None:
                 return found
-            return await self._provision_locked(session_id, spec)
+            return await self._provision_locked(session_id, spec, record)
 
     async def acquire_existing(self, session_id: str, spec: SandboxSpec) -> Sandbox | None:
         """Return the Session's bound sandbox, or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
         async with self._locks.hold(session_id):
-            return await self._existing_locked(session_id, spec, LifecycleCommand.ACQUIRE_EXISTING)
+            record = await self.store.get_session(session_id)
+            return await self._existing_locked(
+                session_id, spec, record, LifecycleCommand.ACQUIRE_EXISTING
+            )
 
     async def release(self, session_id: str) -> None:
         """Fence the Session and tear its sandbox down; idempotent.
@@ -224,23 +233,36 @@ class SessionManager:
     # ------------------------------------------------------------------ internals
 
     async def _existing_locked(
-        self, session_id: str, spec: SandboxSpec, command: LifecycleCommand
+        self,
+        session_id: str,
+        spec: SandboxSpec,
+        record: SessionRecord | None,
+        command: LifecycleCommand,
     ) -> Sandbox | None:
-        cached = self._cache.get(session_id)
-        if cached is not None:
+        # The Session row is read on every call, cached client or not, so a
+        # fence set by another process is honoured at once.
+        if record is not None and record.deleting:
+            self._cache.pop(session_id, None)
+            # A fenced Session admits no new work, even on a sandbox that still exists.
+            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
+        cached = self._cache.pop(session_id, None)
+        if (
+            cached is not None
+            and record is not None
+            and cached.session_created_at == record.created_at
+        ):
             self._require_package_proof(session_id, cached.spec_hash, spec)
+            self._cache[session_id] = cached
             return cached.sandbox
+        if record is None:
+            return None
         binding = await self.store.get_binding(session_id)
         if binding is None:
             return None
-        record = await self.store.get_session(session_id)
-        if record is not None and record.deleting:
-            # A fenced Session admits no new work, even on a sandbox that still exists.
-            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
         effects = transition(LifecycleState.BOUND, command).effects
         assert LifecycleEffect.ATTACH_RESOURCE in effects  # noqa: S101 - table invariant
         sandbox = await self._attach(binding, spec)
-        self._cache[session_id] = _Cached(sandbox, binding.spec_hash)
+        self._cache[session_id] = _Cached(sandbox, binding.spec_hash, record.created_at)
         return sandbox
 
     def _require_package_proof(self, session_id: str, binding_hash: str, spec: SandboxSpec) -> None:
@@ -278,7 +300,9 @@ class SessionManager:
                 f"provider {self.provider.name!r} returned a sandbox of {sandbox.ref.provider!r}"
             )
 
-    async def _provision_locked(self, session_id: str, spec: SandboxSpec) -> Sandbox:
+    async def _provision_locked(
+        self, session_id: str, spec: SandboxSpec, record: SessionRecord | None
+    ) -> Sandbox:
         effects = transition(LifecycleState.UNBOUND, LifecycleCommand.ACQUIRE).effects
         intent = ProvisioningIntent(
             session_id=session_id,
@@ -293,6 +317,9 @@ class SessionManager:
                     intent = await self._persist_intent(intent)
                 except _AlreadyBound as won:
                     return won.sandbox
+                if record is None:  # created between our read and the intent
+                    record = await self.store.get_session(session_id)
+                    assert record is not None  # noqa: S101 - the intent's FK guarantees it
                 spec = intent.spec  # the stored spec wins, so identity cannot drift
             elif effect is LifecycleEffect.CREATE_RESOURCE:
                 sandbox = await self._create(session_id, spec)
@@ -303,7 +330,8 @@ class SessionManager:
         assert sandbox is not None  # noqa: S101 - the table always creates
         publish = transition(LifecycleState.PROVISIONING, LifecycleCommand.RESOURCE_READY)
         assert publish.effects == (LifecycleEffect.PUBLISH_BINDING,)  # noqa: S101
-        return await self._publish(session_id, spec, sandbox)
+        assert record is not None  # noqa: S101 - set once the intent is stored
+        return await self._publish(session_id, spec, sandbox, record)
 
     async def _persist_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
         try:
@@ -312,7 +340,11 @@ class SessionManager:
             binding = await self.store.get_binding(intent.session_id)
             if binding is not None:
                 sandbox = await self._attach(binding, intent.spec)
-                self._cache[intent.session_id] = _Cached(sandbox, binding.spec_hash)
+                current = await self.store.get_session(intent.session_id)
+                if current is not None:
+                    self._cache[intent.session_id] = _Cached(
+                        sandbox, binding.spec_hash, current.created_at
+                    )
                 raise _AlreadyBound(sandbox) from None
             record = await self.store.get_session(intent.session_id)
             if record is None:
@@ -343,7 +375,9 @@ class SessionManager:
             raise
         return sandbox
 
-    async def _publish(self, session_id: str, spec: SandboxSpec, sandbox: Sandbox) -> Sandbox:
+    async def _publish(
+        self, session_id: str, spec: SandboxSpec, sandbox: Sandbox, record: SessionRecord
+    ) -> Sandbox:
         proposed = Binding(
             session_id=session_id, ref=sandbox.ref, spec_hash=binding_spec_hash(spec)
         )
@@ -352,7 +386,7 @@ class SessionManager:
             log.info("session %s: another worker won the binding; destroying ours", session_id)
             await self._best_effort_destroy(sandbox)
             sandbox = await self._attach(winner, spec)
-        self._cache[session_id] = _Cached(sandbox, winner.spec_hash)
+        self._cache[session_id] = _Cached(sandbox, winner.spec_hash, record.created_at)
         return sandbox
 
     async def _best_effort_destroy(self, sandbox: Sandbox) -> None:
