@@ -44,7 +44,6 @@ from mango.domain.errors import (
     OwnershipError,
     ProviderUnavailable,
     SandboxNotFound,
-    SessionDeleting,
 )
 from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
@@ -157,20 +156,9 @@ class MangoActivities:
 
     # ------------------------------------------------------------ helpers
 
-    async def _admitted(self, session_id: str) -> None:
-        """Refuse work for a Session that does not exist or is fenced for deletion."""
-        validate_session_id(session_id)
-        record = await self.store.get_session(session_id)
-        if record is None:
-            raise InvalidInput(
-                f"session {session_id!r} does not exist (never created, or deleted)",
-                hint="create the session before running tool steps in it",
-            )
-        if record.deleting:
-            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
-
     async def _sandbox(self, session_id: str, spec: SandboxSpec) -> Sandbox:
-        await self._admitted(session_id)
+        # SessionManager reads the Session row on every acquire: an absent
+        # Session is InvalidInput and a fenced one SessionDeleting.
         try:
             return await self.manager.acquire(session_id, spec)
         except SandboxNotFound as exc:
