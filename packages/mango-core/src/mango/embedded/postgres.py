@@ -68,6 +68,7 @@ from mango.embedded._cluster import (
     read_postmaster,
     run_tool,
     server_major,
+    stage_binaries,
     tail,
     write_credentials,
 )
@@ -157,6 +158,11 @@ class EmbeddedPostgres:
             return self._url
         bin_dir = find_binaries()
         account = run_as_account(self.data_dir)
+        if account is not None and find_unreachable(account, bin_dir) is not None:
+            # The server account cannot reach the virtual environment: run a
+            # world-readable copy kept beside the data directory instead.
+            self._prepare_parent(account)
+            bin_dir = stage_binaries(bin_dir, self.data_dir.parent / ".pginstall")
         self._prepare_parent(account, bin_dir)
         with exclusive_lock(
             self._sibling(".lock"), timeout=self.timeout * 3, what="starting PostgreSQL"
@@ -203,11 +209,11 @@ class EmbeddedPostgres:
 
     # ----------------------------------------------------------------- start
 
-    def _prepare_parent(self, account: Account | None, bin_dir: Path) -> None:
+    def _prepare_parent(self, account: Account | None, *reach: Path) -> None:
         parent = self.data_dir.parent
         existed = parent.exists()
         if account is not None:
-            self._check_reachable(account, parent, bin_dir)  # before creating anything
+            self._check_reachable(account, parent)  # before creating anything
         try:
             parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if account is not None and not existed:
@@ -218,7 +224,7 @@ class EmbeddedPostgres:
                 hint=f"set MANGO_STATE_DIR to a writable directory, {FALLBACK_HINT}",
             ) from exc
         if account is not None:
-            self._check_reachable(account, parent, bin_dir)  # what mkdir created, under umask
+            self._check_reachable(account, parent, *reach)  # what mkdir created, under umask
 
     @staticmethod
     def _check_reachable(account: Account, *targets: Path) -> None:
