@@ -225,3 +225,25 @@ def test_root_is_refused_as_the_server_account(
     monkeypatch.setenv("MANGO_POSTGRES_USER", "root")
     with pytest.raises(ConfigurationError, match="uid 0"):
         EmbeddedPostgres(embedded_data_dir).start()
+
+
+def test_staged_binaries_run_and_are_reused(tmp_path: Path) -> None:
+    """The world-readable copy of the server tree runs, keeps its libraries, and is made once."""
+    import subprocess
+
+    from mango.embedded._cluster import find_binaries, stage_binaries
+
+    staged = stage_binaries(find_binaries(), tmp_path / ".pginstall")
+    assert staged != find_binaries()
+    for tool in ("postgres", "initdb", "pg_ctl"):
+        completed = subprocess.run(
+            [str(staged / tool), "--version"], capture_output=True, text=True, check=False
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert "PostgreSQL" in completed.stdout
+    assert (staged.stat().st_mode & 0o777) == 0o755
+    marker = staged / "postgres"
+    before = marker.stat().st_ino
+    assert stage_binaries(find_binaries(), tmp_path / ".pginstall") == staged
+    assert marker.stat().st_ino == before
+    assert not list((tmp_path / ".pginstall").glob(".*.tmp"))
