@@ -1,0 +1,142 @@
+"""The ``mango`` command line end to end: real processes, real PostgreSQL, local provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+MANGO = str(Path(sys.executable).with_name("mango"))
+
+
+@pytest.fixture
+def run(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Run ``mango ARGS`` with its own state dir and the test's database."""
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("MANGO_", "DOCKER_"))
+    }
+    env.update(
+        MANGO_DATABASE_URL=database_url,
+        MANGO_STATE_DIR=str(tmp_path / "state"),
+        MANGO_DISABLE_PLUGINS="1",
+    )
+
+    def invoke(*args: str, stdin: bytes = b"", extra: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        return subprocess.run(
+            [MANGO, *args],
+            input=stdin,
+            capture_output=True,
+            env={**env, **(extra or {})},
+            timeout=120,
+            check=False,
+        )
+
+    return invoke
+
+
+def test_exec_persists_files_between_calls(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A second exec in the same Session sees what the first wrote; exit codes pass through."""
+    first = run("exec", "--session", "demo", "--", "sh", "-c", "echo hello > note.txt; echo ok")
+    assert (first.returncode, first.stdout, first.stderr) == (0, b"ok\n", b"")
+    second = run("exec", "--session", "demo", "--", "cat", "note.txt")
+    assert (second.returncode, second.stdout) == (0, b"hello\n")
+    failing = run("exec", "--session", "demo", "--", "sh", "-c", "echo err >&2; exit 7")
+    assert (failing.returncode, failing.stderr) == (7, b"err\n")
+    piped = run("exec", "--session", "demo", "--stdin", "--", "cat", stdin=b"\x00\xffbin")
+    assert piped.stdout == b"\x00\xffbin"
+
+
+def test_exec_timeout_exits_124(run) -> None:  # type: ignore[no-untyped-def]
+    """A command past its timeout is terminated and the CLI exits 124."""
+    result = run("exec", "--session", "t", "--timeout", "0.3", "--", "sleep", "60")
+    assert result.returncode == 124
+    assert b"timed out" in result.stderr
+
+
+def test_files_round_trip_and_escape(run) -> None:  # type: ignore[no-untyped-def]
+    """files write/read round-trip binary data; an escaping path is one clear error."""
+    written = run("files", "write", "--session", "f", "deep/dir/a.bin", stdin=b"\x01\x02")
+    assert written.returncode == 0, written.stderr
+    read = run("files", "read", "--session", "f", "deep/dir/a.bin")
+    assert read.stdout == b"\x01\x02"
+    escape = run("files", "read", "--session", "f", "../etc/passwd")
+    assert escape.returncode == 2
+    assert escape.stderr.startswith(b"error: path '../etc/passwd' contains '..'")
+    assert b"Traceback" not in escape.stderr
+    missing = run("files", "read", "--session", "f", "absent.txt")
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        b"error: no file 'absent.txt' in session 'f'\n",
+    )
+
+
+def test_sessions_list_and_delete(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Listing shows the binding; deleting removes sandbox and record; twice is fine."""
+    assert run("exec", "--session", "s1", "--", "true").returncode == 0
+    listed = json.loads(run("sessions", "list", "--json").stdout)
+    assert [(row["session_id"], row["state"]) for row in listed] == [("s1", "bound")]
+    assert listed[0]["sandbox"].startswith("local:")
+    deleted = json.loads(run("sessions", "delete", "s1", "--json").stdout)
+    assert deleted == [{"session_id": "s1", "deleted": True}]
+    assert not list((tmp_path / "state" / "sandboxes").glob("session-*"))
+    again = json.loads(run("sessions", "delete", "s1", "--json").stdout)
+    assert again == [{"session_id": "s1", "deleted": False}]
+    assert json.loads(run("sessions", "list", "--json").stdout) == []
+
+
+def test_bad_input_gives_one_line_not_a_traceback(run) -> None:  # type: ignore[no-untyped-def]
+    """Unknown provider, empty session id and bad settings are clear errors."""
+    unknown = run("exec", "--session", "x", "--", "true", extra={"MANGO_SANDBOX": "nosuch"})
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == [
+        b"error: unknown sandbox provider 'nosuch' (installed: local)",
+        b"hint: set MANGO_SANDBOX to one of the installed names, or install the plugin",
+    ]
+    empty = run("exec", "--session", "", "--", "true")
+    assert empty.returncode == 2
+    assert b"session id is empty" in empty.stderr
+    bad_cap = run("exec", "--session", "x", "--", "true", extra={"MANGO_MAX_OUTPUT_BYTES": "-1"})
+    assert bad_cap.returncode == 2
+    assert b"MANGO_MAX_OUTPUT_BYTES" in bad_cap.stderr
+    for result in (unknown, empty, bad_cap):
+        assert b"Traceback" not in result.stderr
+
+
+def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
+    """providers, reconcile and doctor answer in JSON; doctor finds every part healthy."""
+    providers = json.loads(run("providers", "--json").stdout)
+    assert providers == [
+        {
+            "capabilities": [],
+            "description": providers[0]["description"],
+            "name": "local",
+            "selected": True,
+            "support_level": "development",
+        }
+    ]
+    report = json.loads(run("reconcile", "--json").stdout)
+    assert report["provisioning"] == {"attempted": 0, "completed": 0, "failures": []}
+    doctor = run("doctor", "--json")
+    checks = {check["name"]: check["ok"] for check in json.loads(doctor.stdout)}
+    assert checks["configuration"]
+    assert checks["database"]
+    assert checks["provider local"]
+
+
+def test_doctor_reports_an_unreachable_database(run) -> None:  # type: ignore[no-untyped-def]
+    """A database that refuses connections is a failed check with a hint, exit 1."""
+    result = run(
+        "doctor",
+        "--json",
+        extra={"MANGO_DATABASE_URL": "postgresql://mango:secret@127.0.0.1:1/mango"},
+    )
+    assert result.returncode == 1
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    assert checks["database"]["ok"] is False
+    assert b"secret" not in result.stdout + result.stderr
