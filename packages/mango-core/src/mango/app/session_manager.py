@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
+from typing import TypeVar
 
 import attrs
 
@@ -51,6 +52,7 @@ from mango.domain.values import (
 __all__ = ["ReconcileReport", "SessionManager"]
 
 log = logging.getLogger(__name__)
+_Item = TypeVar("_Item")
 
 
 @attrs.frozen
@@ -189,41 +191,27 @@ class SessionManager:
         Every listed intent of this provider is attempted even if some fail.
         """
         intents = await self.store.list_intents(self.provider.name, limit)
-        completed = 0
-        failures: list[tuple[str, str]] = []
-        for intent in intents:
-            try:
-                if intent.deleting:
-                    await self.release(intent.session_id)
-                else:
-                    await self.acquire(intent.session_id, intent.spec)
-                if await self.store.get_intent(intent.session_id) is not None:
-                    raise MangoError(  # noqa: TRY301 - recorded like any other failure
-                        f"intent of session {intent.session_id!r} remains unresolved"
-                    )
-                completed += 1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - each failure is isolated and reported
-                log.warning("reconcile %s failed: %s", intent.session_id, exc)
-                failures.append((intent.session_id, f"{type(exc).__name__}: {exc}"))
-        return ReconcileReport(len(intents), completed, tuple(failures))
+
+        async def settle(intent: ProvisioningIntent) -> None:
+            if intent.deleting:
+                await self.release(intent.session_id)
+            else:
+                await self.acquire(intent.session_id, intent.spec)
+            if await self.store.get_intent(intent.session_id) is not None:
+                raise MangoError(f"intent of session {intent.session_id!r} remains unresolved")
+
+        return await _attempt_each("reconcile", [(i.session_id, i) for i in intents], settle)
 
     async def finish_deletions(self, limit: int = 100) -> ReconcileReport:
         """Finish deletions that were fenced but not completed (after a crash)."""
         records = await self.store.list_deleting_sessions(limit)
-        completed = 0
-        failures: list[tuple[str, str]] = []
-        for record in records:
-            try:
-                await self.delete_session(record.session_id)
-                completed += 1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - each failure is isolated and reported
-                log.warning("finish deletion of %s failed: %s", record.session_id, exc)
-                failures.append((record.session_id, f"{type(exc).__name__}: {exc}"))
-        return ReconcileReport(len(records), completed, tuple(failures))
+
+        async def finish(record: SessionRecord) -> None:
+            await self.delete_session(record.session_id)
+
+        return await _attempt_each(
+            "finish deletion of", [(r.session_id, r) for r in records], finish
+        )
 
     async def aclose(self) -> None:
         """Forget cached clients and close the provider's connections."""
@@ -447,6 +435,26 @@ class SessionManager:
                 f"{intent.provider!r}; only a worker of that provider can reconcile it"
             )
         await self.store.delete_intent(intent)
+
+
+async def _attempt_each(
+    what: str,
+    items: list[tuple[str, _Item]],
+    action: Callable[[_Item], Awaitable[None]],
+) -> ReconcileReport:
+    """Run ``action`` on every item; a failure is logged and reported, never stops the rest."""
+    completed = 0
+    failures: list[tuple[str, str]] = []
+    for session_id, item in items:
+        try:
+            await action(item)
+            completed += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - each failure is isolated and reported
+            log.warning("%s %s failed: %s", what, session_id, exc)
+            failures.append((session_id, f"{type(exc).__name__}: {exc}"))
+    return ReconcileReport(len(items), completed, tuple(failures))
 
 
 class _AlreadyBound(Exception):
