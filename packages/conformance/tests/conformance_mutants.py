@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import attrs
 
+from mango.app import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import SandboxNotFound
 from mango.domain.ports import Provider, Sandbox
@@ -28,30 +29,8 @@ _counter = itertools.count()
 
 
 @attrs.define
-class WrappedSandbox:
+class WrappedSandbox(SandboxWrapper):
     """Delegates everything to the local sandbox; mutants override one method."""
-
-    inner: Sandbox
-
-    @property
-    def ref(self) -> SandboxRef:
-        return self.inner.ref
-
-    @property
-    def root(self) -> str:
-        return self.inner.root
-
-    async def exec(self, command: Command) -> ExecResult:
-        return await self.inner.exec(command)
-
-    async def read_file(self, path: str) -> bytes:
-        return await self.inner.read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await self.inner.write_file(path, data)
-
-    async def destroy(self) -> None:
-        await self.inner.destroy()
 
 
 @attrs.define

@@ -9,10 +9,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from mango.app import SandboxWrapper
 from mango.domain import (
     CapabilitySet,
-    Command,
-    ExecResult,
     OwnershipError,
     ProviderRegistration,
     ProvisioningIntent,
@@ -21,7 +20,6 @@ from mango.domain import (
     SupportLevel,
     spec_hash,
 )
-from mango.domain.ports import Sandbox
 from mango.domain.registry import ProviderRegistry
 from mango.local import LocalProvider
 from mango.plugins import hookimpl, load_plugins
@@ -36,30 +34,12 @@ ALT = "alt"
 
 
 @attrs.define
-class AltSandbox:
+class AltSandbox(SandboxWrapper):
     """A local sandbox that reports itself as provider ``alt``."""
-
-    inner: Sandbox
 
     @property
     def ref(self) -> SandboxRef:
         return SandboxRef(ALT, self.inner.ref.external_id)
-
-    @property
-    def root(self) -> str:
-        return self.inner.root
-
-    async def exec(self, command: Command) -> ExecResult:
-        return await self.inner.exec(command)
-
-    async def read_file(self, path: str) -> bytes:
-        return await self.inner.read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await self.inner.write_file(path, data)
-
-    async def destroy(self) -> None:
-        await self.inner.destroy()
 
 
 @attrs.define

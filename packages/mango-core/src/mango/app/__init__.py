@@ -4,12 +4,14 @@ from mango.app.clock import ManualClock, SystemClock
 from mango.app.memory_store import InMemoryBindingStore
 from mango.app.packages import PackageSetupFailed, install_packages, package_commands
 from mango.app.session_manager import ReconcileReport, SessionManager
+from mango.app.wrappers import SandboxWrapper
 
 __all__ = [
     "InMemoryBindingStore",
     "ManualClock",
     "PackageSetupFailed",
     "ReconcileReport",
+    "SandboxWrapper",
     "SessionManager",
     "SystemClock",
     "install_packages",

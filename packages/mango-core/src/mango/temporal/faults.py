@@ -23,17 +23,16 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import attrs
 
+from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ConfigurationError
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.values import (
     Binding,
-    Command,
-    ExecResult,
     ProvisioningIntent,
     SandboxRef,
     SandboxSpec,
@@ -77,35 +76,13 @@ def _crash(point: FaultPoint) -> NoReturn:
 
 
 @attrs.define
-class _Sandbox:
-    inner: Sandbox
+class _Sandbox(SandboxWrapper):
     point: FaultPoint
-
-    @property
-    def ref(self) -> SandboxRef:
-        return self.inner.ref
-
-    @property
-    def root(self) -> str:
-        return self.inner.root
-
-    async def exec(self, command: Command) -> ExecResult:
-        return await self.inner.exec(command)
-
-    async def read_file(self, path: str) -> bytes:
-        return await self.inner.read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await self.inner.write_file(path, data)
 
     async def destroy(self) -> None:
         await self.inner.destroy()
         if self.point is FaultPoint.DURING_DESTROY:
             _crash(self.point)
-
-    def __getattr__(self, name: str) -> Any:
-        # Optional capability protocols (runtime_checkable) see the inner sandbox's methods.
-        return getattr(self.inner, name)
 
 
 @attrs.define

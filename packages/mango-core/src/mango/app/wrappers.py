@@ -1,0 +1,55 @@
+"""A delegating sandbox, the base for decorators (fault injection, renaming, mutants)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from mango.domain.ports import Sandbox
+from mango.domain.values import Command, ExecResult, SandboxRef
+
+__all__ = ["SandboxWrapper"]
+
+
+@attrs.define
+class SandboxWrapper:
+    """Delegates every :class:`~mango.domain.ports.Sandbox` operation to ``inner``.
+
+    Subclass it and override one method to decorate a sandbox. Attributes it
+    does not define (the optional capability operations) are looked up on
+    ``inner``, so capability checks see what the wrapped sandbox offers.
+    """
+
+    inner: Sandbox
+
+    @property
+    def ref(self) -> SandboxRef:
+        """The wrapped sandbox's reference."""
+        return self.inner.ref
+
+    @property
+    def root(self) -> str:
+        """The wrapped sandbox's workspace root."""
+        return self.inner.root
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command`` in the wrapped sandbox."""
+        return await self.inner.exec(command)
+
+    async def read_file(self, path: str) -> bytes:
+        """Read from the wrapped sandbox."""
+        return await self.inner.read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write to the wrapped sandbox."""
+        await self.inner.write_file(path, data)
+
+    async def destroy(self) -> None:
+        """Destroy the wrapped sandbox."""
+        await self.inner.destroy()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (during construction): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
