@@ -17,19 +17,32 @@ import attrs
 import platformdirs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
+from mango.domain.registry import SettingSpec
 from mango.domain.values import validate_provider_name
 
 __all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
+    "MAX_OUTPUT_BYTES_ENV",
+    "MAX_OUTPUT_BYTES_SETTING",
     "ROOT_STATE_DIR",
     "Settings",
+    "max_output_bytes",
     "redact_url",
     "state_dir",
 ]
 
 DEFAULT_PROVIDER = "local"
+MAX_OUTPUT_BYTES_ENV = "MANGO_MAX_OUTPUT_BYTES"
+DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+"""Default per-stream cap on the output an exec keeps, shared by the providers."""
+MAX_OUTPUT_BYTES_SETTING = SettingSpec(
+    env=MAX_OUTPUT_BYTES_ENV,
+    description="per-stream cap, in bytes, on the output an exec keeps",
+    default=str(DEFAULT_MAX_OUTPUT_BYTES),
+)
 ROOT_STATE_DIR = Path("/var/lib/mango")
 """The default state directory when running as root."""
 DEFAULT_TEMPORAL_NAMESPACE = "default"
@@ -57,6 +70,21 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     if os.name == "posix" and os.geteuid() == 0:
         return ROOT_STATE_DIR
     return platformdirs.user_state_path("mango", appauthor=False)
+
+
+def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The per-stream output cap from ``MANGO_MAX_OUTPUT_BYTES`` (a positive integer)."""
+    env = os.environ if env is None else env
+    text = env.get(MAX_OUTPUT_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_OUTPUT_BYTES
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer, got {text!r}")
+    return value
 
 
 def redact_url(url: str) -> str:

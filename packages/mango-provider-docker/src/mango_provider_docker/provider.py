@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from mango.config import DEFAULT_MAX_OUTPUT_BYTES
 from mango.domain.capabilities import CapabilitySet, admit
 from mango.domain.errors import (
     ConfigurationError,
@@ -61,7 +62,6 @@ DEFAULT_IMAGE = "alpine:latest"
 DEFAULT_MEMORY = "1g"
 DEFAULT_CPUS = 1.0
 DEFAULT_PIDS_LIMIT = 512
-DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 """Default cap, per stream, on the output an exec keeps."""
 CONFLICT_WAIT_SECONDS = 30.0
 """After losing the race for a container name, how long to wait for the winner's container."""

@@ -12,14 +12,18 @@ from typing import TextIO
 
 import attrs
 
-from mango.config import state_dir
+from mango.config import (
+    MAX_OUTPUT_BYTES_ENV,
+    MAX_OUTPUT_BYTES_SETTING,
+    max_output_bytes,
+    state_dir,
+)
 from mango.domain.errors import ConfigurationError, InvalidInput
 from mango.domain.registry import SettingSpec
 from mango_provider_docker.container import default_limits
 from mango_provider_docker.provider import (
     DEFAULT_CPUS,
     DEFAULT_IMAGE,
-    DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MEMORY,
     DEFAULT_PIDS_LIMIT,
     DockerProvider,
@@ -51,7 +55,6 @@ MEMORY_ENV = "MANGO_SANDBOX_MEMORY"
 CPUS_ENV = "MANGO_SANDBOX_CPUS"
 PIDS_LIMIT_ENV = "MANGO_SANDBOX_PIDS_LIMIT"
 PULL_ENV = "MANGO_SANDBOX_PULL"
-MAX_OUTPUT_BYTES_ENV = "MANGO_MAX_OUTPUT_BYTES"
 STATE_DIR_ENV = "MANGO_STATE_DIR"
 
 SETTINGS = (
@@ -96,11 +99,7 @@ SETTINGS = (
         description="pull a missing image (1) or refuse to start without it (0)",
         default="1",
     ),
-    SettingSpec(
-        env=MAX_OUTPUT_BYTES_ENV,
-        description="per-stream cap, in bytes, on the output an exec keeps",
-        default=str(DEFAULT_MAX_OUTPUT_BYTES),
-    ),
+    MAX_OUTPUT_BYTES_SETTING,
 )
 """The settings the Docker provider reads, as its registration declares them."""
 
@@ -165,12 +164,8 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
         cpus=_number(env, CPUS_ENV, str(DEFAULT_CPUS), integer=False),
         pids_limit=int(_number(env, PIDS_LIMIT_ENV, str(DEFAULT_PIDS_LIMIT), integer=True)),
         pull=pull_text in ("1", "true", "yes"),
-        max_output_bytes=int(
-            _number(env, MAX_OUTPUT_BYTES_ENV, str(DEFAULT_MAX_OUTPUT_BYTES), integer=True)
-        ),
+        max_output_bytes=max_output_bytes(env),
     )
-    if settings.max_output_bytes <= 0:
-        raise ConfigurationError(f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer")
     try:
         default_limits(settings.memory, settings.cpus, settings.pids_limit)
     except InvalidInput as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from mango.config import DEFAULT_MAX_OUTPUT_BYTES
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import InvalidInput, OwnershipError
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
@@ -18,7 +19,6 @@ from mango.local.sandbox import LocalSandbox, checkpoint
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
 
-DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 """Default cap, per stream, on the output an exec keeps."""
 
 

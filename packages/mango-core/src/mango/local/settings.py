@@ -8,10 +8,15 @@ from pathlib import Path
 
 import attrs
 
-from mango.config import state_dir
+from mango.config import (
+    MAX_OUTPUT_BYTES_ENV,
+    MAX_OUTPUT_BYTES_SETTING,
+    max_output_bytes,
+    state_dir,
+)
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import SettingSpec
-from mango.local.provider import DEFAULT_MAX_OUTPUT_BYTES, LocalProvider
+from mango.local.provider import LocalProvider
 
 __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
@@ -24,7 +29,6 @@ __all__ = [
 ]
 
 SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
-MAX_OUTPUT_BYTES_ENV = "MANGO_MAX_OUTPUT_BYTES"
 STATE_DIR_ENV = "MANGO_STATE_DIR"
 
 SETTINGS = (
@@ -36,11 +40,7 @@ SETTINGS = (
             "/var/lib/mango for root, else the user state directory)"
         ),
     ),
-    SettingSpec(
-        env=MAX_OUTPUT_BYTES_ENV,
-        description="per-stream cap, in bytes, on the output an exec keeps",
-        default=str(DEFAULT_MAX_OUTPUT_BYTES),
-    ),
+    MAX_OUTPUT_BYTES_SETTING,
 )
 """The settings the local provider reads, as its registration declares them."""
 
@@ -74,18 +74,7 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
         sandbox_dir = _absolute_dir(SANDBOX_DIR_ENV, sandbox_dir_text)
     else:
         sandbox_dir = state_dir(env) / "sandboxes"
-    cap_text = env.get(MAX_OUTPUT_BYTES_ENV, "").strip()
-    max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
-    if cap_text:
-        try:
-            max_output_bytes = int(cap_text, 10)
-        except ValueError:
-            max_output_bytes = 0
-        if max_output_bytes <= 0:
-            raise ConfigurationError(
-                f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer, got {cap_text!r}"
-            )
-    return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes)
+    return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes(env))
 
 
 def open_local_provider(environ: Mapping[str, str] | None = None) -> LocalProvider:
