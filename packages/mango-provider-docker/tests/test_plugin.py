@@ -48,7 +48,7 @@ def test_public_names_are_sorted_and_exported() -> None:
 def test_registration_is_beta_with_no_capabilities() -> None:
     """``docker`` registers through the entry point: beta, no optional capability."""
     registration = load_plugins().providers().get("docker")
-    assert registration.support_level is SupportLevel.BETA
+    assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet()
     names = {setting.env for setting in registration.settings}
     assert {

@@ -75,7 +75,7 @@ class AltPlugin:
             ProviderRegistration(
                 name=ALT,
                 capabilities=CapabilitySet(),
-                support_level=SupportLevel.EXPERIMENTAL,
+                support_level=SupportLevel.PREVIEW,
                 settings=(),
                 factory=lambda: AltProvider(LocalProvider(self.base)),
             )

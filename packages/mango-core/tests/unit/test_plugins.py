@@ -34,7 +34,7 @@ def _registration(
     return ProviderRegistration(
         name=name,
         capabilities=capabilities or CapabilitySet(),
-        support_level=SupportLevel.EXPERIMENTAL,
+        support_level=SupportLevel.PREVIEW,
         settings=(),
         factory=factory,
     )

@@ -28,7 +28,7 @@ def mango_register_providers(registry: ProviderRegistry) -> None:
         ProviderRegistration(
             name=PROVIDER_NAME,
             capabilities=CapabilitySet(),
-            support_level=SupportLevel.BETA,
+            support_level=SupportLevel.AVAILABLE,
             settings=SETTINGS,
             factory=open_docker_provider,
             description="one container per Session on a Docker Engine (aiodocker, no CLI)",

@@ -8,6 +8,7 @@ see the mango error tree.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -15,7 +16,9 @@ from mango.domain.capabilities import CapabilitySet
 from mango.domain.values import (
     Binding,
     Command,
+    ExecEvent,
     ExecResult,
+    OwnedResource,
     ProvisioningIntent,
     SandboxRef,
     SandboxSpec,
@@ -26,6 +29,7 @@ __all__ = [
     "BindingStore",
     "Clock",
     "FileResourceSandbox",
+    "KeepAliveSandbox",
     "LimitedNetworkSandbox",
     "MemoryStoreSandbox",
     "Provider",
@@ -69,6 +73,23 @@ class Sandbox(Protocol):
           and discarded (memory stays O(cap)) and the truncation flag is set.
         * Raises :class:`SandboxNotFound` if the resource is gone,
           :class:`ProviderUnavailable` for transient backend failures.
+        """
+        ...
+
+    def exec_stream(
+        self, command: Command
+    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
+        """Run ``command`` and deliver its output as it arrives.
+
+        Used as ``async with sandbox.exec_stream(cmd) as events: async for event in events``.
+        The iterator yields :class:`~mango.domain.values.OutputChunk` values in
+        the order the provider received them (at most the cap per stream in
+        total; bytes past it are drained and dropped), then exactly one
+        :class:`ExecResult` whose ``stdout``/``stderr`` are empty and whose exit
+        code and flags are final. The same timeout, cancellation and cap rules
+        as :meth:`exec` apply; leaving the block before the result (or
+        cancelling the task) terminates the command's process tree.
+        ``exec`` is the buffered form of the same stream.
         """
         ...
 
@@ -126,6 +147,36 @@ class Provider(Protocol):
         """
         ...
 
+    async def find(self, session_key: str) -> SandboxRef | None:
+        """Return the reference of the resource that carries ``session_key``'s ownership, or None.
+
+        Read-only: never creates, starts or resumes anything. Raises
+        :class:`ProviderUnavailable` if the backend cannot answer.
+        """
+        ...
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        """Remove the resource ``ref`` of ``session_key`` without attaching to it.
+
+        Idempotent (a resource already gone is success). Ownership is checked by
+        the provider's own records (labels, metadata, names), never by trusting
+        anything inside the sandbox; raises :class:`OwnershipError` if ``ref``
+        belongs to another Session key or deployment.
+        """
+        ...
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        """Every resource this deployment (namespace) owns at this provider, in any state."""
+        ...
+
+    async def health(self) -> str:
+        """Make a real round trip to the backend and return a one-line description.
+
+        Raises :class:`ProviderUnavailable` if it cannot be reached and
+        :class:`ConfigurationError` if it refuses the configured credentials.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release client resources (connections); resources themselves stay."""
         ...
@@ -138,6 +189,15 @@ class BindingStore(Protocol):
     only a row that still matches the caller's value. No credential is ever
     stored.
     """
+
+    async def deployment_namespace(self) -> str:
+        """This deployment's namespace: generated once per store, then always the same.
+
+        Every ownership label and deterministic name a provider makes carries
+        it, so two deployments sharing a backend never see each other's
+        resources.
+        """
+        ...
 
     async def ensure_session(self, session_id: str) -> SessionRecord:
         """Create the Session row if absent and return the stored row."""
@@ -222,6 +282,23 @@ class Clock(Protocol):
 # Optional capability protocols. A provider that declares the capability must
 # give sandboxes that implement the matching protocol. Their operations are
 # specified here and filled in by the issues that build each capability.
+
+
+@runtime_checkable
+class KeepAliveSandbox(Protocol):
+    """A sandbox that the backend may pause or expire when idle (E2B, Cube, Daytona).
+
+    SessionManager calls :meth:`keep_alive` on every acquire, cached client or
+    not, before handing the sandbox out, so a Session in use is never paused
+    under a tool step.
+    """
+
+    async def keep_alive(self) -> None:
+        """Resume the sandbox if it is paused and extend its idle deadline.
+
+        Raises :class:`SandboxNotFound` if it is gone.
+        """
+        ...
 
 
 @runtime_checkable

@@ -8,7 +8,8 @@ and no credential is read until a provider is actually opened.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -23,21 +24,79 @@ from mango.domain.values import validate_provider_name
 __all__ = [
     "ConformanceTarget",
     "ConformanceTargetRegistry",
+    "ProviderContext",
     "ProviderRegistration",
     "ProviderRegistry",
+    "Quirk",
     "SettingSpec",
     "SupportLevel",
+    "validate_namespace",
 ]
+
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9-]{0,30}[a-z0-9]\Z|[a-z0-9]\Z")
 
 
 class SupportLevel(enum.StrEnum):
-    """How much trust a provider has earned."""
+    """How far a provider has come (the design card's levels)."""
 
-    STABLE = "stable"
-    BETA = "beta"
-    EXPERIMENTAL = "experimental"
+    AVAILABLE = "available"
+    """Passes conformance and is supported for production use."""
+    PREVIEW = "preview"
+    """Passes conformance against its fake; live use is not yet proven at scale."""
+    PLANNED = "planned"
+    """Announced; not usable yet."""
+    EVALUATING = "evaluating"
+    """Under evaluation; may never ship."""
     DEVELOPMENT = "development"
     """For development only; not an isolation boundary (the local provider)."""
+
+
+class Quirk(enum.StrEnum):
+    """A deviation from the sandbox contract that a provider cannot avoid.
+
+    Declared in the registration, so admission, SessionManager and the
+    conformance suite read it without constructing the provider.
+    """
+
+    TIMEOUT_KILLS_LEADER_ONLY = "timeout-kills-leader-only"
+    """A timeout or cancellation kills the command but may leave processes it started."""
+    STDERR_MERGED = "stderr-merged"
+    """The backend merges stderr into stdout; ``stderr`` is always empty."""
+    OUTPUT_AT_END = "output-at-end"
+    """The backend returns output only when the command ends; streaming delivers one chunk."""
+
+
+def validate_namespace(value: object) -> str:
+    """Return ``value`` if it is a deployment namespace.
+
+    1 to 32 of ``[a-z0-9-]``, with no '-' at either end.
+    """
+    if not isinstance(value, str) or not _NAMESPACE.match(value):
+        raise InvalidInput(
+            f"deployment namespace {value!r} must be 1 to 32 lowercase letters, digits or '-', "
+            "not starting or ending with '-'"
+        )
+    return value
+
+
+def _namespace(_instance: object, _attribute: object, value: Any) -> None:
+    validate_namespace(value)
+
+
+def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
+    return frozenset(Quirk(value) for value in values)
+
+
+@attrs.frozen
+class ProviderContext:
+    """What mango hands a provider factory when the provider is opened.
+
+    ``namespace`` is the deployment's namespace (see
+    :meth:`~mango.domain.ports.BindingStore.deployment_namespace`); every
+    ownership label and deterministic name the provider makes must carry it.
+    """
+
+    namespace: str = attrs.field(validator=_namespace)
 
 
 @attrs.frozen
@@ -64,9 +123,11 @@ class ProviderRegistration:
     capabilities: CapabilitySet
     support_level: SupportLevel
     settings: tuple[SettingSpec, ...]
-    factory: Callable[[], Provider] = attrs.field(repr=False)
-    """Builds the provider; called only when this provider is selected."""
+    factory: Callable[[ProviderContext], Provider] = attrs.field(repr=False)
+    """Builds the provider from the deployment's context; called only when it is selected."""
     description: str = ""
+    quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
+    """Contract deviations the provider cannot avoid (see :class:`Quirk`)."""
 
 
 @attrs.define
@@ -108,13 +169,13 @@ class ProviderRegistry:
         """Declared capabilities of ``name``, without constructing anything."""
         return self.get(name).capabilities
 
-    def open(self, name: str) -> Provider:
+    def open(self, name: str, context: ProviderContext) -> Provider:
         """Construct the provider ``name`` and check it matches its registration.
 
         Fails closed: an unknown name never falls back to another provider.
         """
         registration = self.get(name)
-        provider = registration.factory()
+        provider = registration.factory(context)
         if provider.name != name:
             raise ConfigurationError(
                 f"provider registered as {name!r} reports the name {provider.name!r}"

@@ -22,8 +22,12 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "Binding",
     "Command",
+    "ExecEvent",
     "ExecResult",
     "NetworkMode",
+    "OutputChunk",
+    "OutputStream",
+    "OwnedResource",
     "PackagePlan",
     "ProvisioningIntent",
     "SandboxRef",
@@ -258,6 +262,25 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out and not self.cancelled
 
 
+class OutputStream(enum.StrEnum):
+    """Which output stream of a command a chunk came from."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+@attrs.frozen
+class OutputChunk:
+    """Bytes a command wrote to one stream, delivered as they arrive (streaming exec)."""
+
+    stream: OutputStream = attrs.field(converter=OutputStream)
+    data: bytes
+
+
+ExecEvent = OutputChunk | ExecResult
+"""What a streaming exec yields: chunks, then exactly one final :class:`ExecResult`."""
+
+
 def _external_id_validator(_instance: object, _attribute: object, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidInput("sandbox reference has an empty external id")
@@ -282,6 +305,17 @@ class SandboxRef:
         if not sep:
             raise InvalidInput(f"malformed sandbox reference {text!r}: expected 'provider:id'")
         return cls(provider=provider, external_id=external_id)
+
+
+@attrs.frozen
+class OwnedResource:
+    """A resource a provider holds for this deployment, as :meth:`Provider.list_owned` sees it.
+
+    ``session_hash`` is the fixed-length ownership label (never the raw Session id).
+    """
+
+    ref: SandboxRef
+    session_hash: str = attrs.field(validator=_non_empty)
 
 
 @attrs.frozen

@@ -1,0 +1,114 @@
+"""The provider-author surface: everything a backend distribution imports from mango-core.
+
+A provider plugin (``mango_provider_*``) and the conformance suite import this
+package and its submodules only; an import-linter contract keeps it so. It
+pulls neither temporalio, psycopg nor click. Modules that need an optional
+library are submodules, imported only by the providers that use them:
+
+* :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
+* :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from mango.domain.capabilities import Capability, CapabilitySet
+from mango.domain.errors import (
+    ConfigurationError,
+    InvalidInput,
+    InvalidPathError,
+    MangoError,
+    OwnershipError,
+    PathEscapeError,
+    PermanentError,
+    ProviderUnavailable,
+    SandboxNotFound,
+    is_permanent,
+)
+from mango.domain.hashing import session_key_hash
+from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
+from mango.domain.ports import (
+    FileResourceSandbox,
+    KeepAliveSandbox,
+    LimitedNetworkSandbox,
+    MemoryStoreSandbox,
+    Provider,
+    ResourceLockSandbox,
+    Sandbox,
+    SessionOutputSandbox,
+    SkillBundleSandbox,
+)
+from mango.domain.registry import (
+    ConformanceTarget,
+    ConformanceTargetRegistry,
+    ProviderContext,
+    ProviderRegistration,
+    ProviderRegistry,
+    Quirk,
+    SettingSpec,
+    SupportLevel,
+)
+from mango.domain.values import (
+    Command,
+    ExecEvent,
+    ExecResult,
+    NetworkMode,
+    OutputChunk,
+    OutputStream,
+    OwnedResource,
+    PackagePlan,
+    SandboxRef,
+    SandboxSpec,
+    validate_session_id,
+)
+
+__all__ = [
+    "Capability",
+    "CapabilitySet",
+    "Command",
+    "ConfigurationError",
+    "ConformanceTarget",
+    "ConformanceTargetRegistry",
+    "ExecEvent",
+    "ExecResult",
+    "FileResourceSandbox",
+    "InvalidInput",
+    "InvalidPathError",
+    "KeepAliveSandbox",
+    "LimitedNetworkSandbox",
+    "MangoError",
+    "MemoryStoreSandbox",
+    "NetworkMode",
+    "OutputChunk",
+    "OutputStream",
+    "OwnedResource",
+    "OwnershipError",
+    "PackagePlan",
+    "PathEscapeError",
+    "PermanentError",
+    "Provider",
+    "ProviderContext",
+    "ProviderRegistration",
+    "ProviderRegistry",
+    "ProviderUnavailable",
+    "Quirk",
+    "ResourceLockSandbox",
+    "Sandbox",
+    "SandboxNotFound",
+    "SandboxRef",
+    "SandboxSpec",
+    "SessionOutputSandbox",
+    "SettingSpec",
+    "SkillBundleSandbox",
+    "SupportLevel",
+    "hookimpl",
+    "is_permanent",
+    "normalize_workspace_dir",
+    "normalize_workspace_path",
+    "session_key_hash",
+    "validate_session_id",
+]
+
+hookimpl = pluggy.HookimplMarker("mango")
+"""The one marker for a plugin's hook implementations (``@hookimpl``)."""
