@@ -7,6 +7,8 @@ password before a URL is shown anywhere.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 from collections.abc import Mapping
@@ -27,9 +29,12 @@ __all__ = [
     "DEFAULT_TEMPORAL_NAMESPACE",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
+    "PAYLOAD_KEYS_ENV",
     "ROOT_STATE_DIR",
+    "PayloadKey",
     "Settings",
     "max_output_bytes",
+    "payload_keys",
     "redact_url",
     "state_dir",
 ]
@@ -102,6 +107,53 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"
+_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+
+
+@attrs.frozen
+class PayloadKey:
+    """One key of the Temporal payload codec: an id (stored with payloads) and 32 secret bytes."""
+
+    key_id: str
+    secret: bytes = attrs.field(repr=False)
+
+
+def payload_keys(env: Mapping[str, str] | None = None) -> tuple[PayloadKey, ...]:
+    """Parse ``MANGO_TEMPORAL_PAYLOAD_KEYS`` (``id:base64key,...``; the first encrypts).
+
+    Errors name the variable and the key id, never key material.
+    """
+    env = os.environ if env is None else env
+    text = env.get(PAYLOAD_KEYS_ENV, "").strip()
+    if not text:
+        return ()
+    keys: list[PayloadKey] = []
+    for position, item in enumerate(text.split(","), start=1):
+        key_id, sep, encoded = item.strip().partition(":")
+        if not sep or not _KEY_ID.match(key_id):
+            raise ConfigurationError(
+                f"{PAYLOAD_KEYS_ENV}: entry {position} must be 'id:base64key' with an id of "
+                "1-64 letters, digits, '.', '_' or '-'"
+            )
+        # Standard or URL-safe alphabet, padding optional.
+        text_key = encoded.strip().replace("-", "+").replace("_", "/")
+        try:
+            secret = base64.b64decode(text_key + "=" * (-len(text_key) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            secret = b""
+        if len(secret) != 32:
+            raise ConfigurationError(
+                f"{PAYLOAD_KEYS_ENV}: key {key_id!r} must be 32 bytes, base64-encoded",
+                hint='make one with: python -c "import base64, os; '
+                'print(base64.b64encode(os.urandom(32)).decode())"',
+            )
+        if any(key.key_id == key_id for key in keys):
+            raise ConfigurationError(f"{PAYLOAD_KEYS_ENV}: key id {key_id!r} is listed twice")
+        keys.append(PayloadKey(key_id, secret))
+    return tuple(keys)
+
+
 def _positive_float(env: Mapping[str, str], name: str) -> float | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -128,6 +180,8 @@ class Settings:
     temporal_namespace: str = DEFAULT_TEMPORAL_NAMESPACE
     task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
     """Workers of provider P poll ``<prefix>-P`` (``MANGO_TEMPORAL_TASK_QUEUE_PREFIX``)."""
+    temporal_payload_keys: tuple[PayloadKey, ...] = attrs.field(default=(), repr=False)
+    """``MANGO_TEMPORAL_PAYLOAD_KEYS``: when set, Temporal payloads are encrypted."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -163,6 +217,7 @@ class Settings:
             temporal_namespace=env.get("MANGO_TEMPORAL_NAMESPACE", "").strip()
             or DEFAULT_TEMPORAL_NAMESPACE,
             task_queue_prefix=prefix,
+            temporal_payload_keys=payload_keys(env),
         )
 
     @property

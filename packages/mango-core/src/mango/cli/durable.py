@@ -43,12 +43,13 @@ async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIte
     a client that started one would wait for a worker that does not exist.
     """
     namespace = settings.temporal_namespace
+    keys = settings.temporal_payload_keys
     if settings.temporal_address is not None:
-        yield await connect(settings.temporal_address, namespace)
+        yield await connect(settings.temporal_address, namespace, payload_keys=keys)
         return
     if start_embedded:
         async with embedded_temporal(settings.state_dir, namespace=namespace) as address:
-            yield await connect(address, namespace)
+            yield await connect(address, namespace, payload_keys=keys)
         return
     running = running_address(settings.state_dir)
     if running is None:
@@ -58,7 +59,7 @@ async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIte
             hint="start 'mango worker' (it runs one), set MANGO_TEMPORAL_ADDRESS, "
             "or drop --via-temporal",
         )
-    yield await connect(running, namespace)
+    yield await connect(running, namespace, payload_keys=keys)
 
 
 @asynccontextmanager
@@ -126,7 +127,11 @@ async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Che
         ]
     try:
         async with asyncio.timeout(timeout):
-            client = await connect(address, settings.temporal_namespace)
+            client = await connect(
+                address,
+                settings.temporal_namespace,
+                payload_keys=settings.temporal_payload_keys,
+            )
     except MangoError as exc:
         return [Check("temporal", False, str(exc), exc.hint)]
     except TimeoutError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -33,9 +33,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError
 
+from mango.config import PayloadKey
 from mango.domain.errors import ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
 from mango.domain.values import SandboxSpec, validate_provider_name, validate_session_id
+from mango.temporal.codec import converter_for
 from mango.temporal.failures import raise_as_mango_error
 from mango.temporal.messages import (
     CleanupInput,
@@ -46,7 +48,6 @@ from mango.temporal.messages import (
     ToolCall,
     ToolResult,
 )
-from mango.temporal.payloads import data_converter
 from mango.temporal.routing import (
     DEFAULT_TASK_QUEUE_PREFIX,
     RUN_TOOL_UPDATE,
@@ -84,10 +85,18 @@ def _rpc_errors(doing: str) -> Iterator[None]:
         raise ProviderUnavailable(f"Temporal could not {doing}: {exc.message}") from exc
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    """A client with mango's data converter; :class:`ProviderUnavailable` if unreachable."""
+async def connect(
+    address: str, namespace: str = "default", *, payload_keys: Sequence[PayloadKey] = ()
+) -> Client:
+    """A client with mango's data converter; :class:`ProviderUnavailable` if unreachable.
+
+    With ``payload_keys`` every payload and failure message is encrypted (see
+    :mod:`mango.temporal.codec`).
+    """
     try:
-        return await Client.connect(address, namespace=namespace, data_converter=data_converter)
+        return await Client.connect(
+            address, namespace=namespace, data_converter=converter_for(payload_keys)
+        )
     except (RuntimeError, RPCError) as exc:
         raise ProviderUnavailable(
             f"cannot reach Temporal at {address} (namespace {namespace!r}): {exc}",
