@@ -1,8 +1,8 @@
 """Process configuration read from the environment.
 
 Credentials stay here, in process memory: nothing in this module is written to
-PostgreSQL, logs, references or error messages. :func:`redact_url` removes a
-password before a URL is shown anywhere.
+PostgreSQL, logs, references or error messages. :func:`mango.runtime.database_display`
+shows a database URL with every secret masked.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import platformdirs
@@ -35,7 +34,6 @@ __all__ = [
     "Settings",
     "max_output_bytes",
     "payload_keys",
-    "redact_url",
     "state_dir",
 ]
 
@@ -90,21 +88,6 @@ def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
     if value <= 0:
         raise ConfigurationError(f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer, got {text!r}")
     return value
-
-
-def redact_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"
@@ -195,7 +178,8 @@ class Settings:
         url = env.get("MANGO_DATABASE_URL", "").strip() or None
         if url is not None and not url.startswith(("postgresql://", "postgres://")):
             raise ConfigurationError(
-                f"MANGO_DATABASE_URL must be a postgresql:// URL, got {redact_url(url)!r}"
+                # The value is not echoed: it may carry a password in any libpq form.
+                "MANGO_DATABASE_URL must be a postgresql:// URL"
             )
         address = env.get("MANGO_TEMPORAL_ADDRESS", "").strip() or None
         if address is not None and (":" not in address or "://" in address):
@@ -219,13 +203,6 @@ class Settings:
             task_queue_prefix=prefix,
             temporal_payload_keys=payload_keys(env),
         )
-
-    @property
-    def database_display(self) -> str:
-        """Where the database is, safe to print."""
-        if self.database_url is None:
-            return f"embedded PostgreSQL under {self.state_dir / 'postgres'}"
-        return redact_url(self.database_url)
 
     @property
     def temporal_display(self) -> str:

@@ -17,9 +17,16 @@ from mango.config import Settings
 from mango.domain.registry import ProviderRegistration, ProviderRegistry
 from mango.domain.values import SandboxSpec
 from mango.plugins import PluginHost, load_plugins
-from mango.postgres import PostgresBindingStore, open_store
+from mango.postgres import PostgresBindingStore, open_store, redact_conninfo
 
-__all__ = ["Runtime", "open_database", "open_runtime", "select_provider"]
+__all__ = ["Runtime", "database_display", "open_database", "open_runtime", "select_provider"]
+
+
+def database_display(settings: Settings) -> str:
+    """Where the database is, safe to print: every libpq secret form is masked."""
+    if settings.database_url is None:
+        return f"embedded PostgreSQL under {settings.state_dir / 'postgres'}"
+    return redact_conninfo(settings.database_url)
 
 
 @attrs.define

@@ -129,13 +129,17 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
     assert checks["provider local"]
 
 
-def test_doctor_reports_an_unreachable_database(run) -> None:  # type: ignore[no-untyped-def]
-    """A database that refuses connections is a failed check with a hint, exit 1."""
-    result = run(
-        "doctor",
-        "--json",
-        extra={"MANGO_DATABASE_URL": "postgresql://mango:secret@127.0.0.1:1/mango"},
-    )
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://mango:secret@127.0.0.1:1/mango",
+        "postgresql://mango@127.0.0.1:1/mango?password=secret",
+        "postgresql://mango@127.0.0.1:1/mango?sslpassword=secret&password=secret",
+    ],
+)
+def test_doctor_reports_an_unreachable_database(run, url: str) -> None:  # type: ignore[no-untyped-def]
+    """A database that refuses connections is a failed check with a hint, exit 1, no password."""
+    result = run("doctor", "--json", extra={"MANGO_DATABASE_URL": url})
     assert result.returncode == 1
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is False

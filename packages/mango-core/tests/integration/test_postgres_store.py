@@ -31,6 +31,7 @@ from mango.postgres import (
     apply_migrations,
     load_migrations,
     open_store,
+    redact_conninfo,
 )
 
 pytestmark = pytest.mark.postgres
@@ -400,7 +401,30 @@ async def test_unreachable_server_is_unavailable_and_redacted() -> None:
         await open_store(url, timeout=5)
     assert "s3cret-pw" not in str(caught.value)
     assert "s3cret-pw" not in str(caught.value.__cause__)
-    assert "mango:***@127.0.0.1" in str(caught.value)
+    assert "password=***" in str(caught.value)
+    assert "host=127.0.0.1" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "conninfo",
+    [
+        "postgresql://mango:s3cret-pw@db.internal:5432/mango",
+        "postgresql://mango@db.internal/mango?password=s3cret-pw",
+        "postgresql://mango@db.internal/mango?sslpassword=s3cret-pw&sslmode=require",
+        "postgresql://mango:s3cret%2Dpw@db.internal/mango",
+        "host=db.internal user=mango password=s3cret-pw dbname=mango",
+        "host=db.internal password='s3cret-pw with spaces' dbname=mango",
+    ],
+)
+def test_redact_conninfo_masks_every_libpq_form(conninfo: str) -> None:
+    """URL userinfo, query parameters and keywords (quoted or not) all lose their secret."""
+    shown = redact_conninfo(conninfo)
+    assert "s3cret" not in shown
+    assert "db.internal" in shown
+    assert "***" in shown
+    assert redact_conninfo("postgresql://mango:s3cret-pw@[::1/mango") == (
+        "<malformed connection string>"
+    )
 
 
 async def test_malformed_url_is_a_configuration_error_without_password() -> None:

@@ -69,7 +69,7 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
     _ = provider_ok
 
     from mango.postgres import open_store
-    from mango.runtime import open_database
+    from mango.runtime import database_display, open_database
 
     try:
         async with open_database(settings) as url:
@@ -79,10 +79,10 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
             finally:
                 await store.aclose()
         checks.append(
-            Check("database", True, f"reachable, migrations applied ({settings.database_display})")
+            Check("database", True, f"reachable, migrations applied ({database_display(settings)})")
         )
     except MangoError as exc:
-        checks.append(Check("database", False, f"{settings.database_display}: {exc}", exc.hint))
+        checks.append(Check("database", False, f"{database_display(settings)}: {exc}", exc.hint))
 
     from mango.cli.durable import temporal_checks
 

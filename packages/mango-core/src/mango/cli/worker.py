@@ -47,7 +47,7 @@ async def run_worker(
     from mango.app import SessionManager
     from mango.cli.durable import open_temporal
     from mango.plugins import load_plugins
-    from mango.runtime import open_runtime, select_provider
+    from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
     from mango.temporal.faults import fault_point_from_env, inject_faults
     from mango.temporal.worker import serve
@@ -75,7 +75,7 @@ async def run_worker(
             registration.name,
             registration.support_level.value,
             settings.temporal_display,
-            settings.database_display,
+            database_display(settings),
         )
         async with (
             open_temporal(settings, start_embedded=True) as client,

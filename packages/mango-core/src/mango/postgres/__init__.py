@@ -4,7 +4,7 @@
 migrations under an advisory lock, and returns a :class:`PostgresBindingStore`.
 """
 
-from mango.postgres._errors import redact
+from mango.postgres._errors import redact, redact_conninfo
 from mango.postgres.schema import (
     MIGRATION_LOCK_KEY,
     Migration,
@@ -23,4 +23,5 @@ __all__ = [
     "load_migrations",
     "open_store",
     "redact",
+    "redact_conninfo",
 ]

@@ -20,13 +20,35 @@ import psycopg
 
 from mango.domain.errors import InvalidInput, MangoError, ProviderUnavailable
 
-__all__ = ["redact", "translate_errors"]
+__all__ = ["redact", "redact_conninfo", "translate_errors"]
+
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""libpq parameters whose values are secrets (the rest are names, hosts and paths)."""
 
 # scheme://user:PASSWORD@host  and  password=PASSWORD / password='PASS WORD'
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/?#@\s]*:)[^@\s]*@", re.IGNORECASE)
 _KEYWORD_PASSWORD = re.compile(
-    r"(?P<head>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE
+    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE
 )
+
+
+def redact_conninfo(conninfo: str) -> str:
+    """Return a libpq connection string or URL in keyword form with every secret masked.
+
+    Parsed by psycopg's own conninfo functions, so every form libpq accepts is
+    covered: ``user:password@`` in a URL, ``?password=`` and ``?sslpassword=``
+    query parameters, and ``password=...`` keywords (quoted or not).
+    """
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "<malformed connection string>"
+    shown = {
+        name: ("***" if name in _SECRET_PARAMETERS else value)
+        for name, value in params.items()
+        if value is not None
+    }
+    return psycopg.conninfo.make_conninfo("", **shown)
 
 
 def redact(text: str) -> str:

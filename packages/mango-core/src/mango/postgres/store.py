@@ -29,7 +29,7 @@ from mango.domain.values import (
     SessionRecord,
     validate_session_id,
 )
-from mango.postgres._errors import redact, translate_errors
+from mango.postgres._errors import redact, redact_conninfo, translate_errors
 from mango.postgres.schema import Pool, apply_migrations
 
 __all__ = ["PostgresBindingStore", "open_store"]
@@ -359,7 +359,7 @@ async def open_store(
     migration and :class:`ProviderUnavailable` if the server cannot be
     reached; messages never contain the password.
     """
-    shown = redact(url)
+    shown = redact_conninfo(url)
     try:
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
