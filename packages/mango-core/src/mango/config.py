@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -26,13 +27,16 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
+    "EXEC_TIMEOUT_LIMIT",
     "MAX_OUTPUT_BYTES_ENV",
+    "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
     "PAYLOAD_KEYS_ENV",
     "ROOT_STATE_DIR",
     "PayloadKey",
     "Settings",
     "max_output_bytes",
+    "number_setting",
     "payload_keys",
     "state_dir",
 ]
@@ -75,19 +79,57 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     return platformdirs.user_state_path("mango", appauthor=False)
 
 
-def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
-    """The per-stream output cap from ``MANGO_MAX_OUTPUT_BYTES`` (a positive integer)."""
-    env = os.environ if env is None else env
-    text = env.get(MAX_OUTPUT_BYTES_ENV, "").strip()
+def number_setting(
+    env: Mapping[str, str],
+    name: str,
+    *,
+    minimum: float,
+    maximum: float,
+    integer: bool = False,
+    unit: str = "",
+) -> float | None:
+    """Read the numeric setting ``name`` and check it lies in ``[minimum, maximum]``.
+
+    Returns None when unset or empty. NaN, infinities, values out of range and
+    text that is not a number raise :class:`ConfigurationError` naming the
+    variable and the accepted range, so an absurd value fails at start-up, not
+    later inside a backend.
+    """
+    text = env.get(name, "").strip()
     if not text:
-        return DEFAULT_MAX_OUTPUT_BYTES
+        return None
+    value: float | None
     try:
-        value = int(text, 10)
+        value = int(text, 10) if integer else float(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigurationError(f"{MAX_OUTPUT_BYTES_ENV} must be a positive integer, got {text!r}")
+        value = None
+    if value is None or not math.isfinite(value) or not minimum <= value <= maximum:
+        kind = "a whole number" if integer else "a number"
+        suffix = f" {unit}" if unit else ""
+        raise ConfigurationError(
+            f"{name} must be {kind} from {minimum:g} to {maximum:g}{suffix}, got {text!r}"
+        )
     return value
+
+
+MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024
+"""Upper bound of ``MANGO_MAX_OUTPUT_BYTES``: each stream is held in memory up to the cap."""
+EXEC_TIMEOUT_LIMIT = 7 * 24 * 3600.0
+"""Upper bound of ``MANGO_EXEC_TIMEOUT`` (a week); unset means no bound at all."""
+
+
+def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The per-stream output cap from ``MANGO_MAX_OUTPUT_BYTES`` (1 byte to 256 MiB)."""
+    env = os.environ if env is None else env
+    value = number_setting(
+        env,
+        MAX_OUTPUT_BYTES_ENV,
+        minimum=1,
+        maximum=MAX_OUTPUT_BYTES_LIMIT,
+        integer=True,
+        unit="bytes",
+    )
+    return DEFAULT_MAX_OUTPUT_BYTES if value is None else int(value)
 
 
 PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"
@@ -137,19 +179,6 @@ def payload_keys(env: Mapping[str, str] | None = None) -> tuple[PayloadKey, ...]
     return tuple(keys)
 
 
-def _positive_float(env: Mapping[str, str], name: str) -> float | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be positive, got {raw!r}")
-    return value
-
-
 @attrs.frozen
 class Settings:
     """Everything the composition roots (CLI, worker) need from the environment."""
@@ -196,7 +225,9 @@ class Settings:
             state_dir=state_dir(env),
             sandbox=sandbox,
             database_url=url,
-            exec_timeout=_positive_float(env, "MANGO_EXEC_TIMEOUT"),
+            exec_timeout=number_setting(
+                env, "MANGO_EXEC_TIMEOUT", minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+            ),
             temporal_address=address,
             temporal_namespace=env.get("MANGO_TEMPORAL_NAMESPACE", "").strip()
             or DEFAULT_TEMPORAL_NAMESPACE,
