@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -17,7 +18,7 @@ from mango.domain import (
     UnknownProvider,
 )
 from mango.domain.registry import ProviderRegistry
-from mango.plugins import load_plugins
+from mango.plugins import DISABLE_PLUGINS_ENV, disabled_plugins, load_plugins
 
 hookimpl = pluggy.HookimplMarker("mango")
 
@@ -92,15 +93,56 @@ def test_extra_plugins_register_through_the_hook() -> None:
     assert load_plugins(entry_points=False).providers().names() == ("local",)
 
 
-def test_broken_entry_point_plugin_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plugin that fails to import names the way around it."""
+def _install_plugin(site: Path, dist: str, name: str, module_source: str) -> None:
+    """Make ``dist`` importable from ``site`` with one ``mango`` entry point ``name``."""
+    module = f"{dist.replace('-', '_')}_plugin"
+    (site / f"{module}.py").write_text(module_source)
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[mango]\n{name} = {module}\n")
 
-    def explode(self: pluggy.PluginManager, group: str, name: str | None = None) -> int:
-        raise ImportError("no module named 'vendor_sdk'")
 
-    monkeypatch.setattr(pluggy.PluginManager, "load_setuptools_entrypoints", explode)
+GOOD_PLUGIN = """
+import pluggy
+from mango.domain.capabilities import CapabilitySet
+from mango.domain.registry import ProviderRegistration, SupportLevel
+
+hookimpl = pluggy.HookimplMarker("mango")
+
+
+@hookimpl
+def mango_register_providers(registry):
+    registry.add(ProviderRegistration(
+        name="goodbox", capabilities=CapabilitySet(), support_level=SupportLevel.PREVIEW,
+        settings=(), factory=lambda context: None,
+    ))
+"""
+
+
+def test_broken_plugin_is_named_and_can_be_switched_off_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error names the entry point and distribution; disabling it by name keeps the rest."""
+    _install_plugin(tmp_path, "acme-broken", "brokenbox", "import vendor_sdk_that_is_missing\n")
+    _install_plugin(tmp_path, "acme-good", "goodbox", GOOD_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigurationError) as info:
-        load_plugins(entry_points=True)
-    assert "vendor_sdk" in str(info.value)
-    assert "MANGO_DISABLE_PLUGINS=1" in (info.value.hint or "")
-    assert load_plugins(entry_points=False).providers().names() == ("local",)
+        load_plugins(environ={})
+    message = str(info.value)
+    assert "'brokenbox'" in message
+    assert "acme-broken" in message
+    assert "vendor_sdk_that_is_missing" in message
+    assert f"{DISABLE_PLUGINS_ENV}=brokenbox" in (info.value.hint or "")
+    names = load_plugins(environ={DISABLE_PLUGINS_ENV: "brokenbox"}).providers().names()
+    assert "goodbox" in names
+    assert "local" in names
+    assert load_plugins(environ={DISABLE_PLUGINS_ENV: "1"}).providers().names() == ("local",)
+
+
+def test_disabled_plugins_setting() -> None:
+    """1/true/yes/all switch off every external plugin; otherwise a list of names."""
+    for value in ("1", "true", "YES", "all"):
+        assert disabled_plugins({DISABLE_PLUGINS_ENV: value}) is None
+    assert disabled_plugins({}) == frozenset()
+    assert disabled_plugins({DISABLE_PLUGINS_ENV: " e2b, daytona ,"}) == {"e2b", "daytona"}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+from collections.abc import Mapping
 from types import ModuleType
 
 import attrs
@@ -16,6 +18,7 @@ __all__ = [
     "DISABLE_PLUGINS_ENV",
     "ENTRY_POINT_GROUP",
     "PluginHost",
+    "disabled_plugins",
     "hookimpl",
     "hookspec",
     "load_plugins",
@@ -23,6 +26,7 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "mango"
 DISABLE_PLUGINS_ENV = "MANGO_DISABLE_PLUGINS"
+_ALL = frozenset({"1", "true", "yes", "all"})
 
 hookspec = hookspecs.hookspec
 hookimpl = pluggy.HookimplMarker("mango")
@@ -57,32 +61,61 @@ class PluginHost:
         return sorted(name for name, _ in self.pm.list_name_plugin() if name)
 
 
+def disabled_plugins(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """The entry-point names ``MANGO_DISABLE_PLUGINS`` switches off; None means all of them.
+
+    ``1``/``true``/``yes``/``all`` disable every external plugin (built-ins stay);
+    a comma-separated list of entry-point names disables just those.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(DISABLE_PLUGINS_ENV, "").strip()
+    if text.lower() in _ALL:
+        return None
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _load_entry_points(pm: pluggy.PluginManager, disabled: frozenset[str] | None) -> None:
+    if disabled is None:
+        return
+    for entry_point in sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name
+    ):
+        if entry_point.name in disabled or pm.get_plugin(entry_point.name) is not None:
+            continue
+        dist = entry_point.dist.name if entry_point.dist is not None else "an unknown distribution"
+        try:
+            plugin = entry_point.load()
+        except Exception as exc:
+            raise ConfigurationError(
+                f"the mango plugin {entry_point.name!r} ({entry_point.value}, from {dist}) "
+                f"failed to load: {type(exc).__name__}: {exc}",
+                hint=f"set {DISABLE_PLUGINS_ENV}={entry_point.name} to start without it, "
+                f"then upgrade or uninstall {dist}",
+            ) from exc
+        pm.register(plugin, name=entry_point.name)
+
+
 def load_plugins(
     *,
     extra: list[object] | None = None,
     entry_points: bool | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> PluginHost:
     """Build a fresh plugin manager: built-ins, entry points, then ``extra``.
 
-    ``entry_points=None`` loads the ``mango`` entry-point group unless
-    ``MANGO_DISABLE_PLUGINS=1``. A plugin that fails to import is reported as
-    a :class:`ConfigurationError` naming it and the way around it.
+    ``entry_points=None`` loads the ``mango`` entry-point group except what
+    ``MANGO_DISABLE_PLUGINS`` switches off (see :func:`disabled_plugins`). A
+    plugin that fails to import is a :class:`ConfigurationError` naming its
+    entry point and distribution, with the setting that skips just that one.
     """
     pm = pluggy.PluginManager("mango")
     pm.add_hookspecs(hookspecs)
     for module in _builtin_plugins():
         pm.register(module, name=f"mango.builtin.{module.__name__.rsplit('.', 2)[-2]}")
     if entry_points is None:
-        entry_points = os.environ.get(DISABLE_PLUGINS_ENV, "") not in ("1", "true", "yes")
-    if entry_points:
-        try:
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"a mango plugin failed to load: {type(exc).__name__}: {exc}",
-                hint=f"set {DISABLE_PLUGINS_ENV}=1 to start with built-in providers only, "
-                "then upgrade or uninstall the broken plugin",
-            ) from exc
+        _load_entry_points(pm, disabled_plugins(environ))
+    elif entry_points:
+        _load_entry_points(pm, frozenset())
     for plugin in extra or ():
         pm.register(plugin)
     pm.check_pending()
