@@ -144,3 +144,14 @@ def test_doctor_reports_an_unreachable_database(run, url: str) -> None:  # type:
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is False
     assert b"secret" not in result.stdout + result.stderr
+
+
+def test_files_read_never_provisions(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Reading from an unknown Session is a clear error and creates no Session or sandbox."""
+    result = run("files", "read", "--session", "typo", "f.txt")
+    assert result.returncode == 2
+    assert b"no session 'typo'" in result.stderr
+    listing = run("sessions", "list", "--json")
+    assert json.loads(listing.stdout) == []
+    sandboxes = tmp_path / "state" / "sandboxes"
+    assert not sandboxes.exists() or list(sandboxes.iterdir()) == []

@@ -268,8 +268,13 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
     session_id = _session(session_id)
 
     async def run(rt: Runtime) -> bytes:
-        await rt.manager.ensure_session(session_id)
-        sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        # Reading never provisions: a mistyped Session id must not create a sandbox.
+        sandbox = await rt.manager.acquire_existing(session_id, rt.default_spec())
+        if sandbox is None:
+            raise InvalidInput(
+                f"no session {session_id!r} with a sandbox to read from",
+                hint="check the id with 'mango sessions list'",
+            )
         try:
             return await sandbox.read_file(path)
         except FileNotFoundError:
