@@ -36,6 +36,7 @@ from mango.domain.hashing import (
     binding_spec_hash,
     session_key_hash,
     spec_hash,
+    spec_hash_matches,
 )
 from mango.domain.lifecycle import (
     LifecycleCommand,
@@ -112,6 +113,7 @@ __all__ = [
     "observe",
     "session_key_hash",
     "spec_hash",
+    "spec_hash_matches",
     "transition",
     "validate_provider_name",
     "validate_session_id",
