@@ -27,9 +27,10 @@ message text::
         ├── PackageSetupFailed     a package manager exited non-zero (misspelt package, ...)
         └── ToolFailed             a tool ran but could not do what was asked
 
-Every class states its verdict as the class attribute ``permanent`` (set on it
-or inherited from :class:`MangoError` / :class:`PermanentError`), and its
-docstring says why. A module-level test keeps this tree complete.
+Every class states its verdict as the class attribute ``permanent``, set on the
+class itself or inherited from :class:`PermanentError` (never left to the
+root's default), and the docstring of the class that sets it says why. A
+test (``tests/unit/test_error_tree.py``) keeps this tree complete.
 
 Every constructor argument of a subclass is kept as an attribute of the same
 name (``AdmissionRejected.reasons``, ``UnknownProvider.available``, ...), so
