@@ -40,13 +40,13 @@ import attrs
 from aiodocker.execs import Exec
 
 from mango.domain.errors import (
-    MangoError,
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
 )
 from mango.domain.values import Command, ExecResult
+from mango.provider import SandboxNotRunning
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.scripts import EXEC_WRAPPER, TREE_KILLER
@@ -76,8 +76,8 @@ SETTLE_SECONDS = 15.0
 _EXIT_TIMED_OUT = -1
 
 
-class ContainerNotRunning(MangoError):
-    """The container exists but is stopped or paused; the caller may start it and retry."""
+ContainerNotRunning = SandboxNotRunning
+"""The container exists but is stopped or paused (retryable); the mango error tree's name."""
 
 
 @attrs.define(eq=False)

@@ -2,7 +2,12 @@
 
 from mango.app.clock import ManualClock, SystemClock
 from mango.app.memory_store import InMemoryBindingStore
-from mango.app.packages import PackageSetupFailed, install_packages, package_commands
+from mango.app.packages import (
+    PackageSetupFailed,
+    PackageSetupInterrupted,
+    install_packages,
+    package_commands,
+)
 from mango.app.session_manager import ReconcileReport, SessionManager
 from mango.app.wrappers import SandboxWrapper
 
@@ -10,6 +15,7 @@ __all__ = [
     "InMemoryBindingStore",
     "ManualClock",
     "PackageSetupFailed",
+    "PackageSetupInterrupted",
     "ReconcileReport",
     "SandboxWrapper",
     "SessionManager",

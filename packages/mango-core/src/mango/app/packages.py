@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from mango.domain.errors import MangoError
+from mango.domain.errors import PackageSetupFailed, PackageSetupInterrupted
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, PackagePlan
 
-__all__ = ["PackageSetupFailed", "install_packages", "package_commands"]
-
-
-class PackageSetupFailed(MangoError):
-    """A package manager failed; the sandbox stays unbound and a retry re-runs setup."""
+# PackageSetupFailed and PackageSetupInterrupted live in mango.domain.errors; re-exported here.
+__all__ = ["PackageSetupFailed", "PackageSetupInterrupted", "install_packages", "package_commands"]
 
 
 def package_commands(plan: PackagePlan) -> list[tuple[str, Command]]:
@@ -38,11 +35,20 @@ def package_commands(plan: PackagePlan) -> list[tuple[str, Command]]:
 
 
 async def install_packages(sandbox: Sandbox, plan: PackagePlan) -> None:
-    """Run each command in order; the first failure raises :class:`PackageSetupFailed`."""
+    """Run each command in order and stop at the first failure.
+
+    A non-zero exit raises :class:`PackageSetupFailed` (permanent: a misspelt
+    package fails the same way on every retry); a timed-out or cancelled
+    command raises :class:`PackageSetupInterrupted` (retryable). Provider
+    errors such as :class:`~mango.domain.errors.ProviderUnavailable` pass
+    through with their own verdict.
+    """
     for manager, command in package_commands(plan):
         result = await sandbox.exec(command)
         if result.exit_code != 0 or result.timed_out or result.cancelled:
             detail = (result.stderr.strip() or result.stdout.strip())[-2000:]
             text = detail.decode("utf-8", "replace") or "package manager exited unsuccessfully"
-            outcome = "timed out" if result.timed_out else f"exit {result.exit_code}"
-            raise PackageSetupFailed(f"install {manager} packages: {outcome}: {text}")
+            if result.timed_out or result.cancelled:
+                outcome = "timed out" if result.timed_out else "cancelled"
+                raise PackageSetupInterrupted(f"install {manager} packages: {outcome}: {text}")
+            raise PackageSetupFailed(f"install {manager} packages: exit {result.exit_code}: {text}")

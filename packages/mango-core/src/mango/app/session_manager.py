@@ -33,7 +33,12 @@ from mango.domain.errors import (
     SandboxNotFound,
     SessionDeleting,
 )
-from mango.domain.hashing import binding_proves_package_setup, binding_spec_hash, spec_hash
+from mango.domain.hashing import (
+    binding_proves_package_setup,
+    binding_spec_hash,
+    spec_hash,
+    spec_hash_matches,
+)
 from mango.domain.lifecycle import (
     LifecycleCommand,
     LifecycleEffect,
@@ -347,7 +352,7 @@ class SessionManager:
                 f"{stored.provider!r}, this worker runs {intent.provider!r}",
                 hint=f"run a worker with MANGO_SANDBOX={stored.provider} to finish it",
             )
-        if stored.spec_hash != intent.spec_hash:
+        if not spec_hash_matches(stored.spec_hash, intent.spec):
             raise PermanentError(
                 f"session {intent.session_id!r} is already being provisioned with another spec",
                 hint="run 'mango reconcile' to finish it with the spec it started with",

@@ -4,11 +4,14 @@ Every error mango raises on purpose is a :class:`MangoError`. Callers decide
 what to do from the class and from :attr:`MangoError.permanent`, never from the
 message text::
 
-    MangoError
-    ├── SandboxNotFound            a persisted reference the provider no longer knows
+    MangoError                     retryable unless a class below says otherwise
+    ├── SandboxNotFound            a persisted reference the provider no longer knows (retryable;
+    │                              Temporal still stops at once: retrying cannot bring it back)
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
+    │   └── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
+    ├── PackageSetupInterrupted    package setup timed out or was cancelled (retry re-runs it)
     └── PermanentError             a retry on the same worker cannot fix it
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
@@ -20,7 +23,20 @@ message text::
         ├── SessionDeleting        the Session is fenced for deletion; no new admissions
         ├── InvalidTransition      the lifecycle state machine refused a command
         ├── UnknownProvider        ``MANGO_SANDBOX`` names a provider that is not installed
-        └── ConfigurationError     settings are missing or contradictory
+        ├── ConfigurationError     settings are missing or contradictory
+        ├── PackageSetupFailed     a package manager exited non-zero (misspelt package, ...)
+        └── ToolFailed             a tool ran but could not do what was asked
+
+Every class states its verdict as the class attribute ``permanent``, set on the
+class itself or inherited from :class:`PermanentError` (never left to the
+root's default), and the docstring of the class that sets it says why. A
+test (``tests/unit/test_error_tree.py``) keeps this tree complete.
+
+Every constructor argument of a subclass is kept as an attribute of the same
+name (``AdmissionRejected.reasons``, ``UnknownProvider.available``, ...), so
+the error can be rebuilt from its fields on the far side of a process
+boundary (:mod:`mango.temporal.failures`). Those fields are JSON values
+(strings, numbers, booleans, ``None`` and tuples of them).
 
 ``permanent`` is a property every caller can test, and :func:`is_permanent`
 walks the ``raise ... from`` chain so a wrapped error keeps its verdict.
@@ -41,13 +57,17 @@ __all__ = [
     "InvalidTransition",
     "MangoError",
     "OwnershipError",
+    "PackageSetupFailed",
+    "PackageSetupInterrupted",
     "PathEscapeError",
     "PermanentError",
     "PreconditionFailed",
     "ProviderUnavailable",
     "ProvisioningBlocked",
     "SandboxNotFound",
+    "SandboxNotRunning",
     "SessionDeleting",
+    "ToolFailed",
     "UnknownProvider",
     "UnsafeArchiveError",
     "is_permanent",
@@ -58,6 +78,8 @@ class MangoError(Exception):
     """Root of every error mango raises on purpose.
 
     ``hint`` is an optional actionable sentence shown by the command line.
+    ``permanent`` is False here: an error that does not say otherwise is
+    assumed transient, so a retry is allowed. Subclasses set it explicitly.
     """
 
     permanent: bool = False
@@ -76,26 +98,73 @@ class SandboxNotFound(MangoError):
 
     Never answered by provisioning an empty replacement: the workspace is lost
     and an operator must decide. Release treats it as "already gone".
+
+    Not permanent in the sense of :func:`is_permanent`, because a release or a
+    reconcile that meets it has succeeded ("already gone") rather than failed;
+    the Temporal boundary still fails the step at once, as no retry brings the
+    workspace back.
     """
+
+    permanent = False
 
 
 class ProviderUnavailable(MangoError):
-    """The backend could not be reached or answered with a transient failure; retry."""
+    """The backend could not be reached or answered with a transient failure.
+
+    Retryable: daemons restart, networks recover, quotas refill.
+    """
+
+    permanent = False
+
+
+class SandboxNotRunning(ProviderUnavailable):
+    """The sandbox exists but is stopped or paused, so a command could not start.
+
+    Retryable: the provider (or the caller) starts or resumes the sandbox and
+    tries again; providers raise :class:`ProviderUnavailable` instead if it
+    will not stay up.
+    """
+
+    permanent = False
 
 
 class ProvisioningBlocked(MangoError):
     """An intent could not be written: the Session is absent, fenced, or already bound.
 
-    The caller re-reads the binding before concluding anything.
+    The caller re-reads the binding before concluding anything. Retryable: the
+    re-read usually finds the binding another worker published.
     """
+
+    permanent = False
 
 
 class PreconditionFailed(MangoError):
-    """A compare-and-set lost against a concurrent change."""
+    """A compare-and-set lost against a concurrent change.
+
+    Retryable: the next attempt reads the new state and decides again.
+    """
+
+    permanent = False
+
+
+class PackageSetupInterrupted(MangoError):
+    """Package setup did not finish: a command timed out or was cancelled.
+
+    Retryable: a slow mirror or a sandbox destroyed under the installer says
+    nothing about the plan itself. The sandbox stays unbound and the retry
+    runs setup again (provider failures during setup stay
+    :class:`ProviderUnavailable`, retryable too).
+    """
+
+    permanent = False
 
 
 class PermanentError(MangoError):
-    """Configuration or ownership that a retry on the same worker cannot fix."""
+    """Configuration or ownership that a retry on the same worker cannot fix.
+
+    Every subclass inherits ``permanent = True``: each describes a request
+    that fails the same way until a person or the caller changes it.
+    """
 
     permanent = True
 
@@ -162,6 +231,23 @@ class UnknownProvider(PermanentError):
 
 class ConfigurationError(PermanentError):
     """Settings are missing, malformed or contradictory."""
+
+
+class PackageSetupFailed(PermanentError):
+    """A package manager exited non-zero while installing the spec's package plan.
+
+    Permanent: a misspelt package or a manager missing from the image fails
+    the same way every time, so retrying would loop forever. The sandbox stays
+    unbound; fix the plan (a new spec) or the image.
+    """
+
+
+class ToolFailed(PermanentError):
+    """A tool ran but could not do what was asked (no such file, no unique match, ...).
+
+    Permanent: the same call on the same workspace gives the same answer; the
+    model reads the message and changes its call instead.
+    """
 
 
 def is_permanent(exc: BaseException) -> bool:

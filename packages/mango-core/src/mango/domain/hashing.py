@@ -1,15 +1,33 @@
-"""Stable hashes of specs and session keys.
+"""Stable, versioned hashes of specs and session keys.
 
 ``spec_hash`` identifies a provisioning request; ``binding_spec_hash`` adds a
 package-plan suffix so a binding is *evidence* that package setup finished
 for that plan. ``session_key_hash`` is the fixed-length, non-reversible label
 providers use to name and own resources without persisting raw Session ids.
+
+Spec hashes are stored in intents and bindings, so they must outlive changes
+to :class:`~mango.domain.values.SandboxSpec`. The current version
+(``sha256v2:``) hashes a *canonical* form of the spec:
+
+* a field equal to its default is left out, recursively (the package plan
+  too), so adding an optional field with a default keeps every existing hash;
+* enums become their values, an integral float becomes the integer
+  (``timeout=30`` and ``timeout=30.0`` are the same request), sets are sorted;
+* tuples keep their order: package lists are passed to the package manager
+  verbatim, and allowlists are already sorted by their converters.
+
+Hashes written by version 1 (``sha256:``, the whole ``attrs.asdict``) are
+still recognised by :func:`spec_hash_matches` and
+:func:`binding_proves_package_setup`. Compare stored hashes only through
+those two functions, never with ``==``.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -18,24 +36,85 @@ from mango.domain.values import PackagePlan, SandboxSpec
 
 __all__ = [
     "PACKAGES_MARKER",
+    "SPEC_HASH_PREFIX",
+    "SPEC_HASH_V1_PREFIX",
     "binding_proves_package_setup",
     "binding_spec_hash",
+    "canonical_form",
     "package_plan_hash",
+    "package_plan_hash_matches",
     "session_key_hash",
     "spec_from_json",
     "spec_hash",
+    "spec_hash_matches",
     "spec_to_json",
 ]
 
 PACKAGES_MARKER = "|packages="
+SPEC_HASH_PREFIX = "sha256v2:"
+"""Prefix of the hashes written today (canonical form, defaults omitted)."""
+SPEC_HASH_V1_PREFIX = "sha256:"
+"""Prefix of version-1 hashes (``attrs.asdict`` of every field); still recognised."""
+
+# The fields version 1 hashed. Frozen here so that a field added later cannot
+# change what a v1 hash is recomputed from: a spec that sets a newer field to
+# a non-default value was never hashed under v1 and never matches a v1 hash.
+_V1_SPEC_FIELDS = (
+    "timeout",
+    "image",
+    "memory",
+    "cpus",
+    "network",
+    "pids_limit",
+    "network_allowed_hosts",
+    "setup_network_allowed_hosts",
+    "packages",
+)
+_V1_PLAN_FIELDS = ("apt", "cargo", "gem", "go", "npm", "pip")
 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _digest(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_form(value: Any) -> Any:
+    """The JSON value version 2 hashes for ``value`` (see the module docstring).
+
+    attrs instances become objects without the fields equal to their default;
+    mappings keep every key (their values canonicalised).
+    """
+    if attrs.has(type(value)):
+        return _canonical_attrs(value)
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): canonical_form(item) for key, item in value.items()}
+    if isinstance(value, set | frozenset):
+        return sorted((canonical_form(item) for item in value), key=_canonical)
+    if isinstance(value, tuple | list):
+        return [canonical_form(item) for item in value]
+    raise TypeError(f"cannot hash a {type(value).__name__} in a spec")
+
+
+def _canonical_attrs(value: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for field in attrs.fields(type(value)):
+        form = canonical_form(getattr(value, field.name))
+        default = field.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            # takes_self factories cannot run without an instance; keep the field.
+            default = attrs.NOTHING if default.takes_self else default.factory()
+        if default is attrs.NOTHING or form != canonical_form(default):
+            result[field.name] = form
+    return result
 
 
 def spec_to_json(spec: SandboxSpec) -> dict[str, Any]:
@@ -53,13 +132,58 @@ def spec_from_json(data: dict[str, Any]) -> SandboxSpec:
 
 
 def spec_hash(spec: SandboxSpec) -> str:
-    """Hash of the whole spec, stored with provisioning intents."""
-    return _digest(_canonical(spec_to_json(spec)))
+    """Versioned hash of the whole spec, stored with provisioning intents."""
+    return SPEC_HASH_PREFIX + _sha256(_canonical(canonical_form(spec)))
 
 
 def package_plan_hash(plan: PackagePlan) -> str:
-    """Hash of a package plan alone."""
-    return _digest(_canonical(attrs.asdict(plan)))
+    """Versioned hash of a package plan alone."""
+    return SPEC_HASH_PREFIX + _sha256(_canonical(canonical_form(plan)))
+
+
+def _v1_fields(value: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
+    """``attrs.asdict(value)`` limited to the v1 ``names``; None if a newer field is set."""
+    newer = set(canonical_form(value)) - set(names)
+    if newer:
+        return None
+    data = attrs.asdict(value)
+    return {name: data[name] for name in names}
+
+
+def _spec_hash_v1(spec: SandboxSpec) -> str | None:
+    data = _v1_fields(spec, _V1_SPEC_FIELDS)
+    plan = _v1_fields(spec.packages, _V1_PLAN_FIELDS)
+    if data is None or plan is None:
+        return None
+    data["network"] = spec.network.value
+    data["packages"] = plan
+    return SPEC_HASH_V1_PREFIX + _sha256(_canonical(data))
+
+
+def _package_plan_hash_v1(plan: PackagePlan) -> str | None:
+    data = _v1_fields(plan, _V1_PLAN_FIELDS)
+    return None if data is None else SPEC_HASH_V1_PREFIX + _sha256(_canonical(data))
+
+
+def spec_hash_matches(stored: str, spec: SandboxSpec) -> bool:
+    """True if ``stored`` (an intent's spec hash, any version) identifies ``spec``.
+
+    An unknown version never matches: the caller treats it as another spec.
+    """
+    if stored.startswith(SPEC_HASH_PREFIX):
+        return stored == spec_hash(spec)
+    if stored.startswith(SPEC_HASH_V1_PREFIX):
+        return stored == _spec_hash_v1(spec)
+    return False
+
+
+def package_plan_hash_matches(stored: str, plan: PackagePlan) -> bool:
+    """True if ``stored`` (a package-plan hash, any version) identifies ``plan``."""
+    if stored.startswith(SPEC_HASH_PREFIX):
+        return stored == package_plan_hash(plan)
+    if stored.startswith(SPEC_HASH_V1_PREFIX):
+        return stored == _package_plan_hash_v1(plan)
+    return False
 
 
 def binding_spec_hash(spec: SandboxSpec) -> str:
@@ -71,14 +195,16 @@ def binding_proves_package_setup(binding_hash: str, spec: SandboxSpec) -> bool:
     """True if a binding with ``binding_hash`` proves ``spec``'s packages are installed.
 
     An empty plan needs no proof. A changed plan on a live sandbox is not
-    proven: packages are never re-installed on a bound sandbox.
+    proven: packages are never re-installed on a bound sandbox. Hashes of
+    every version are understood, and the oldest bindings (no package suffix)
+    prove the plan only if their spec hash matches the whole spec.
     """
     if spec.packages.is_empty:
         return True
     _, marker, suffix = binding_hash.rpartition(PACKAGES_MARKER)
     if marker:
-        return suffix == package_plan_hash(spec.packages)
-    return binding_hash == spec_hash(spec)
+        return package_plan_hash_matches(suffix, spec.packages)
+    return spec_hash_matches(binding_hash, spec)
 
 
 def session_key_hash(session_key: str, length: int = 32) -> str:

@@ -24,6 +24,7 @@ from mango.domain.errors import (
     PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
+    SandboxNotRunning,
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
@@ -96,6 +97,7 @@ __all__ = [
     "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",
+    "SandboxNotRunning",
     "SandboxRef",
     "SandboxSpec",
     "SessionOutputSandbox",

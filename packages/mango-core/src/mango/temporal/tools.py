@@ -37,7 +37,7 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
-from mango.domain.errors import InvalidInput, MangoError, PermanentError
+from mango.domain.errors import InvalidInput, MangoError, ToolFailed
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, ExecResult
@@ -67,10 +67,6 @@ DEFAULT_MAX_RESULTS = 1000
 TRUNCATION_MARKER = "\n[output truncated]"
 
 _T = TypeVar("_T")
-
-
-class ToolFailed(PermanentError):
-    """A tool ran but could not do what was asked (no such file, no unique match, ...)."""
 
 
 @attrs.frozen
