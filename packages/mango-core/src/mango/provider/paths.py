@@ -242,6 +242,14 @@ class PathPolicy:
     control_dirs: tuple[str, ...] = attrs.field(default=(), converter=_roots, kw_only=True)
     accept_absolute: bool = attrs.field(default=False, kw_only=True)
 
+    def __attrs_post_init__(self) -> None:
+        for control in self.control_dirs:
+            for root in (self.root, *(extra.path for extra in self.extra_roots)):
+                if _within(root, control):
+                    raise ConfigurationError(
+                        f"the path policy root {root} lies inside the control directory {control}"
+                    )
+
     def locate(self, path: str, *, write: bool = False, directory: bool = False) -> Location:
         """Apply the lexical rules and the root decision to ``path``; no I/O.
 
