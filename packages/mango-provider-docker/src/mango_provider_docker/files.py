@@ -46,6 +46,7 @@ __all__ = [
     "DIRECTORY_MODE",
     "FILE_MODE",
     "WORKSPACE_POLICY",
+    "container_stat",
     "read_workspace_file",
     "write_workspace_file",
 ]
