@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from mango.domain.errors import InvalidPathError, PathEscapeError, PermanentError
-from mango_provider_docker import DockerSandbox
+from mango.domain.errors import (
+    InvalidInput,
+    InvalidPathError,
+    PathEscapeError,
+    PermanentError,
+    SandboxNotFound,
+)
+from mango.domain.values import SandboxSpec
+from mango.provider import Entry, EntryKind
+from mango_provider_docker import DockerProvider, DockerSandbox, Engine
+from mango_provider_docker.files import WORKSPACE_POLICY, container_stat
 
 from .helpers import sh
 
@@ -113,3 +124,60 @@ async def test_a_replaced_workspace_root_is_refused(sandbox: DockerSandbox) -> N
         await sandbox.write_file("escaped", b"x")
     with pytest.raises(PermanentError):
         await sandbox.exec(sh("true"))
+
+
+async def test_links_in_deep_parents_are_refused_by_the_policy(sandbox: DockerSandbox) -> None:
+    """A link several components down, out or back in, stops reads and writes before transfer."""
+    planted = await sandbox.exec(
+        sh("mkdir -p a/b && ln -s /etc a/b/out && ln -s ../.. a/b/back && ln -s /nowhere a/b/gone")
+    )
+    assert planted.exit_code == 0
+    for path in ("a/b/out/passwd", "a/b/back/workspace/a/b/out/passwd", "./a//b/out/group"):
+        with pytest.raises(PathEscapeError, match="symlink"):
+            await sandbox.read_file(path)
+    for path in ("a/b/out/made", "a/b/out/new/deeper/made", "a/b/back/made", "a/b/gone/made"):
+        with pytest.raises(PathEscapeError, match="symlink"):
+            await sandbox.write_file(path, b"escaped")
+    check = await sandbox.exec(
+        sh("test ! -e /etc/made && test ! -e /etc/new && test ! -e /made && test ! -e /nowhere")
+    )
+    assert check.exit_code == 0
+
+
+async def test_the_stat_callback_classifies_container_paths(
+    sandbox: DockerSandbox, docker_engine: Engine
+) -> None:
+    """Directories, files (with size), links, FIFOs and missing paths, as the Engine sees them."""
+    made = await sandbox.exec(sh("printf 12345 > f && ln -s f l && mkfifo p && mkdir d"))
+    assert made.exit_code == 0
+    stat = container_stat(docker_engine, sandbox.container_id)
+    assert (await stat("/workspace")).kind is EntryKind.DIRECTORY  # type: ignore[union-attr]
+    assert await stat("/workspace/f") == Entry(EntryKind.REGULAR, 5)
+    assert (await stat("/workspace/l")).kind is EntryKind.SYMLINK  # type: ignore[union-attr]
+    assert (await stat("/workspace/p")).kind is EntryKind.OTHER  # type: ignore[union-attr]
+    assert (await stat("/workspace/d")).kind is EntryKind.DIRECTORY  # type: ignore[union-attr]
+    assert await stat("/workspace/missing") is None
+    resolved = await WORKSPACE_POLICY.resolve_write("d/x/y/file", stat)
+    assert resolved.missing_dirs == ("/workspace/d/x", "/workspace/d/x/y")
+    assert (await WORKSPACE_POLICY.resolve_read("f", stat)).entry == Entry(EntryKind.REGULAR, 5)
+
+
+async def test_a_removed_container_is_not_found_through_the_stat(
+    provider: DockerProvider, session_key: str, docker_engine: Engine
+) -> None:
+    """Once the container is gone, resolving any path raises SandboxNotFound."""
+    made = await provider.create(session_key, SandboxSpec())
+    await made.destroy()
+    with pytest.raises(SandboxNotFound):
+        await made.read_file("x")
+    with pytest.raises(SandboxNotFound):
+        await WORKSPACE_POLICY.resolve_write("x", container_stat(docker_engine, made.container_id))
+
+
+async def test_non_utf8_paths_are_invalid_input(sandbox: DockerSandbox) -> None:
+    """A surrogate-escaped name from os.fsdecode is refused as InvalidInput, not a UnicodeError."""
+    for raw in (b"caf\xe9.txt", b"dir/\xff/x"):
+        with pytest.raises(InvalidInput):
+            await sandbox.read_file(os.fsdecode(raw))
+        with pytest.raises(InvalidInput):
+            await sandbox.write_file(os.fsdecode(raw), b"x")

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mango.domain.errors import (
+    InvalidInput,
     InvalidPathError,
     PathEscapeError,
     PermanentError,
@@ -25,6 +26,11 @@ from mango.local import LocalProvider, LocalSandbox
 def content(path: Path) -> bytes:
     """The bytes of a host file, read directly."""
     return path.read_bytes()
+
+
+def listing(directory: str) -> list[str]:
+    """The names in a host directory, sorted."""
+    return sorted(entry.name for entry in Path(directory).iterdir())
 
 
 def replace_with_symlink(path: Path, target: Path) -> None:
@@ -146,6 +152,28 @@ async def test_invalid_paths_refused(sandbox: LocalSandbox, path: str) -> None:
         await sandbox.read_file(path)
     with pytest.raises(InvalidPathError):
         await sandbox.write_file(path, b"x")
+
+
+@pytest.mark.parametrize("raw", [b"caf\xe9.txt", b"dir/\xff\xfe/x"])
+async def test_non_utf8_paths_are_invalid_input(sandbox: LocalSandbox, raw: bytes) -> None:
+    """A surrogate-escaped name from os.fsdecode is InvalidInput, never a UnicodeEncodeError."""
+    path = os.fsdecode(raw)
+    with pytest.raises(InvalidInput):
+        await sandbox.read_file(path)
+    with pytest.raises(InvalidInput):
+        await sandbox.write_file(path, b"x")
+    assert listing(sandbox.root) == []
+
+
+async def test_deep_parent_symlink_is_refused(sandbox: LocalSandbox, outside: Path) -> None:
+    """A link several components down stops the descriptor walk; nothing is created beyond it."""
+    await sandbox.write_file("a/b/keep", b"k")
+    await sandbox.exec(Command(("ln", "-s", str(outside.parent), "a/b/out")))
+    with pytest.raises(PathEscapeError, match="symlink 'out'"):
+        await sandbox.read_file("a/b/out/secret.txt")
+    with pytest.raises(PathEscapeError, match="symlink 'out'"):
+        await sandbox.write_file("a/b/out/new/file", b"planted")
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["secret.txt"]
 
 
 async def test_planted_directory_symlink_is_refused(sandbox: LocalSandbox, outside: Path) -> None:

@@ -1,16 +1,16 @@
 """Workspace files through the Engine's archive API, with no shell in the container.
 
-Paths are validated by :func:`mango.domain.paths.split_workspace_path` (no
-``..``, not absolute). Before any read or write, every prefix of the path is
-stat-ed with ``HEAD /containers/{id}/archive`` (concurrently): ``/workspace``
-itself, each parent, and the target. That stat never follows the last
-component, so a symlink anywhere along the path -- including one a command
-planted (``ln -s /etc leak``) -- is seen and refused with
+Paths follow the provider kit's :class:`~mango.provider.paths.PathPolicy`
+(:data:`WORKSPACE_POLICY`: workspace-relative, no ``..``, no symlink anywhere).
+Its stat callback here is ``HEAD /containers/{id}/archive``, which never
+follows the last component, so ``/workspace`` itself, each parent and the
+target are classified (concurrently) and a symlink anywhere along the path --
+including one a command planted (``ln -s /etc leak``) -- is refused with
 :class:`PathEscapeError` instead of being resolved.
 
 * **read**: the target must be a regular file; ``GET .../archive`` returns a
   one-member tar whose member type is checked again.
-* **write**: ``PUT .../archive?path=/workspace`` with a tar holding a
+* **write**: ``PUT .../archive`` at the path's root with a tar holding a
   directory entry (0755) for each missing parent and the file (0644, owner
   root). Existing directories get no entry, so their modes are untouched;
   ``noOverwriteDirNonDir`` stops the daemon from replacing a directory.
@@ -23,95 +23,66 @@ another place inside the same container, which that command can write anyway.
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import io
 import posixpath
 import tarfile
 import time
 
-from mango.domain.errors import (
+from mango.provider import (
+    Entry,
+    EntryKind,
     PathEscapeError,
+    PathPolicy,
     PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
+    StatCallback,
+    file_not_found,
 )
-from mango.domain.paths import split_workspace_path
-from mango_provider_docker.engine import Engine, PathStat
+from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
 
-__all__ = ["DIRECTORY_MODE", "FILE_MODE", "read_workspace_file", "write_workspace_file"]
+__all__ = [
+    "DIRECTORY_MODE",
+    "FILE_MODE",
+    "WORKSPACE_POLICY",
+    "container_stat",
+    "read_workspace_file",
+    "write_workspace_file",
+]
 
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
 
-
-def _prefixes(parts: tuple[str, ...]) -> list[str]:
-    return [WORKSPACE] + [
-        posixpath.join(WORKSPACE, *parts[: index + 1]) for index in range(len(parts))
-    ]
+WORKSPACE_POLICY = PathPolicy(WORKSPACE)
+"""Workspace-relative paths under ``/workspace``; no extra roots (the port is relative)."""
 
 
-async def _stat_chain(
-    engine: Engine, container_id: str, parts: tuple[str, ...]
-) -> list[PathStat | None]:
-    """Stat ``/workspace`` and every prefix of ``parts``, in order, checking the root.
+def container_stat(engine: Engine, container_id: str) -> StatCallback:
+    """The policy's stat callback for one container: its archive stat, as an :class:`Entry`.
 
-    The stats run concurrently. A prefix below a non-directory makes the
-    daemon fail (ENOTDIR), so a failure counts only once every component
-    before it has been checked: the returned list stops at the first failing
-    prefix, and the caller's checks of the earlier components decide.
+    A HEAD answer cannot tell a missing path from a missing container, so a
+    missing ``/workspace`` is told apart by inspecting the container
+    (:class:`SandboxNotFound` if it is gone).
     """
-    results = await asyncio.gather(
-        *(engine.stat_path(container_id, prefix) for prefix in _prefixes(parts)),
-        return_exceptions=True,
-    )
-    root = results[0]
-    if isinstance(root, BaseException):
-        raise root
-    if root is None:
-        if await engine.inspect_container(container_id) is None:
-            raise SandboxNotFound(f"container {container_id} no longer exists")
-        raise PermanentError(f"the container's {WORKSPACE} is missing")
-    if root.is_symlink or not root.is_dir:
-        raise PathEscapeError(f"the container's {WORKSPACE} was replaced by a symlink or a file")
-    stats: list[PathStat | None] = []
-    for index, result in enumerate(results[1:]):
-        if isinstance(result, BaseException):
-            if index == 0 or _is_plain_dir(stats[index - 1]):
-                raise result
-            break
-        stats.append(result)
-    return stats
 
+    async def stat(path: str) -> Entry | None:
+        found = await engine.stat_path(container_id, path)
+        if found is None:
+            if path == WORKSPACE and await engine.inspect_container(container_id) is None:
+                raise SandboxNotFound(f"container {container_id} no longer exists")
+            return None
+        if found.is_symlink:
+            kind = EntryKind.SYMLINK
+        elif found.is_dir:
+            kind = EntryKind.DIRECTORY
+        elif found.is_regular:
+            kind = EntryKind.REGULAR
+        else:
+            kind = EntryKind.OTHER
+        return Entry(kind, found.size)
 
-def _is_plain_dir(stat: PathStat | None) -> bool:
-    return stat is not None and stat.is_dir and not stat.is_symlink
-
-
-def _check_parent(stat: PathStat, path: str, name: str) -> None:
-    if stat.is_symlink:
-        raise PathEscapeError(
-            f"path {path!r} goes through the symlink {name!r}; "
-            "symlinks in the workspace are never followed"
-        )
-    if not stat.is_dir:
-        raise PermanentError(f"path {path!r}: component {name!r} is not a directory")
-
-
-def _check_target(stat: PathStat, path: str) -> None:
-    if stat.is_symlink:
-        raise PathEscapeError(
-            f"path {path!r} is a symlink; symlinks in the workspace are never followed"
-        )
-    if stat.is_dir:
-        raise PermanentError(f"path {path!r} is a directory, not a regular file")
-    if not stat.is_regular:
-        raise PermanentError(f"path {path!r} is not a regular file")
-
-
-def _missing(path: str) -> FileNotFoundError:
-    return FileNotFoundError(errno.ENOENT, "no such file in the workspace", path)
+    return stat
 
 
 def _single_member(body: bytes, path: str) -> bytes:
@@ -144,19 +115,10 @@ async def read_workspace_file(engine: Engine, container_id: str, path: str) -> b
     for directories and other non-regular files, and :class:`SandboxNotFound`
     if the container is gone.
     """
-    parts = split_workspace_path(path)
-    stats = await _stat_chain(engine, container_id, parts)
-    for name, stat in zip(parts[:-1], stats, strict=False):
-        if stat is None:
-            raise _missing(path)
-        _check_parent(stat, path, name)
-    target = stats[-1]
-    if target is None:
-        raise _missing(path)
-    _check_target(target, path)
-    body = await engine.get_archive(container_id, posixpath.join(WORKSPACE, *parts))
+    resolved = await WORKSPACE_POLICY.resolve_read(path, container_stat(engine, container_id))
+    body = await engine.get_archive(container_id, resolved.path)
     if body is None:
-        raise _missing(path)
+        raise file_not_found(path)
     return _single_member(body, path)
 
 
@@ -186,18 +148,8 @@ async def write_workspace_file(engine: Engine, container_id: str, path: str, dat
     regular file or a parent is not a directory, and :class:`SandboxNotFound`
     if the container is gone.
     """
-    parts = split_workspace_path(path)
-    stats = await _stat_chain(engine, container_id, parts)
-    missing_from = len(parts) - 1
-    for index, (name, stat) in enumerate(zip(parts[:-1], stats, strict=False)):
-        if stat is None:
-            missing_from = index
-            break
-        _check_parent(stat, path, name)
-    else:
-        target = stats[-1]
-        if target is not None:
-            _check_target(target, path)
-    directories = ["/".join(parts[: index + 1]) for index in range(missing_from, len(parts) - 1)]
-    payload = _archive(directories, "/".join(parts), data)
-    await engine.put_archive(container_id, WORKSPACE, payload)
+    resolved = await WORKSPACE_POLICY.resolve_write(path, container_stat(engine, container_id))
+    anchor = resolved.anchor
+    directories = [posixpath.relpath(directory, anchor) for directory in resolved.missing_dirs]
+    payload = _archive(directories, posixpath.relpath(resolved.path, anchor), data)
+    await engine.put_archive(container_id, anchor, payload)

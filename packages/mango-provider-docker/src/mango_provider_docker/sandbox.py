@@ -9,11 +9,14 @@ from typing import Any
 import attrs
 
 from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
-from mango.domain.paths import split_workspace_path
 from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, ExecTracker, run_command
-from mango_provider_docker.files import read_workspace_file, write_workspace_file
+from mango_provider_docker.files import (
+    WORKSPACE_POLICY,
+    read_workspace_file,
+    write_workspace_file,
+)
 from mango_provider_docker.layout import WORKSPACE, remove_host_dir
 
 __all__ = ["DockerSandbox", "ensure_running"]
@@ -118,14 +121,11 @@ class DockerSandbox:
         await ensure_running(self._engine, self.container_id, inspect)
 
     async def read_file(self, path: str) -> bytes:
-        """Return the bytes of the regular file ``path`` (workspace-relative).
+        """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.
 
-        Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
-        for a directory or other non-regular file, :class:`PathEscapeError` for
-        ``..``, absolute paths and symlinks anywhere in the path, and
-        :class:`SandboxNotFound` if the container is gone.
+        Raises what :func:`mango_provider_docker.files.read_workspace_file` documents.
         """
-        split_workspace_path(path)
+        WORKSPACE_POLICY.locate(path)
         await asyncio.sleep(0)
         return await read_workspace_file(self._engine, self.container_id, path)
 
@@ -135,7 +135,7 @@ class DockerSandbox:
         Never writes through a symlink (:class:`PathEscapeError`); a directory
         or other non-regular target raises :class:`PermanentError`.
         """
-        split_workspace_path(path)
+        WORKSPACE_POLICY.locate(path, write=True)
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
         payload = bytes(data)

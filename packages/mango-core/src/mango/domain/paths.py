@@ -8,6 +8,8 @@ for every provider, so a path that one backend accepts no other refuses:
   inside, so the rule can be checked without knowing the tree;
 * ``.`` components and repeated slashes are folded away;
 * no NUL, no control character (U+0000-U+001F, U+007F), no backslash;
+* it is valid Unicode that encodes to UTF-8: a string holding surrogate escapes
+  (what :func:`os.fsdecode` makes of undecodable bytes) is refused;
 * each component is at most :data:`MAX_COMPONENT_BYTES` UTF-8 bytes and the whole
   path at most :data:`MAX_PATH_BYTES`.
 
@@ -24,6 +26,7 @@ __all__ = [
     "MAX_PATH_BYTES",
     "normalize_workspace_dir",
     "normalize_workspace_path",
+    "split_absolute_path",
     "split_workspace_path",
 ]
 
@@ -32,6 +35,12 @@ MAX_COMPONENT_BYTES = 255
 
 
 def _check_characters(path: str) -> None:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidPathError(
+            f"path {path!r} is not valid UTF-8 (undecodable byte at offset {exc.start})"
+        ) from None
     for index, char in enumerate(path):
         code = ord(char)
         if code == 0:
@@ -46,19 +55,16 @@ def _check_characters(path: str) -> None:
             )
 
 
-def split_workspace_path(path: str, *, allow_root: bool = False) -> tuple[str, ...]:
-    """Validate ``path`` and return its components (empty tuple for the root).
-
-    Raises :class:`InvalidPathError` or :class:`PathEscapeError`; the root
-    (``""`` or ``"."``) is accepted only with ``allow_root``.
-    """
+def _check_string(path: str) -> None:
     if not isinstance(path, str):
         raise InvalidPathError(f"path must be a string, got {type(path).__name__}")
     _check_characters(path)
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
         raise InvalidPathError(f"path is longer than {MAX_PATH_BYTES} bytes")
-    if path.startswith("/"):
-        raise PathEscapeError(f"path {path!r} is absolute; give a path relative to the workspace")
+
+
+def _components(path: str) -> tuple[str, ...]:
+    """Return the components of a checked ``path`` (``/`` and ``.`` folded)."""
     parts: list[str] = []
     for part in path.split("/"):
         if part in ("", "."):
@@ -70,9 +76,34 @@ def split_workspace_path(path: str, *, allow_root: bool = False) -> tuple[str, .
                 f"path component {part[:32]!r}... is longer than {MAX_COMPONENT_BYTES} bytes"
             )
         parts.append(part)
+    return tuple(parts)
+
+
+def split_workspace_path(path: str, *, allow_root: bool = False) -> tuple[str, ...]:
+    """Validate ``path`` and return its components (empty tuple for the root).
+
+    Raises :class:`InvalidPathError` or :class:`PathEscapeError`; the root
+    (``""`` or ``"."``) is accepted only with ``allow_root``.
+    """
+    _check_string(path)
+    if path.startswith("/"):
+        raise PathEscapeError(f"path {path!r} is absolute; give a path relative to the workspace")
+    parts = _components(path)
     if not parts and not allow_root:
         raise InvalidPathError(f"path {path!r} names the workspace root, not a file")
-    return tuple(parts)
+    return parts
+
+
+def split_absolute_path(path: str) -> tuple[str, ...]:
+    """Validate the absolute ``path`` by the same rules; return its components below ``/``.
+
+    ``"/"`` gives the empty tuple. Raises :class:`InvalidPathError` if ``path``
+    is not absolute, and the errors of :func:`split_workspace_path` otherwise.
+    """
+    _check_string(path)
+    if not path.startswith("/"):
+        raise InvalidPathError(f"path {path!r} is not absolute")
+    return _components(path)
 
 
 def normalize_workspace_path(path: str) -> str:

@@ -1,11 +1,13 @@
 """Workspace file access that never follows a symlink.
 
-Paths are validated by :func:`mango.domain.paths.split_workspace_path` and then
-walked one component at a time with ``openat`` from a descriptor of the
-workspace root (``O_NOFOLLOW`` on every step). A symlink anywhere in the path,
-including one a command planted (``ln -s /etc leak``), is refused with
-:class:`PathEscapeError` instead of being resolved, and there is no window in
-which a swapped component could redirect the access.
+The rules (lexical checks, which roots a path may land under, error messages)
+are the provider kit's :class:`~mango.provider.paths.PathPolicy`, shared with
+every other provider. Only the walk is local: instead of stat-then-open, the
+located path is opened one component at a time with ``openat`` from a
+descriptor of its root (``O_NOFOLLOW`` on every step). A symlink anywhere in
+the path, including one a command planted (``ln -s /etc leak``), is refused
+with :class:`PathEscapeError` instead of being resolved, and there is no window
+in which a swapped component could redirect the access.
 
 Hard links are not detected: a command running as the host user can already
 reach any file that user can, which is why the local provider is not an
@@ -18,16 +20,20 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
-from pathlib import Path
 
-from mango.domain.errors import (
+from mango.provider import (
+    Entry,
+    EntryKind,
+    Location,
     PathEscapeError,
+    PathPolicy,
     PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
+    check_directory,
+    check_regular,
+    file_not_found,
 )
-from mango.domain.paths import split_workspace_path
 
 __all__ = [
     "ensure_workspace_dir",
@@ -41,17 +47,8 @@ _DIRECTORY_MODE = 0o755
 _READ_CHUNK = 1024 * 1024
 
 
-def _open_root(root: str) -> int:
-    try:
-        return os.open(root, _DIRECTORY_FLAGS)
-    except FileNotFoundError:
-        raise SandboxNotFound(f"local sandbox workspace {root} no longer exists") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise PathEscapeError(
-                f"local sandbox workspace {root} was replaced by a symlink or a file"
-            ) from None
-        raise _translate(exc, root) from exc
+def _policy(root: str | PathPolicy) -> PathPolicy:
+    return root if isinstance(root, PathPolicy) else PathPolicy(root)
 
 
 def _translate(exc: OSError, what: str) -> Exception:
@@ -61,28 +58,38 @@ def _translate(exc: OSError, what: str) -> Exception:
     return ProviderUnavailable(f"local filesystem error on workspace path {what!r}: {exc}")
 
 
-def _is_symlink(name: str, dir_fd: int) -> bool:
+def _lstat(name: str, dir_fd: int | None = None) -> Entry | None:
     try:
-        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+        return Entry.from_mode(os.lstat(name, dir_fd=dir_fd).st_mode)
     except OSError:
-        return False
+        return None
+
+
+def _open_anchor(anchor: str) -> int:
+    try:
+        return os.open(anchor, _DIRECTORY_FLAGS)
+    except FileNotFoundError:
+        raise SandboxNotFound(f"local sandbox workspace {anchor} no longer exists") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PathEscapeError(
+                f"the sandbox's {anchor} was replaced by a symlink or a file"
+            ) from None
+        raise _translate(exc, anchor) from exc
 
 
 def _open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
     try:
         return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, "no such directory in the workspace", path) from None
+        raise file_not_found(path) from None
     except OSError as exc:
         # O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux and
         # ELOOP elsewhere; lstat tells a link from a plain file.
-        if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_symlink(name, dir_fd)):
-            raise PathEscapeError(
-                f"path {path!r} goes through the symlink {name!r}; "
-                "symlinks in the workspace are never followed"
-            ) from None
-        if exc.errno == errno.ENOTDIR:
-            raise PermanentError(f"path {path!r}: component {name!r} is not a directory") from None
+        if exc.errno == errno.ELOOP:
+            check_directory(Entry(EntryKind.SYMLINK), path=path, name=name)
+        if exc.errno == errno.ENOTDIR and (entry := _lstat(name, dir_fd)) is not None:
+            check_directory(entry, path=path, name=name)
         raise _translate(exc, path) from exc
 
 
@@ -102,9 +109,9 @@ def _open_directory(name: str, dir_fd: int, *, path: str, create: bool) -> int:
     return _open_existing_directory(name, dir_fd, path=path)
 
 
-def _walk(root_fd: int, parts: tuple[str, ...], *, path: str, create: bool) -> int:
-    """Return a new descriptor of the directory ``parts`` below ``root_fd``."""
-    fd = os.dup(root_fd)
+def _walk(location: Location, parts: tuple[str, ...], *, path: str, create: bool) -> int:
+    """Return a new descriptor of the directory ``parts`` below the location's anchor."""
+    fd = _open_anchor(location.anchor)
     try:
         for part in parts:
             child = _open_directory(part, fd, path=path, create=create)
@@ -116,55 +123,60 @@ def _walk(root_fd: int, parts: tuple[str, ...], *, path: str, create: bool) -> i
     return fd
 
 
-def ensure_workspace_dir(root: str, path: str) -> str:
+def _open_target(location: Location, *, path: str, flags: int, create: bool) -> int:
+    """Open the last component with ``flags | O_NOFOLLOW``; check it is a regular file."""
+    dir_fd = _walk(location, location.parts[:-1], path=path, create=create)
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang waiting for a peer.
+        fd = os.open(
+            location.parts[-1],
+            flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            _FILE_MODE,
+            dir_fd=dir_fd,
+        )
+    except FileNotFoundError:
+        raise file_not_found(path) from None
+    except OSError as exc:
+        kind = {
+            errno.ELOOP: EntryKind.SYMLINK,
+            errno.EISDIR: EntryKind.DIRECTORY,
+            errno.ENXIO: EntryKind.OTHER,
+        }.get(exc.errno or 0)
+        if kind is not None:
+            check_regular(Entry(kind), path=path)
+        raise _translate(exc, path) from exc
+    finally:
+        os.close(dir_fd)
+    try:
+        check_regular(Entry.from_mode(os.fstat(fd).st_mode), path=path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def ensure_workspace_dir(root: str | PathPolicy, path: str) -> str:
     """Create-if-absent the workspace directory ``path``; return its host path.
 
-    Raises :class:`PathEscapeError` if any component is a symlink and
+    ``root`` is the workspace's host path or a policy for it. Raises
+    :class:`PathEscapeError` if any component is a symlink and
     :class:`SandboxNotFound` if the workspace is gone.
     """
-    parts = split_workspace_path(path, allow_root=True)
-    root_fd = _open_root(root)
-    try:
-        os.close(_walk(root_fd, parts, path=path, create=True))
-    finally:
-        os.close(root_fd)
-    return str(Path(root).joinpath(*parts))
+    location = _policy(root).locate(path, write=True, directory=True)
+    os.close(_walk(location, location.parts, path=path, create=True))
+    return location.path
 
 
-def read_workspace_file(root: str, path: str) -> bytes:
+def read_workspace_file(root: str | PathPolicy, path: str) -> bytes:
     """Return the bytes of the regular file ``path`` in the workspace.
 
     Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
     if it is a directory or another non-regular file, :class:`PathEscapeError`
     for escapes and symlinks, and :class:`SandboxNotFound` if the workspace is gone.
     """
-    parts = split_workspace_path(path)
-    root_fd = _open_root(root)
+    location = _policy(root).locate(path)
+    fd = _open_target(location, path=path, flags=os.O_RDONLY, create=False)
     try:
-        dir_fd = _walk(root_fd, parts[:-1], path=path, create=False)
-    finally:
-        os.close(root_fd)
-    try:
-        # O_NONBLOCK: opening a FIFO must not hang waiting for a writer.
-        fd = os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
-        )
-    except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, "no such file in the workspace", path) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PathEscapeError(
-                f"path {path!r} is a symlink; symlinks in the workspace are never followed"
-            ) from None
-        raise _translate(exc, path) from exc
-    finally:
-        os.close(dir_fd)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise PermanentError(f"path {path!r} is a directory, not a regular file")
-        if not stat.S_ISREG(mode):
-            raise PermanentError(f"path {path!r} is not a regular file")
         chunks: list[bytes] = []
         while chunk := os.read(fd, _READ_CHUNK):
             chunks.append(chunk)
@@ -175,7 +187,7 @@ def read_workspace_file(root: str, path: str) -> bytes:
         os.close(fd)
 
 
-def write_workspace_file(root: str, path: str, data: bytes) -> None:
+def write_workspace_file(root: str | PathPolicy, path: str, data: bytes) -> None:
     """Create or truncate the regular file ``path`` with ``data``, creating parents.
 
     Files are created with mode 0o644 and directories with 0o755 (less the
@@ -183,30 +195,10 @@ def write_workspace_file(root: str, path: str, data: bytes) -> None:
     :class:`PermanentError` if the target is a directory or not a regular file,
     and :class:`SandboxNotFound` if the workspace is gone.
     """
-    parts = split_workspace_path(path)
-    root_fd = _open_root(root)
+    location = _policy(root).locate(path, write=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = _open_target(location, path=path, flags=flags, create=True)
     try:
-        dir_fd = _walk(root_fd, parts[:-1], path=path, create=True)
-    finally:
-        os.close(root_fd)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(parts[-1], flags, _FILE_MODE, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PathEscapeError(
-                f"path {path!r} is a symlink; symlinks in the workspace are never followed"
-            ) from None
-        if exc.errno == errno.EISDIR:
-            raise PermanentError(f"path {path!r} is a directory, not a regular file") from None
-        if exc.errno == errno.ENXIO:
-            raise PermanentError(f"path {path!r} is not a regular file") from None
-        raise _translate(exc, path) from exc
-    finally:
-        os.close(dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermanentError(f"path {path!r} is not a regular file")
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

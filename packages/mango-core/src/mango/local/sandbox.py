@@ -9,11 +9,11 @@ from pathlib import Path
 import attrs
 
 from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
-from mango.domain.paths import split_workspace_path
 from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
 from mango.local.execution import SAFE_PATH, ExecTracker, run_command
 from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
 from mango.local.layout import remove_session_dir, workspace_root
+from mango.provider import PathPolicy
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -67,6 +67,11 @@ class LocalSandbox:
         return str(workspace_root(self._session_dir))
 
     @property
+    def path_policy(self) -> PathPolicy:
+        """The file-tool path policy: workspace-relative paths under :attr:`root` only."""
+        return PathPolicy(self.root)
+
+    @property
     def spec(self) -> SandboxSpec:
         """The spec this client was created or attached with."""
         return self._spec
@@ -115,16 +120,14 @@ class LocalSandbox:
             self._tracker.unregister(str(self._session_dir), handle)
 
     async def read_file(self, path: str) -> bytes:
-        """Return the bytes of the regular file ``path`` (workspace-relative).
+        """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
 
-        Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
-        for a directory or other non-regular file, :class:`PathEscapeError` for
-        ``..``, absolute paths and symlinks anywhere in the path, and
+        Raises what :mod:`mango.local.files` documents, and
         :class:`SandboxNotFound` if the workspace is gone.
         """
-        split_workspace_path(path)
+        self.path_policy.locate(path)
         await checkpoint()
-        return await asyncio.to_thread(read_workspace_file, self.root, path)
+        return await asyncio.to_thread(read_workspace_file, self.path_policy, path)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate ``path`` with ``data``, creating parent directories.
@@ -132,12 +135,12 @@ class LocalSandbox:
         Never follows a symlink (:class:`PathEscapeError`); a directory or other
         non-regular target raises :class:`PermanentError`.
         """
-        split_workspace_path(path)
+        self.path_policy.locate(path, write=True)
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
         payload = bytes(data)
         await checkpoint()
-        await asyncio.to_thread(write_workspace_file, self.root, path, payload)
+        await asyncio.to_thread(write_workspace_file, self.path_policy, path, payload)
 
     async def destroy(self) -> None:
         """Kill this sandbox's running commands and remove its directory. Idempotent.

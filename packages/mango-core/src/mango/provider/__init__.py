@@ -5,6 +5,8 @@ package and its submodules only; an import-linter contract keeps it so. It
 pulls neither temporalio, psycopg nor click. Modules that need an optional
 library are submodules, imported only by the providers that use them:
 
+* :mod:`mango.provider.paths` (no extra library; its names are re-exported here):
+  the path policy over a stat callback;
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
 * :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
 """
@@ -63,6 +65,18 @@ from mango.domain.values import (
     SandboxSpec,
     validate_session_id,
 )
+from mango.provider.paths import (
+    Entry,
+    EntryKind,
+    ExtraRoot,
+    Location,
+    PathPolicy,
+    ResolvedPath,
+    StatCallback,
+    check_directory,
+    check_regular,
+    file_not_found,
+)
 
 __all__ = [
     "Capability",
@@ -71,13 +85,17 @@ __all__ = [
     "ConfigurationError",
     "ConformanceTarget",
     "ConformanceTargetRegistry",
+    "Entry",
+    "EntryKind",
     "ExecEvent",
     "ExecResult",
+    "ExtraRoot",
     "FileResourceSandbox",
     "InvalidInput",
     "InvalidPathError",
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
+    "Location",
     "MangoError",
     "MemoryStoreSandbox",
     "NetworkMode",
@@ -87,6 +105,7 @@ __all__ = [
     "OwnershipError",
     "PackagePlan",
     "PathEscapeError",
+    "PathPolicy",
     "PermanentError",
     "Provider",
     "ProviderContext",
@@ -94,6 +113,7 @@ __all__ = [
     "ProviderRegistry",
     "ProviderUnavailable",
     "Quirk",
+    "ResolvedPath",
     "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",
@@ -103,7 +123,11 @@ __all__ = [
     "SessionOutputSandbox",
     "SettingSpec",
     "SkillBundleSandbox",
+    "StatCallback",
     "SupportLevel",
+    "check_directory",
+    "check_regular",
+    "file_not_found",
     "hookimpl",
     "is_permanent",
     "normalize_workspace_dir",
