@@ -9,6 +9,7 @@ message text::
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
+    ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
     └── PermanentError             a retry on the same worker cannot fix it
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
@@ -46,6 +47,7 @@ __all__ = [
     "PreconditionFailed",
     "ProviderUnavailable",
     "ProvisioningBlocked",
+    "ResourceConflict",
     "SandboxNotFound",
     "SessionDeleting",
     "UnknownProvider",
@@ -92,6 +94,15 @@ class ProvisioningBlocked(MangoError):
 
 class PreconditionFailed(MangoError):
     """A compare-and-set lost against a concurrent change."""
+
+
+class ResourceConflict(MangoError):
+    """The backend refused a change that conflicts with the resource's current state.
+
+    HTTP 409 from a remote API: a name already taken, a sandbox in the wrong
+    state for the call. Not permanent by itself; the caller re-reads the
+    resource and decides (attach to the existing one, wait, or give up).
+    """
 
 
 class PermanentError(MangoError):

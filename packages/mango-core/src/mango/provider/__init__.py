@@ -23,6 +23,7 @@ from mango.domain.errors import (
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
+    ResourceConflict,
     SandboxNotFound,
     is_permanent,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "ProviderRegistry",
     "ProviderUnavailable",
     "Quirk",
+    "ResourceConflict",
     "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",
