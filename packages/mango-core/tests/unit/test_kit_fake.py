@@ -17,7 +17,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from mango.domain import Command, SandboxNotFound
+from mango.provider import Command, ExecResult, OutputChunk, SandboxNotFound
 from mango.provider.fake import FakeService, SandboxPaused, SandboxState
 
 TOKEN = "demo-token-123"  # noqa: S105 -- the demo vendor's test credential
@@ -104,9 +104,11 @@ def demo_routes(service: FakeService) -> list[web.RouteDef]:
             response.content_type = "application/x-ndjson"
             await response.prepare(request)
             async for event in events:
-                if hasattr(event, "stream"):
+                line: dict[str, object]
+                if isinstance(event, OutputChunk):
                     line = {"stream": str(event.stream), "data": event.data.decode()}
                 else:
+                    assert isinstance(event, ExecResult)
                     line = {"exit_code": event.exit_code}
                 await response.write(json.dumps(line).encode() + b"\n")
         await response.write_eof()
@@ -116,7 +118,9 @@ def demo_routes(service: FakeService) -> list[web.RouteDef]:
         data = bytearray()
         async for chunk in request.content.iter_any():
             data += chunk
-        await sandboxes.write_file(request.match_info["id"], request.match_info["path"], data)
+        await sandboxes.write_file(
+            request.match_info["id"], request.match_info["path"], bytes(data)
+        )
         return web.Response(status=204)
 
     async def get_file(request: web.Request) -> web.StreamResponse:

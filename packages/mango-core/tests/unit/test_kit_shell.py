@@ -31,7 +31,7 @@ PROBE = (
 ARGV_PREFIX = (sys.executable, "-c", PROBE)
 MAX_ARG_STRLEN = 128 * 1024
 
-texts = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
+texts = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40)
 
 
 def run_line(plan: CommandPlan) -> dict[str, object]:

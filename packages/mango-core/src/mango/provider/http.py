@@ -316,6 +316,10 @@ async def retrying(
     raise AssertionError("stamina ended the retry loop without an outcome")  # pragma: no cover
 
 
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 def _is_idempotent(method: str, idempotent: bool | None) -> bool:
     return method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
 
@@ -339,7 +343,7 @@ class ApiClient:
     headers: Mapping[str, str] = attrs.field(factory=dict)
     timeout: float = 30.0
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
-    secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple, repr=False)
+    secrets: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple, repr=False)
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
 
@@ -353,7 +357,10 @@ class ApiClient:
 
     @property
     def _secrets(self) -> tuple[str, ...]:
-        return (*self.auth_headers.values(), *self.secrets)
+        values = [*self.auth_headers.values(), *self.secrets]
+        # "Bearer <token>": a vendor may echo the bare token, so blank that too.
+        values += [value.split(" ", 1)[1] for value in values if " " in value.strip()]
+        return tuple(sorted(set(values), key=len, reverse=True))
 
     async def request(
         self,
