@@ -297,3 +297,17 @@ def test_importing_the_surface_pulls_no_remote_library() -> None:
     }
     assert imported & {"httpx", "stamina", "aiohttp"} == set()
     assert "mango" in imported
+
+
+async def test_a_streamed_request_body_is_never_replayed(
+    api: ApiClient, service: FakeService
+) -> None:
+    """A PUT whose body is an iterator fails on the first 503 instead of resending nothing."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"part"
+
+    service.faults.fail(503, times=1, method="PUT", path="/ok")
+    with pytest.raises(RemoteUnavailable):
+        await api.request("PUT", "/ok", operation="upload", content=body())
+    assert service.faults.count("PUT", "/ok") == 1

@@ -6,7 +6,8 @@ pulls neither temporalio, psycopg nor click. Modules that need an optional
 library are submodules, imported only by the providers that use them:
 
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
-* :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
+* :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
+* :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ capped by :attr:`RetryPolicy.retry_after_max` and by the time left in the
 budget). Only :class:`ProviderUnavailable` is retried, and only for
 idempotent calls unless the caller says otherwise.
 
+Prefer header authentication: httpx's own INFO log line prints the request
+URL, query string included, so a key carried in a query parameter reaches
+logs whenever the ``httpx`` logger is at INFO.
+
 This module imports httpx and stamina (the ``remote`` extra of mango-core);
 ``import mango.provider`` does not import it.
 """
@@ -320,7 +324,11 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _is_idempotent(method: str, idempotent: bool | None) -> bool:
+def _may_retry(method: str, idempotent: bool | None, kwargs: Mapping[str, Any]) -> bool:
+    content = kwargs.get("content")
+    if content is not None and not isinstance(content, str | bytes):
+        # A streamed request body is consumed by the first attempt; it cannot be replayed.
+        return False
     return method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
 
 
@@ -378,7 +386,8 @@ class ApiClient:
         ``kwargs`` go to :meth:`httpx.AsyncClient.request` (``params``, ``json``,
         ``content``, ``headers``, ``timeout``). ``idempotent`` defaults by
         method (:data:`IDEMPOTENT_METHODS`); pass ``True`` for a POST the API
-        makes safe to repeat. Errors as in :func:`check_response`.
+        makes safe to repeat. A streamed ``content`` (an iterator) is never
+        retried: it cannot be replayed. Errors as in :func:`check_response`.
         """
         secrets = self._secrets
 
@@ -390,7 +399,7 @@ class ApiClient:
             )
 
         return await retrying(
-            once, policy=retry or self.retry, retry=_is_idempotent(method, idempotent)
+            once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
         )
 
     @asynccontextmanager
@@ -447,7 +456,7 @@ class ApiClient:
             raise AssertionError("unreachable: an error status was not mapped")  # pragma: no cover
 
         response = await retrying(
-            open_once, policy=retry or self.retry, retry=_is_idempotent(method, idempotent)
+            open_once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
         )
         try:
             with map_httpx_exceptions(operation, secrets=secrets):
