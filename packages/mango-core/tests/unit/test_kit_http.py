@@ -130,6 +130,13 @@ async def test_other_4xx_is_permanent_with_a_redacted_excerpt(api: ApiClient) ->
     assert caught.value.permanent
 
 
+async def test_a_redirect_is_not_success(api: ApiClient) -> None:
+    """A 3xx (not followed) means the base URL is wrong: RemoteUnavailable, not a response."""
+    with pytest.raises(RemoteUnavailable, match="wrong base URL") as caught:
+        await api.request("GET", "/status/302", operation="ping", retry=RetryPolicy(attempts=1))
+    assert caught.value.status == 302
+
+
 async def test_409_is_a_catchable_conflict(api: ApiClient, service: FakeService) -> None:
     """A 409 raises ResourceConflict and is not retried."""
     with pytest.raises(ResourceConflict):

@@ -14,6 +14,7 @@ what came back                        what is raised
 401, 403                              :class:`ConfigurationError` (credential-free)
 409                                   :class:`ResourceConflict`
 429, 5xx                              :class:`RemoteUnavailable` (``retry_after``)
+1xx, 3xx (redirects are not followed) :class:`RemoteUnavailable` (wrong base URL?)
 ``httpx.TimeoutException``,           :class:`RemoteUnavailable`
 ``httpx.TransportError``
 any other 4xx                         :class:`RemoteRejected` (status + excerpt)
@@ -205,7 +206,7 @@ def check_response(
     sandbox_id: str | None = None,
     secrets: Iterable[str] = (),
 ) -> httpx.Response:
-    """Return ``response`` if it succeeded (status < 400), else raise the mapped error.
+    """Return ``response`` if it succeeded (2xx), else raise the mapped error.
 
     ``operation`` names the call in messages (``"get sandbox"``).
     ``sandbox_id`` says the request names a sandbox resource: only then is a
@@ -213,7 +214,7 @@ def check_response(
     excerpt. A streamed response must have been read first.
     """
     status = response.status_code
-    if status < 400:
+    if 200 <= status < 300:
         return response
     secrets = tuple(secrets)
     where = _where(response.request)
@@ -240,6 +241,12 @@ def check_response(
             f"{operation}: HTTP 404 on a route that should exist ({where}); "
             f"wrong base URL or API version?{detail}",
             status=status,
+        )
+    elif status < 400:
+        # Redirects are not followed and 1xx never ends a request: either means
+        # the base URL points at something other than the vendor's API.
+        error = RemoteUnavailable(
+            f"{operation}: unexpected HTTP {status} ({where}); wrong base URL?", status=status
         )
     else:
         error = RemoteRejected(
@@ -429,7 +436,7 @@ class ApiClient:
             with map_httpx_exceptions(operation, secrets=secrets):
                 request = self._client.build_request(method, path, **kwargs)
                 response = await self._client.send(request, stream=True)
-                if response.status_code < 400:
+                if response.is_success:
                     return response
                 try:
                     body = bytearray()
