@@ -248,6 +248,14 @@ async def test_connection_refused_never_shows_the_secret(tmp_path: Path) -> None
     assert SECRET not in repr(api)
 
 
+async def test_a_non_http_base_url_is_a_configuration_error() -> None:
+    """An unusable base URL is permanent, and its text (which may hold a key) is not quoted."""
+    async with ApiClient(f"ftp://example.invalid/{SECRET}", retry=FAST) as api:
+        with pytest.raises(ConfigurationError) as caught:
+            await api.request("GET", "/ok", operation="ping")
+    assert SECRET not in chain_text(caught.value)
+
+
 async def test_stream_reads_bodies_and_maps_errors(api: ApiClient, service: FakeService) -> None:
     """stream() yields a streamed body; error statuses are mapped before the block runs."""
     service.faults.fail(503, times=1, path="/chunks")

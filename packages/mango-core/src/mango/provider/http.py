@@ -259,9 +259,9 @@ def check_response(
 def map_httpx_exceptions(operation: str, *, secrets: Iterable[str] = ()) -> Iterator[None]:
     """Translate httpx exceptions raised inside the block into :class:`RemoteUnavailable`.
 
-    Timeouts and transport errors (connect, read, write, protocol, proxy)
-    become retryable; the message names the exception type and its
-    credential-free text. :class:`httpx.InvalidURL` and other non-transport
+    Timeouts, transport errors (connect, read, write, protocol, proxy) and
+    undecodable bodies become retryable; the message names the exception
+    type and its credential-free text. An invalid or non-HTTP URL and other
     httpx errors are configuration mistakes: :class:`ConfigurationError`.
     """
     try:
@@ -270,12 +270,16 @@ def map_httpx_exceptions(operation: str, *, secrets: Iterable[str] = ()) -> Iter
         raise RemoteUnavailable(
             f"{operation}: timed out ({type(exc).__name__}: {_redact(str(exc), secrets)})"
         ) from exc
-    except httpx.TransportError as exc:
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol):
+        # The configured base URL is unusable; no retry can fix it. No text:
+        # httpx quotes the URL, which may carry a key.
+        raise ConfigurationError(
+            f"{operation}: the provider's base URL is invalid or not http(s)"
+        ) from None
+    except (httpx.TransportError, httpx.DecodingError) as exc:
         raise RemoteUnavailable(
             f"{operation}: transport failure ({type(exc).__name__}: {_redact(str(exc), secrets)})"
         ) from exc
-    except httpx.InvalidURL:
-        raise ConfigurationError(f"{operation}: invalid URL") from None
     except httpx.HTTPError as exc:
         raise ConfigurationError(
             f"{operation}: {type(exc).__name__}: {_redact(str(exc), secrets)}"

@@ -13,7 +13,9 @@ rule, so quoting is proven once (reference: remote-protocols.md §1.4):
 
   - none: the line as is (the provider gives the process an empty stdin);
   - ``inline``: ``printf %s '<base64>' | base64 -d | exec ...`` inside the
-    line, used while the whole line stays under :data:`MAX_INLINE_LINE_BYTES`;
+    line, used while the whole line stays under :data:`MAX_INLINE_LINE_BYTES`
+    (``printf`` is a shell builtin, so only the line itself meets the kernel's
+    argument limit and chunking the ``printf`` would gain nothing);
   - ``staged``: larger stdin cannot travel in the line, because the line is
     one argument of ``sh -c`` and Linux refuses any single argument over
     ``MAX_ARG_STRLEN`` (128 KiB). The adapter first writes

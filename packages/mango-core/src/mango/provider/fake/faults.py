@@ -137,6 +137,10 @@ class Faults:
         """End every delay now (called when the service stops)."""
         self._closing.set()
 
+    def rearm(self) -> None:
+        """Let delays hold requests again (called when the service starts)."""
+        self._closing.clear()
+
     def _take(self, kind: _Kind, record: RecordedRequest) -> _Rule | None:
         for rule in self._rules:
             if rule.kind is kind and rule.remaining != 0 and rule.matches(record):

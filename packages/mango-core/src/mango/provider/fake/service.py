@@ -75,6 +75,7 @@ class FakeService:
         """Bind the port and serve; return :attr:`url`."""
         if self._runner is not None:
             return self.url
+        self.faults.rearm()
         runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
