@@ -12,6 +12,7 @@ message text::
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
     ├── PackageSetupInterrupted    package setup timed out or was cancelled (retry re-runs it)
+    ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
     └── PermanentError             a retry on the same worker cannot fix it
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
@@ -64,6 +65,7 @@ __all__ = [
     "PreconditionFailed",
     "ProviderUnavailable",
     "ProvisioningBlocked",
+    "ResourceConflict",
     "SandboxNotFound",
     "SandboxNotRunning",
     "SessionDeleting",
@@ -154,6 +156,17 @@ class PackageSetupInterrupted(MangoError):
     nothing about the plan itself. The sandbox stays unbound and the retry
     runs setup again (provider failures during setup stay
     :class:`ProviderUnavailable`, retryable too).
+    """
+
+    permanent = False
+
+
+class ResourceConflict(MangoError):
+    """The backend refused a change that conflicts with the resource's current state.
+
+    HTTP 409 from a remote API: a name already taken, a sandbox in the wrong
+    state for the call. Not permanent by itself; the caller re-reads the
+    resource and decides (attach to the existing one, wait, or give up).
     """
 
     permanent = False

@@ -8,7 +8,8 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.paths` (no extra library; its names are re-exported here):
   the path policy over a stat callback;
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
-* :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
+* :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
+* :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mango.domain.errors import (
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
+    ResourceConflict,
     SandboxNotFound,
     SandboxNotRunning,
     is_permanent,
@@ -114,6 +116,7 @@ __all__ = [
     "ProviderUnavailable",
     "Quirk",
     "ResolvedPath",
+    "ResourceConflict",
     "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",

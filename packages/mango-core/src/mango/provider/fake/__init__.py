@@ -1,0 +1,57 @@
+"""The scaffold for protocol-faithful vendor fakes (E2B, Cube, OpenSandbox, Daytona).
+
+A vendor fake is a set of aiohttp routes built on :class:`FakeService`. The
+service listens on an ephemeral port of 127.0.0.1 and speaks plain HTTP/1.1,
+so the vendor's official SDK can drive it; its sandboxes are **real local
+process sandboxes** (:mod:`mango.local` under a scratch directory), so exec
+and files behave for real; :class:`Faults` lets a test inject failures while
+it runs. Sketch::
+
+    def routes(service: FakeService) -> list[web.RouteDef]:
+        async def create(request: web.Request) -> web.Response:
+            sandbox = await service.sandboxes.create((await request.json())["metadata"])
+            return web.json_response({"sandboxID": sandbox.id}, status=201)
+        return [web.post("/sandboxes", create)]
+
+    async with FakeService(tmp_path, routes) as service:
+        service.faults.fail(503, method="POST", path="/sandboxes")
+        ...  # point the SDK at service.url
+
+Why aiohttp.web (one server library for every fake): the server runs inside
+the test's own event loop (``AppRunner``/``TCPSite``, no thread, no
+subprocess), so tests and server share state without locks; it streams
+responses (Connect server-streams, SSE) and accepts chunked request bodies,
+which the vendors' SDKs use; and it is already in the dependency tree through
+aiodocker. ``serve`` runs a service standalone until SIGTERM/SIGINT, printing
+its URL, and ``python -m mango.provider.fake MODULE:ROUTES`` does so for any
+routes factory.
+
+This package imports aiohttp and :mod:`mango.local` (the ``fake`` extra of
+mango-core); ``import mango.provider`` does not import it.
+"""
+
+from __future__ import annotations
+
+from mango.provider.fake.faults import Faults, RecordedRequest
+from mango.provider.fake.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
+from mango.provider.fake.service import (
+    MAX_REQUEST_BYTES,
+    SERVICE_KEY,
+    FakeService,
+    RoutesFactory,
+    serve,
+)
+
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "SERVICE_KEY",
+    "FakeSandbox",
+    "FakeSandboxes",
+    "FakeService",
+    "Faults",
+    "RecordedRequest",
+    "RoutesFactory",
+    "SandboxPaused",
+    "SandboxState",
+    "serve",
+]

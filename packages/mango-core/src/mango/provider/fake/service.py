@@ -1,0 +1,132 @@
+"""The fake service: an aiohttp application on 127.0.0.1 with fake sandboxes and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
+
+import attrs
+from aiohttp import web
+
+from mango.domain.errors import InvalidInput, ProviderUnavailable
+from mango.domain.values import SandboxSpec
+from mango.provider.fake.faults import Faults
+from mango.provider.fake.sandboxes import FakeSandboxes
+
+__all__ = ["MAX_REQUEST_BYTES", "FakeService", "RoutesFactory", "serve"]
+
+MAX_REQUEST_BYTES = 1 << 30
+"""Largest request body a fake accepts (uploads of large files must work)."""
+
+SERVICE_KEY: web.AppKey[FakeService] = web.AppKey("mango_fake_service")
+"""Where a handler finds its service: ``request.app[SERVICE_KEY]``."""
+
+RoutesFactory = Callable[["FakeService"], Iterable[web.AbstractRouteDef]]
+"""Builds a vendor fake's routes; the handlers close over the service they get."""
+
+
+@attrs.define(eq=False)
+class FakeService:
+    """A vendor fake served over plain HTTP/1.1 on an ephemeral 127.0.0.1 port.
+
+    ``routes`` builds the vendor's routes from this service (its
+    :attr:`sandboxes` registry and :attr:`faults`). Use it as
+    ``async with FakeService(tmp_path, routes) as service: service.url``;
+    stopping deletes every sandbox (killing its commands) and releases held
+    requests. ``spec`` is the default spec of the fake sandboxes.
+    """
+
+    scratch_dir: Path = attrs.field(converter=Path)
+    routes: RoutesFactory
+    name: str = "fake"
+    host: str = "127.0.0.1"
+    port: int = 0
+    spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+    faults: Faults = attrs.field(factory=Faults)
+    sandboxes: FakeSandboxes = attrs.field(init=False)
+    _runner: web.AppRunner | None = attrs.field(default=None, init=False, repr=False)
+    _url: str | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.sandboxes = FakeSandboxes(self.scratch_dir / "sandboxes", spec=self.spec)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` once started."""
+        if self._url is None:
+            raise InvalidInput(f"fake service {self.name!r} is not running")
+        return self._url
+
+    def build_app(self) -> web.Application:
+        """The aiohttp application: fault middleware first, then the vendor routes."""
+        app = web.Application(
+            middlewares=[self.faults.middleware], client_max_size=MAX_REQUEST_BYTES
+        )
+        app[SERVICE_KEY] = self
+        app.add_routes(list(self.routes(self)))
+        return app
+
+    async def start(self) -> str:
+        """Bind the port and serve; return :attr:`url`."""
+        if self._runner is not None:
+            return self.url
+        self.faults.rearm()
+        runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ProviderUnavailable(f"fake service {self.name!r} cannot listen: {exc}") from exc
+        # Port 0 asked the kernel for a free port; the runner knows which one it got.
+        host, port = runner.addresses[0][:2]
+        self._runner = runner
+        self._url = f"http://{host}:{port}"
+        return self._url
+
+    async def stop(self) -> None:
+        """Delete every sandbox, release held requests, close the port. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self.faults.release()
+        await self.sandboxes.close()
+        await runner.cleanup()
+        self._url = None
+
+    async def __aenter__(self) -> FakeService:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(service: FakeService, *, out: TextIO = sys.stdout) -> None:
+    """Run ``service`` until SIGTERM or SIGINT, printing its URL on one line first.
+
+    For "run mango against a running fake": a vendor fake's ``__main__``
+    calls this, and the caller reads the first line of output.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signo in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signo, stop.set)
+    try:
+        async with service:
+            print(service.url, file=out, flush=True)
+            await stop.wait()
+    finally:
+        for signo in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signo)

@@ -1,0 +1,486 @@
+"""httpx error map and retries for remote provider adapters.
+
+Every remote adapter (E2B, Cube, OpenSandbox, Daytona) talks HTTP through
+httpx. This module is the one place where httpx responses and exceptions
+become the mango error tree, as httpx's own ``map_httpcore_exceptions`` does
+for httpcore:
+
+====================================  =========================================
+what came back                        what is raised
+====================================  =========================================
+404 on a request naming a sandbox     :class:`SandboxNotFound`
+404 on any other route                :class:`RemoteUnavailable` (wrong base URL
+                                      or API version: a protocol error)
+401, 403                              :class:`ConfigurationError` (credential-free)
+409                                   :class:`ResourceConflict`
+429, 5xx                              :class:`RemoteUnavailable` (``retry_after``)
+1xx, 3xx (redirects are not followed) :class:`RemoteUnavailable` (wrong base URL?)
+``httpx.TimeoutException``,           :class:`RemoteUnavailable`
+``httpx.TransportError``
+any other 4xx                         :class:`RemoteRejected` (status + excerpt)
+====================================  =========================================
+
+Messages name the operation, the method and the URL *path* only: never a
+header, never a query string, and any secret the client knows is blanked out
+of the body excerpt. Status errors are raised ``from None`` (httpx's own
+``HTTPStatusError`` text contains the full URL, query included).
+
+Retries go through stamina (bounded attempts and total time, exponential
+backoff with jitter) and honour ``Retry-After`` (seconds or an HTTP date,
+capped by :attr:`RetryPolicy.retry_after_max` and by the time left in the
+budget). Only :class:`ProviderUnavailable` is retried, and only for
+idempotent calls unless the caller says otherwise.
+
+Prefer header authentication: httpx's own INFO log line prints the request
+URL, query string included, so a key carried in a query parameter reaches
+logs whenever the ``httpx`` logger is at INFO.
+
+This module imports httpx and stamina (the ``remote`` extra of mango-core);
+``import mango.provider`` does not import it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import attrs
+import httpx
+import stamina
+
+from mango.domain.errors import (
+    ConfigurationError,
+    InvalidInput,
+    PermanentError,
+    ProviderUnavailable,
+    ResourceConflict,
+    SandboxNotFound,
+)
+
+__all__ = [
+    "DEFAULT_RETRY_POLICY",
+    "IDEMPOTENT_METHODS",
+    "ApiClient",
+    "RemoteRejected",
+    "RemoteUnavailable",
+    "RetryPolicy",
+    "check_response",
+    "map_httpx_exceptions",
+    "parse_retry_after",
+    "retrying",
+]
+
+T = TypeVar("T")
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+"""Methods retried by default (RFC 9110 §9.2.2); POST and PATCH only on request."""
+
+_EXCERPT_CHARS = 200
+_REDACTED = "***"
+# Secrets shorter than this are not blanked: replacing every "a" in a body would
+# destroy the excerpt, and such a value is not a credential anyone issues.
+_MIN_SECRET_LENGTH = 4
+
+
+class RemoteUnavailable(ProviderUnavailable):
+    """The remote API could not be reached or answered with a transient failure.
+
+    ``status`` is the HTTP status (``None`` when no response arrived);
+    ``retry_after`` the server's ``Retry-After`` in seconds, if it sent one.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class RemoteRejected(PermanentError):
+    """The remote API refused the request with a 4xx that a retry cannot fix.
+
+    ``status`` is the HTTP status, ``excerpt`` a short, credential-free start
+    of the response body (the vendor's reason).
+    """
+
+    def __init__(self, message: str, *, status: int, excerpt: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.excerpt = excerpt
+
+
+def _positive(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidInput(f"{attribute.name} must be a positive number, got {value!r}")
+    if math.isinf(value):
+        raise InvalidInput(f"{attribute.name} must be finite, got {value!r}")
+
+
+def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidInput(f"{attribute.name} must be a non-negative number, got {value!r}")
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Budgets for retrying one idempotent call.
+
+    ``attempts`` counts the first try; ``timeout`` bounds the whole call in
+    seconds (no retry is started past it); backoff grows from
+    ``wait_initial`` by ``wait_exp_base`` up to ``wait_max`` with up to
+    ``wait_jitter`` random seconds added. A ``Retry-After`` replaces the
+    backoff, capped by ``retry_after_max``; if it asks for more than the time
+    left in ``timeout``, the call fails now instead of sleeping past its budget.
+    """
+
+    attempts: int = attrs.field(default=5, validator=_positive)
+    timeout: float = attrs.field(default=30.0, validator=_positive)
+    wait_initial: float = attrs.field(default=0.1, validator=_non_negative)
+    wait_max: float = attrs.field(default=5.0, validator=_non_negative)
+    wait_jitter: float = attrs.field(default=0.5, validator=_non_negative)
+    wait_exp_base: float = attrs.field(default=2.0, validator=_positive)
+    retry_after_max: float = attrs.field(default=20.0, validator=_non_negative)
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
+"""Five attempts within 30 seconds, 0.1 s doubling to 5 s, Retry-After capped at 20 s."""
+
+
+def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header value, or ``None`` if absent or invalid.
+
+    Accepts delay-seconds (``"3"``) and an HTTP date; a date in the past gives ``0.0``.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        # RFC 9110 dates are GMT; a zone-less parse result means GMT as well.
+        when = when.replace(tzinfo=dt.UTC)
+    current = now if now is not None else dt.datetime.now(dt.UTC)
+    return max(0.0, (when - current).total_seconds())
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= _MIN_SECRET_LENGTH:
+            text = text.replace(secret, _REDACTED)
+    return text
+
+
+def _excerpt(response: httpx.Response, secrets: Iterable[str]) -> str:
+    try:
+        raw = response.content[: _EXCERPT_CHARS * 4]
+    except httpx.ResponseNotRead:
+        return ""
+    text = raw.decode("utf-8", "replace")
+    # Redact before shortening, so a secret cut in half by the limit still goes.
+    text = _redact(text, secrets)
+    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return text[:_EXCERPT_CHARS]
+
+
+def _where(request: httpx.Request) -> str:
+    # Path only: a query string may carry an API key.
+    return (
+        f"{request.method} {request.url.scheme}://{request.url.netloc.decode()}{request.url.path}"
+    )
+
+
+def check_response(
+    response: httpx.Response,
+    *,
+    operation: str,
+    sandbox_id: str | None = None,
+    secrets: Iterable[str] = (),
+) -> httpx.Response:
+    """Return ``response`` if it succeeded (2xx), else raise the mapped error.
+
+    ``operation`` names the call in messages (``"get sandbox"``).
+    ``sandbox_id`` says the request names a sandbox resource: only then is a
+    404 a :class:`SandboxNotFound`. ``secrets`` are blanked out of the body
+    excerpt. A streamed response must have been read first.
+    """
+    status = response.status_code
+    if 200 <= status < 300:
+        return response
+    secrets = tuple(secrets)
+    where = _where(response.request)
+    excerpt = _excerpt(response, secrets)
+    detail = f": {excerpt}" if excerpt else ""
+    error: Exception
+    if status == 404 and sandbox_id is not None:
+        error = SandboxNotFound(f"{operation}: sandbox {sandbox_id!r} not found ({where})")
+    elif status in (401, 403):
+        error = ConfigurationError(
+            f"{operation}: the provider refused the credentials (HTTP {status}, {where})",
+            hint="check the API key or token setting of this provider",
+        )
+    elif status == 409:
+        error = ResourceConflict(f"{operation}: conflict (HTTP 409, {where}){detail}")
+    elif status == 429 or status >= 500:
+        error = RemoteUnavailable(
+            f"{operation}: HTTP {status} ({where}){detail}",
+            status=status,
+            retry_after=parse_retry_after(response.headers.get("retry-after")),
+        )
+    elif status == 404:
+        error = RemoteUnavailable(
+            f"{operation}: HTTP 404 on a route that should exist ({where}); "
+            f"wrong base URL or API version?{detail}",
+            status=status,
+        )
+    elif status < 400:
+        # Redirects are not followed and 1xx never ends a request: either means
+        # the base URL points at something other than the vendor's API.
+        error = RemoteUnavailable(
+            f"{operation}: unexpected HTTP {status} ({where}); wrong base URL?", status=status
+        )
+    else:
+        error = RemoteRejected(
+            f"{operation}: HTTP {status} ({where}){detail}", status=status, excerpt=excerpt
+        )
+    raise error from None
+
+
+@contextmanager
+def map_httpx_exceptions(operation: str, *, secrets: Iterable[str] = ()) -> Iterator[None]:
+    """Translate httpx exceptions raised inside the block into :class:`RemoteUnavailable`.
+
+    Timeouts, transport errors (connect, read, write, protocol, proxy) and
+    undecodable bodies become retryable; the message names the exception
+    type and its credential-free text. An invalid or non-HTTP URL and other
+    httpx errors are configuration mistakes: :class:`ConfigurationError`.
+    """
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise RemoteUnavailable(
+            f"{operation}: timed out ({type(exc).__name__}: {_redact(str(exc), secrets)})"
+        ) from exc
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol):
+        # The configured base URL is unusable; no retry can fix it. No text:
+        # httpx quotes the URL, which may carry a key.
+        raise ConfigurationError(
+            f"{operation}: the provider's base URL is invalid or not http(s)"
+        ) from None
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        raise RemoteUnavailable(
+            f"{operation}: transport failure ({type(exc).__name__}: {_redact(str(exc), secrets)})"
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise ConfigurationError(
+            f"{operation}: {type(exc).__name__}: {_redact(str(exc), secrets)}"
+        ) from None
+
+
+def _backoff_hook(policy: RetryPolicy, deadline: float) -> Callable[[Exception], bool | float]:
+    def hook(exc: Exception) -> bool | float:
+        if not isinstance(exc, ProviderUnavailable):
+            return False
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is None:
+            return True
+        wait = min(float(retry_after), policy.retry_after_max)
+        if time.monotonic() + wait >= deadline:
+            # Sleeping past the budget only to give up would waste the caller's time.
+            return False
+        return wait
+
+    return hook
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    retry: bool = True,
+) -> T:
+    """Await ``call()``; retry it on :class:`ProviderUnavailable` within ``policy``.
+
+    With ``retry=False`` the call runs once (non-idempotent requests). The
+    last error is raised when the budget is spent. Any other exception is
+    raised at once.
+    """
+    if not retry:
+        return await call()
+    deadline = time.monotonic() + policy.timeout
+    async for attempt in stamina.retry_context(
+        on=_backoff_hook(policy, deadline),
+        attempts=policy.attempts,
+        timeout=policy.timeout,
+        wait_initial=policy.wait_initial,
+        wait_max=policy.wait_max,
+        wait_jitter=policy.wait_jitter,
+        wait_exp_base=policy.wait_exp_base,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("stamina ended the retry loop without an outcome")  # pragma: no cover
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _may_retry(method: str, idempotent: bool | None, kwargs: Mapping[str, Any]) -> bool:
+    content = kwargs.get("content")
+    if content is not None and not isinstance(content, str | bytes):
+        # A streamed request body is consumed by the first attempt; it cannot be replayed.
+        return False
+    return method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
+
+
+@attrs.define(eq=False)
+class ApiClient:
+    """One connection pool to one remote API, with its credentials and the error map.
+
+    ``auth_headers`` are sent on every request and kept in this object only:
+    they are blanked from error excerpts and never appear in ``repr``.
+    ``secrets`` adds further values to blank (a token carried in a query
+    parameter, say). One instance per provider instance; close it with
+    :meth:`aclose` (or ``async with``).
+
+    ``timeout`` is httpx's per-operation timeout in seconds; ``retry`` the
+    budget for idempotent calls. ``transport`` is for tests and proxies.
+    """
+
+    base_url: str
+    auth_headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    timeout: float = 30.0
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    secrets: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple, repr=False)
+    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={**self.headers, **self.auth_headers},
+            timeout=self.timeout,
+            transport=self.transport,
+        )
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        values = [*self.auth_headers.values(), *self.secrets]
+        # "Bearer <token>": a vendor may echo the bare token, so blank that too.
+        values += [value.split(" ", 1)[1] for value in values if " " in value.strip()]
+        return tuple(sorted(set(values), key=len, reverse=True))
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        sandbox_id: str | None = None,
+        idempotent: bool | None = None,
+        retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one request (retried if idempotent) and return the successful response.
+
+        ``kwargs`` go to :meth:`httpx.AsyncClient.request` (``params``, ``json``,
+        ``content``, ``headers``, ``timeout``). ``idempotent`` defaults by
+        method (:data:`IDEMPOTENT_METHODS`); pass ``True`` for a POST the API
+        makes safe to repeat. A streamed ``content`` (an iterator) is never
+        retried: it cannot be replayed. Errors as in :func:`check_response`.
+        """
+        secrets = self._secrets
+
+        async def once() -> httpx.Response:
+            with map_httpx_exceptions(operation, secrets=secrets):
+                response = await self._client.request(method, path, **kwargs)
+            return check_response(
+                response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
+            )
+
+        return await retrying(
+            once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
+        )
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        sandbox_id: str | None = None,
+        idempotent: bool | None = None,
+        retry: RetryPolicy | None = None,
+        error_body_limit: int = 64 * 1024,
+        **kwargs: Any,
+    ) -> AsyncIterator[httpx.Response]:
+        """Open a streamed response (``async with client.stream(...) as response``).
+
+        Opening is retried like :meth:`request`; once the block has the
+        response nothing is retried, and transport errors while reading the
+        body raise :class:`RemoteUnavailable`. An error status is read (at
+        most ``error_body_limit`` bytes) and mapped before the block runs.
+        The response is closed when the block ends.
+        """
+        secrets = self._secrets
+
+        async def open_once() -> httpx.Response:
+            with map_httpx_exceptions(operation, secrets=secrets):
+                request = self._client.build_request(method, path, **kwargs)
+                response = await self._client.send(request, stream=True)
+                if response.is_success:
+                    return response
+                try:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) >= error_body_limit:
+                            break
+                finally:
+                    await response.aclose()
+            error_response = httpx.Response(
+                response.status_code,
+                # Only what the map reads: the body is already decoded.
+                headers={
+                    key: value
+                    for key, value in response.headers.items()
+                    if key.lower() == "retry-after"
+                },
+                content=bytes(body),
+                request=request,
+            )
+            check_response(
+                error_response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
+            )
+            raise AssertionError("unreachable: an error status was not mapped")  # pragma: no cover
+
+        response = await retrying(
+            open_once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
+        )
+        try:
+            with map_httpx_exceptions(operation, secrets=secrets):
+                yield response
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool. Idempotent."""
+        await self._client.aclose()
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
