@@ -41,6 +41,9 @@ SAMPLES: dict[str, Any] = {
     "command": "acquire",
     "name": "nope",
     "available": ("docker", "local"),
+    "status": 503,
+    "retry_after": 2.5,
+    "excerpt": "quota exceeded",
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 

@@ -8,12 +8,14 @@ message text::
     ├── SandboxNotFound            a persisted reference the provider no longer knows (retryable;
     │                              Temporal still stops at once: retrying cannot bring it back)
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
-    │   └── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
+    │   ├── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
+    │   └── RemoteUnavailable      a remote API failed transiently (5xx, 429, timeout); has status
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
     ├── PackageSetupInterrupted    package setup timed out or was cancelled (retry re-runs it)
     ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
     └── PermanentError             a retry on the same worker cannot fix it
+        ├── RemoteRejected         a remote API refused the request with a 4xx; has status, excerpt
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
         │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
@@ -65,6 +67,8 @@ __all__ = [
     "PreconditionFailed",
     "ProviderUnavailable",
     "ProvisioningBlocked",
+    "RemoteRejected",
+    "RemoteUnavailable",
     "ResourceConflict",
     "SandboxNotFound",
     "SandboxNotRunning",
@@ -172,6 +176,26 @@ class ResourceConflict(MangoError):
     permanent = False
 
 
+class RemoteUnavailable(ProviderUnavailable):
+    """The remote API could not be reached or answered with a transient failure.
+
+    ``status`` is the HTTP status (``None`` when no response arrived);
+    ``retry_after`` the server's ``Retry-After`` in seconds, if it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.retry_after = retry_after
+
+
 class PermanentError(MangoError):
     """Configuration or ownership that a retry on the same worker cannot fix.
 
@@ -180,6 +204,19 @@ class PermanentError(MangoError):
     """
 
     permanent = True
+
+
+class RemoteRejected(PermanentError):
+    """The remote API refused the request with a 4xx that a retry cannot fix.
+
+    ``status`` is the HTTP status, ``excerpt`` a short, credential-free start
+    of the response body (the vendor's reason).
+    """
+
+    def __init__(self, message: str, *, status: int, excerpt: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.excerpt = excerpt
 
 
 class InvalidInput(PermanentError):

@@ -56,8 +56,9 @@ import stamina
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
-    PermanentError,
     ProviderUnavailable,
+    RemoteRejected,
+    RemoteUnavailable,
     ResourceConflict,
     SandboxNotFound,
 )
@@ -85,34 +86,6 @@ _REDACTED = "***"
 # Secrets shorter than this are not blanked: replacing every "a" in a body would
 # destroy the excerpt, and such a value is not a credential anyone issues.
 _MIN_SECRET_LENGTH = 4
-
-
-class RemoteUnavailable(ProviderUnavailable):
-    """The remote API could not be reached or answered with a transient failure.
-
-    ``status`` is the HTTP status (``None`` when no response arrived);
-    ``retry_after`` the server's ``Retry-After`` in seconds, if it sent one.
-    """
-
-    def __init__(
-        self, message: str, *, status: int | None = None, retry_after: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-class RemoteRejected(PermanentError):
-    """The remote API refused the request with a 4xx that a retry cannot fix.
-
-    ``status`` is the HTTP status, ``excerpt`` a short, credential-free start
-    of the response body (the vendor's reason).
-    """
-
-    def __init__(self, message: str, *, status: int, excerpt: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.excerpt = excerpt
 
 
 def _positive(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from mango.domain.errors import InvalidInput, MangoError, SandboxNotFound
+from mango.domain.errors import InvalidInput, SandboxNotFound, SandboxNotRunning
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -51,8 +51,8 @@ class SandboxState(enum.StrEnum):
     DELETED = "deleted"
 
 
-class SandboxPaused(MangoError):
-    """A data-plane call reached a paused fake sandbox; the vendor fake refuses it."""
+SandboxPaused = SandboxNotRunning
+"""A data-plane call reached a paused fake sandbox; the vendor fake refuses it its vendor's way."""
 
 
 @attrs.define(eq=False)
