@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import attrs
+
+from mango.domain.deadline import maintenance_timeout
 from mango.domain.errors import MangoError
 from mango.domain.ports import Sandbox
-from mango.domain.values import Command, PackagePlan
+from mango.domain.values import Command, PackagePlan, SandboxSpec
 
 __all__ = ["PackageSetupFailed", "install_packages", "package_commands"]
 
@@ -37,10 +40,17 @@ def package_commands(plan: PackagePlan) -> list[tuple[str, Command]]:
     return commands
 
 
-async def install_packages(sandbox: Sandbox, plan: PackagePlan) -> None:
-    """Run each command in order; the first failure raises :class:`PackageSetupFailed`."""
-    for manager, command in package_commands(plan):
-        result = await sandbox.exec(command)
+async def install_packages(sandbox: Sandbox, spec: SandboxSpec) -> None:
+    """Run each command of ``spec.packages`` in order; the first failure raises.
+
+    Each command's timeout is what remains of the caller's deadline
+    (:func:`~mango.domain.deadline.maintenance_timeout`), else the spec's
+    default, so setup never outlives the activity that waits for it.
+    Raises :class:`PackageSetupFailed`.
+    """
+    for manager, command in package_commands(spec.packages):
+        bounded = attrs.evolve(command, timeout=maintenance_timeout(spec))
+        result = await sandbox.exec(bounded)
         if result.exit_code != 0 or result.timed_out or result.cancelled:
             detail = (result.stderr.strip() or result.stdout.strip())[-2000:]
             text = detail.decode("utf-8", "replace") or "package manager exited unsuccessfully"
