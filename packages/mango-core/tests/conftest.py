@@ -125,6 +125,7 @@ class World:
     creates: int = 0
     destroys: int = 0
     keep_alives: int = 0
+    commands: list[Command] = attrs.field(factory=list)
     counter: itertools.count[int] = attrs.field(factory=itertools.count)
 
 
@@ -140,12 +141,17 @@ class MemorySandbox:
     async def exec(self, command: Command) -> ExecResult:
         if self.ref.external_id not in self.world.resources:
             raise SandboxNotFound(f"{self.ref} is gone")
+        self.world.commands.append(command)
         return ExecResult(stdout=" ".join(command.argv).encode())
 
     async def read_file(self, path: str) -> bytes:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
         return self.world.files[self.ref.external_id][path]
 
     async def write_file(self, path: str, data: bytes) -> None:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
         self.world.files[self.ref.external_id][path] = data
 
     def exec_stream(self, command: Command) -> Any:
@@ -181,6 +187,7 @@ class MemoryProvider:
     keep_alive: bool = False
     attaches: int = 0
     finds: int = 0
+    create_calls: int = 0
 
     def _id(self, key: str) -> str:
         if self.idempotent:
@@ -188,6 +195,7 @@ class MemoryProvider:
         return f"res-{session_key_hash(key)}-{next(self.world.counter)}"
 
     async def create(self, session_key: str, spec: SandboxSpec) -> MemorySandbox:
+        self.create_calls += 1
         validate_session_id(session_key)
         external_id = self._id(session_key)
         if external_id not in self.world.resources:
