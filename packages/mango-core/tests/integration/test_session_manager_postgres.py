@@ -266,3 +266,70 @@ async def test_bad_input_at_the_boundary(store: PostgresBindingStore, base: Path
         SandboxRef.parse("no-colon")
     with pytest.raises(InvalidInput):
         await SessionManager(LocalProvider(base), store).acquire("", SPEC)
+
+
+async def test_intent_only_release_never_creates_on_postgres(
+    store: PostgresBindingStore,
+    make_provider,
+    world,  # type: ignore[no-untyped-def]
+) -> None:
+    """On the real store, tearing down intent-only Sessions finds and destroys, never creates."""
+    for sid in ("empty", "made"):
+        await store.ensure_session(sid)
+        await store.put_intent(ProvisioningIntent(sid, "memory", SPEC, spec_hash(SPEC)))
+    await make_provider().create("made", SPEC)  # crashed after create, before the binding
+    await store.fence_session("made")
+    provider = make_provider()
+    manager = SessionManager(provider, store)
+    assert await manager.delete_session("empty") is True
+    report = await manager.finish_deletions()
+    assert (report.attempted, report.completed) == (1, 1)
+    assert provider.create_calls == 0
+    assert provider.finds == 2
+    assert world.resources == {}
+    assert await store.list_sessions() == []
+
+
+async def test_loss_is_persisted_on_postgres(
+    store: PostgresBindingStore,
+    make_provider,
+    world,  # type: ignore[no-untyped-def]
+) -> None:
+    """A loss seen through a cached client is stored; every later worker sees 'lost'."""
+    from mango.domain import LifecycleState
+
+    await store.ensure_session("s")
+    manager = SessionManager(make_provider(), store)
+    box = await manager.acquire("s", SPEC)
+    world.resources.clear()
+    with pytest.raises(SandboxNotFound):
+        await box.write_file("a.txt", b"x")
+    binding = await store.get_binding("s")
+    assert binding is not None
+    assert binding.lost
+    assert binding.lost_at is not None
+    again = await store.mark_binding_lost("s", binding.ref)
+    assert again == binding  # idempotent: the first mark's time is kept
+    assert await store.mark_binding_lost("s", SandboxRef("memory", "other")) is None
+    fresh = make_provider()
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(fresh, store).acquire("s", SPEC)
+    assert (fresh.attaches, fresh.create_calls) == (0, 0)
+    assert await SessionManager(fresh, store).observe("s") is LifecycleState.LOST
+    assert await SessionManager(fresh, store).delete_session("s") is True
+    assert world.creates == 1
+
+
+async def test_lost_local_workspace_is_persisted(store: PostgresBindingStore, base: Path) -> None:
+    """Attach to a vanished local workspace persists the loss; no worker attaches again."""
+    import shutil
+
+    await store.ensure_session("s")
+    sandbox = await SessionManager(LocalProvider(base), store).acquire("s", SPEC)
+    shutil.rmtree(Path(sandbox.ref.external_id).parent)
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(LocalProvider(base), store).acquire("s", SPEC)
+    binding = await store.get_binding("s")
+    assert binding is not None
+    assert binding.lost
+    assert _session_dirs(base) == []
