@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TypeVar
@@ -93,6 +93,10 @@ class ReconcileReport:
     def ok(self) -> bool:
         """True when nothing failed."""
         return not self.failures
+
+
+def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
+    return frozenset(Quirk(value) for value in values)
 
 
 _LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
@@ -236,7 +240,7 @@ class SessionManager:
     provider: Provider
     store: BindingStore
     capabilities: CapabilitySet | None = None
-    quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=frozenset)
+    quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
     _cache: dict[str, _Cached] = attrs.field(factory=dict, alias="_cache")
     _locks: _SessionLocks = attrs.field(factory=_SessionLocks, alias="_locks")
 
