@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -185,6 +186,59 @@ class EscapeAllowed(WrappedProvider):
     sandbox_class = EscapingSandbox
 
 
+class MergedStderrSandbox(WrappedSandbox):
+    """Delivers stderr inside stdout, as backends with one output channel do."""
+
+    async def exec(self, command: Command) -> ExecResult:
+        result = await self.inner.exec(command)
+        return attrs.evolve(
+            result,
+            stdout=result.stdout + result.stderr,
+            stderr=b"",
+            stdout_truncated=result.stdout_truncated or result.stderr_truncated,
+            stderr_truncated=False,
+        )
+
+
+class StderrMerged(WrappedProvider):
+    """stderr is always empty; its bytes arrive on stdout (the ``stderr-merged`` quirk)."""
+
+    sandbox_class = MergedStderrSandbox
+
+
+class LeaderOnlySandbox(WrappedSandbox):
+    """A kill reaches only the leader: background children leave its process group.
+
+    The process-tree script's child is started under ``setsid``, so the local
+    provider's group kill misses it, as a backend that signals only the
+    leader would. Destroy ends those children by pid so nothing outlives the test.
+    """
+
+    async def exec(self, command: Command) -> ExecResult:
+        argv = tuple(arg.replace("sleep 300 &", "setsid sleep 300 &") for arg in command.argv)
+        return await self.inner.exec(attrs.evolve(command, argv=argv))
+
+    async def destroy(self) -> None:
+        await asyncio.to_thread(_kill_escaped, Path(self.root))
+        await self.inner.destroy()
+
+
+def _kill_escaped(root: Path) -> None:
+    for pid_file in root.glob("*.child"):
+        try:
+            pid = int(pid_file.read_text())
+            if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (ValueError, OSError):
+            continue  # gone already, or never started
+
+
+class LeaderOnlyKill(WrappedProvider):
+    """Timeout and cancel kill the leader only (the ``timeout-kills-leader-only`` quirk)."""
+
+    sandbox_class = LeaderOnlySandbox
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -198,6 +252,8 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "unbounded-output": _unbounded,
     "write-does-not-truncate": WriteDoesNotTruncate,
     "escape-allowed": EscapeAllowed,
+    "stderr-merged": StderrMerged,
+    "leader-only-kill": LeaderOnlyKill,
 }
 """Each mutant's factory, by name."""
 

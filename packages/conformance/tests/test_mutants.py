@@ -51,6 +51,11 @@ CAUGHT_BY: dict[str, set[str]] = {
         "test_absolute_and_dotdot_paths_are_rejected",
         MACHINE,
     },
+    "stderr-merged": {"test_output_is_bounded_and_flagged"},
+    "leader-only-kill": {
+        "test_timeout_sets_timed_out_and_kills_tree",
+        "test_cancel_mid_flight_kills_process_tree",
+    },
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 
@@ -70,3 +75,40 @@ def test_mutant_is_caught(
     escaped = {name for name in CAUGHT_BY[mutant] if found.get(name) != "failed"}
     assert not escaped, f"{mutant} was not caught by: {sorted(escaped)}"
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+QUIRK_MODULE = """
+import pytest
+from conformance_mutants import target_for
+from mango_conformance import ProviderSuite, SuiteOptions
+
+
+class TestMutant(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return target_for({name!r})
+
+    @pytest.fixture
+    def conformance_options(self):
+        return SuiteOptions(declared_quirks=[{quirk!r}])
+"""
+
+RELAXED_BY: dict[str, tuple[str, set[str]]] = {
+    "stderr-merged": ("stderr-merged", CAUGHT_BY["stderr-merged"]),
+    "leader-only-kill": ("timeout-kills-leader-only", CAUGHT_BY["leader-only-kill"]),
+}
+"""For each quirk mutant: the quirk its registration would declare, and the checks it relaxes."""
+
+
+@pytest.mark.parametrize("mutant", sorted(RELAXED_BY))
+def test_declared_quirk_relaxes_exactly_its_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """With the registration's quirk declared, the checks that caught the mutant pass."""
+    quirk, checks = RELAXED_BY[mutant]
+    suite_pytester.makepyfile(test_quirk=QUIRK_MODULE.format(name=mutant, quirk=quirk))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", " or ".join(checks))
+    found = outcomes(result)
+    assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")

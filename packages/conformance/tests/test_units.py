@@ -193,3 +193,24 @@ def test_unbound_machine_explains_itself() -> None:
     """The base machine has no target and says how to give it one."""
     with pytest.raises(TypeError, match="bind"):
         LifecycleMachine()
+
+
+def test_options_take_quirks_from_the_registration() -> None:
+    """for_registration carries the registration's capabilities and quirks."""
+    from mango.provider import CapabilitySet, ProviderRegistration, Quirk, SupportLevel
+
+    registration = ProviderRegistration(
+        name="acme",
+        capabilities=CapabilitySet(),
+        support_level=SupportLevel.PREVIEW,
+        settings=(),
+        factory=lambda _context: None,  # type: ignore[arg-type,return-value]
+        quirks=[Quirk.STDERR_MERGED],
+    )
+    options = SuiteOptions.for_registration(registration, output_cap=1024)
+    assert options.declared_quirks == {Quirk.STDERR_MERGED}
+    assert options.has_quirk(Quirk.STDERR_MERGED)
+    assert not options.has_quirk(Quirk.TIMEOUT_KILLS_LEADER_ONLY)
+    assert options.declared_capabilities == CapabilitySet()
+    assert options.output_cap == 1024
+    assert SuiteOptions(declared_quirks=["output-at-end"]).declared_quirks == {Quirk.OUTPUT_AT_END}

@@ -6,22 +6,40 @@ directory, never the user's state directory) or uses
 database on it, and ``store`` an opened :class:`PostgresBindingStore`.
 ``embedded_data_dir`` is a not-yet-existing data directory for tests that
 start their own embedded server.
+
+It also holds the in-memory provider fake (:class:`MemoryProvider` over a
+shared :class:`World`) that counts what SessionManager asks of a provider;
+it stands for no real backend, so unit tests and store tests may use it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
 import psycopg
 import pytest
 from psycopg import sql
 
+from mango.domain import (
+    CapabilitySet,
+    Command,
+    ExecResult,
+    OwnershipError,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+    session_key_hash,
+    validate_session_id,
+)
 from mango.embedded import EmbeddedPostgres
 from mango.postgres import PostgresBindingStore, open_store
 
@@ -93,3 +111,156 @@ async def store(database_url: str) -> AsyncIterator[PostgresBindingStore]:
     """An opened, migrated store on the test's fresh database."""
     async with await open_store(database_url) as opened:
         yield opened
+
+
+# ------------------------------------------------ in-memory provider fake
+
+
+@attrs.define
+class World:
+    """What exists 'at the provider', shared by every provider instance."""
+
+    resources: dict[str, str] = attrs.field(factory=dict)  # external id -> owner key
+    files: dict[str, dict[str, bytes]] = attrs.field(factory=dict)
+    creates: int = 0
+    destroys: int = 0
+    keep_alives: int = 0
+    commands: list[Command] = attrs.field(factory=list)
+    counter: itertools.count[int] = attrs.field(factory=itertools.count)
+
+
+@attrs.define
+class MemorySandbox:
+    """A sandbox that lives in a :class:`World`."""
+
+    world: World
+    ref: SandboxRef
+    fail_destroy: bool = False
+    root: str = "/workspace"
+
+    async def exec(self, command: Command) -> ExecResult:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
+        self.world.commands.append(command)
+        return ExecResult(stdout=" ".join(command.argv).encode())
+
+    async def read_file(self, path: str) -> bytes:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
+        return self.world.files[self.ref.external_id][path]
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
+        self.world.files[self.ref.external_id][path] = data
+
+    def exec_stream(self, command: Command) -> Any:
+        raise NotImplementedError("streaming is not part of these tests")
+
+    async def destroy(self) -> None:
+        if self.fail_destroy:
+            raise RuntimeError("destroy failed (injected)")
+        if self.world.resources.pop(self.ref.external_id, None) is not None:
+            self.world.destroys += 1
+        self.world.files.pop(self.ref.external_id, None)
+
+
+@attrs.define
+class KeepAliveMemorySandbox(MemorySandbox):
+    """A memory sandbox that, like a remote one, must be kept alive on every acquire."""
+
+    async def keep_alive(self) -> None:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
+        self.world.keep_alives += 1
+
+
+@attrs.define
+class MemoryProvider:
+    """A provider over a :class:`World`; ``idempotent=False`` makes create duplicate."""
+
+    world: World
+    idempotent: bool = True
+    fail_destroy: bool = False
+    name: str = "memory"
+    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet)
+    keep_alive: bool = False
+    attaches: int = 0
+    finds: int = 0
+    create_calls: int = 0
+
+    def _id(self, key: str) -> str:
+        if self.idempotent:
+            return "res-" + session_key_hash(key)
+        return f"res-{session_key_hash(key)}-{next(self.world.counter)}"
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> MemorySandbox:
+        self.create_calls += 1
+        validate_session_id(session_key)
+        external_id = self._id(session_key)
+        if external_id not in self.world.resources:
+            self.world.resources[external_id] = session_key
+            self.world.files[external_id] = {}
+            self.world.creates += 1
+        return self._sandbox(SandboxRef(self.name, external_id))
+
+    def _sandbox(self, ref: SandboxRef) -> MemorySandbox:
+        kind = KeepAliveMemorySandbox if self.keep_alive else MemorySandbox
+        return kind(self.world, ref, self.fail_destroy)
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> MemorySandbox:
+        self.attaches += 1
+        if ref.provider != self.name:
+            raise OwnershipError(f"{ref} is not a {self.name} reference")
+        owner = self.world.resources.get(ref.external_id)
+        if owner is None:
+            raise SandboxNotFound(f"{ref} does not exist")
+        if owner != session_key:
+            raise OwnershipError(f"{ref} belongs to another session")
+        return self._sandbox(ref)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        self.finds += 1
+        for external_id, owner in self.world.resources.items():
+            if owner == session_key:
+                return SandboxRef(self.name, external_id)
+        return None
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        if ref.provider != self.name:
+            raise OwnershipError(f"{ref} is not a {self.name} reference")
+        owner = self.world.resources.get(ref.external_id)
+        if owner is None:
+            return
+        if owner != session_key:
+            raise OwnershipError(f"{ref} belongs to another session")
+        if self.fail_destroy:
+            raise RuntimeError("destroy failed (injected)")
+        del self.world.resources[ref.external_id]
+        self.world.files.pop(ref.external_id, None)
+        self.world.destroys += 1
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+def new_world() -> Callable[[], World]:
+    """Make a fresh provider world (for Hypothesis machines, one per example)."""
+    return World
+
+
+@pytest.fixture
+def world() -> World:
+    """A fresh provider world."""
+    return World()
+
+
+@pytest.fixture
+def make_provider(world: World) -> Callable[..., MemoryProvider]:
+    """Build providers over the shared world (each one a 'fresh worker')."""
+
+    def make(**kwargs: object) -> MemoryProvider:
+        return MemoryProvider(world, **kwargs)  # type: ignore[arg-type]
+
+    return make

@@ -34,7 +34,8 @@ class TestConformanceTarget(ProviderSuite):
 
     @pytest.fixture
     def conformance_options(self) -> SuiteOptions:
-        """Defaults, with the registration's capabilities (if the provider is registered)."""
+        """Defaults, with the registration's capabilities and quirks (if it is registered)."""
         providers = load_plugins().providers()
-        declared = providers.get(_NAME).capabilities if _NAME in providers.names() else None
-        return SuiteOptions(declared_capabilities=declared)
+        if _NAME not in providers.names():
+            return SuiteOptions()
+        return SuiteOptions.for_registration(providers.get(_NAME))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.values import SandboxSpec
+from mango.provider import ProviderRegistration, Quirk
 
 __all__ = ["LIVE_TRUE_VALUES", "SuiteOptions", "live_enabled", "live_env_var"]
 
@@ -33,6 +35,10 @@ def _positive(_instance: object, attribute: attrs.Attribute[Any], value: object)
         raise ValueError(f"{attribute.name} must be a positive number or None, got {value!r}")
 
 
+def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
+    return frozenset(Quirk(value) for value in values)
+
+
 @attrs.frozen(kw_only=True)
 class SuiteOptions:
     """Provider-specific knobs of the suite; every field has a portable default.
@@ -52,12 +58,18 @@ class SuiteOptions:
     """How soon a timed-out or cancelled command must give control back."""
     operation_timeout: float = attrs.field(default=120.0, validator=_positive)
     """Upper bound on any single provider call; a slower call fails the check."""
-    timeout_destroys_sandbox: bool = False
-    """The provider documents that an exec timeout makes the sandbox unusable (Docker-style)."""
     declared_capabilities: CapabilitySet | None = None
     """The capabilities the provider's registration declares; compared with what it reports.
 
     ``None`` means "what the provider reports"; capability groups run from this.
+    """
+    declared_quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
+    """The contract quirks the provider's registration declares.
+
+    Checks of a clause a quirk relaxes check the relaxed form (for example only
+    the leader must die on timeout under ``timeout-kills-leader-only``).
+    Deviations are declared here, from the registration, never as a per-run
+    waiver, so admission, SessionManager and the suite all see the same list.
     """
     live: bool = False
     """The target talks to a billable service: skipped unless ``MANGO_LIVE_<NAME>=1``,
@@ -66,6 +78,19 @@ class SuiteOptions:
     """Overrides the profile's ``max_examples`` for this provider (the CLI flag wins)."""
     stateful_steps: int | None = attrs.field(default=None, validator=_positive)
     """Overrides the profile's ``stateful_step_count`` for this provider (the CLI flag wins)."""
+
+    @classmethod
+    def for_registration(cls, registration: ProviderRegistration, **options: Any) -> SuiteOptions:
+        """Options carrying ``registration``'s capabilities and quirks (plus ``options``)."""
+        return cls(
+            declared_capabilities=registration.capabilities,
+            declared_quirks=registration.quirks,
+            **options,
+        )
+
+    def has_quirk(self, quirk: Quirk) -> bool:
+        """True if the registration declares ``quirk``."""
+        return quirk in self.declared_quirks
 
     @property
     def flood_size(self) -> int:

@@ -74,7 +74,9 @@ async def open_runtime(
         store = await open_store(url)
         try:
             provider = registry.open(settings.sandbox)
-            manager = SessionManager(provider, store, registration.capabilities)
+            manager = SessionManager(
+                provider, store, registration.capabilities, registration.quirks
+            )
             try:
                 yield Runtime(settings, registry, registration, store, manager)
             finally:

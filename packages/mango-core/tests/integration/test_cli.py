@@ -90,6 +90,23 @@ def test_sessions_list_and_delete(run, tmp_path: Path) -> None:  # type: ignore[
     assert json.loads(run("sessions", "list", "--json").stdout) == []
 
 
+def test_sessions_list_shows_a_lost_sandbox(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A workspace removed behind mango's back is listed as lost once a command met it."""
+    import shutil
+
+    assert run("exec", "--session", "s1", "--", "true").returncode == 0
+    (session_dir,) = (tmp_path / "state" / "sandboxes").glob("session-*")
+    shutil.rmtree(session_dir)
+    failed = run("exec", "--session", "s1", "--", "true")
+    assert failed.returncode != 0
+    assert b"lost" in failed.stderr
+    listed = json.loads(run("sessions", "list", "--json").stdout)
+    assert [(row["session_id"], row["state"]) for row in listed] == [("s1", "lost")]
+    assert not list((tmp_path / "state" / "sandboxes").glob("session-*"))
+    deleted = json.loads(run("sessions", "delete", "s1", "--json").stdout)
+    assert deleted == [{"session_id": "s1", "deleted": True}]
+
+
 def test_bad_input_gives_one_line_not_a_traceback(run) -> None:  # type: ignore[no-untyped-def]
     """Unknown provider, empty session id and bad settings are clear errors."""
     unknown = run("exec", "--session", "x", "--", "true", extra={"MANGO_SANDBOX": "nosuch"})

@@ -21,12 +21,35 @@ from mango.domain import (
     spec_hash,
 )
 from mango.domain.ports import Sandbox
-from mango.local import LocalProvider
+from mango.local import LocalProvider as _PlainLocalProvider
+from mango.local.layout import expected_session_dir
 from mango.postgres import PostgresBindingStore, open_store
 
 pytestmark = pytest.mark.postgres
 
 SPEC = SandboxSpec(timeout=30)
+
+
+class LocalProvider(_PlainLocalProvider):
+    """The local provider with ``find``/``destroy`` built from its public operations.
+
+    Stand-in until the local provider ships its own find/destroy (issue 8,
+    another branch); the lead drops this class on merge.
+    """
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        ref = SandboxRef("local", str(expected_session_dir(self.base_dir, session_key)))
+        try:
+            return (await self.attach(session_key, ref, SandboxSpec())).ref
+        except SandboxNotFound:
+            return None
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:  # type: ignore[override]
+        try:
+            sandbox = await self.attach(session_key, ref, SandboxSpec())
+        except SandboxNotFound:
+            return
+        await sandbox.destroy()
 
 
 class Crash(Exception):
@@ -59,6 +82,12 @@ class FaultyProvider:
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
         return await self.inner.attach(session_key, ref, spec)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        return await self.inner.find(session_key)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.destroy(session_key, ref)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -193,19 +222,9 @@ async def test_release_with_failing_destroy_keeps_binding(
     await SessionManager(LocalProvider(base), store).acquire("s", SPEC)
 
     @attrs.define
-    class BrokenDestroy:
-        inner: Sandbox
-
-        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-            return getattr(self.inner, name)
-
-        async def destroy(self) -> None:
-            raise ProviderUnavailable("backend unreachable (injected)")
-
-    @attrs.define
     class BrokenProvider(FaultyProvider):
-        async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
-            return BrokenDestroy(await self.inner.attach(session_key, ref, spec))  # type: ignore[return-value]
+        async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+            raise ProviderUnavailable("backend unreachable (injected)")
 
     with pytest.raises(ProviderUnavailable):
         await SessionManager(BrokenProvider(LocalProvider(base)), store).release("s")
@@ -247,3 +266,70 @@ async def test_bad_input_at_the_boundary(store: PostgresBindingStore, base: Path
         SandboxRef.parse("no-colon")
     with pytest.raises(InvalidInput):
         await SessionManager(LocalProvider(base), store).acquire("", SPEC)
+
+
+async def test_intent_only_release_never_creates_on_postgres(
+    store: PostgresBindingStore,
+    make_provider,
+    world,  # type: ignore[no-untyped-def]
+) -> None:
+    """On the real store, tearing down intent-only Sessions finds and destroys, never creates."""
+    for sid in ("empty", "made"):
+        await store.ensure_session(sid)
+        await store.put_intent(ProvisioningIntent(sid, "memory", SPEC, spec_hash(SPEC)))
+    await make_provider().create("made", SPEC)  # crashed after create, before the binding
+    await store.fence_session("made")
+    provider = make_provider()
+    manager = SessionManager(provider, store)
+    assert await manager.delete_session("empty") is True
+    report = await manager.finish_deletions()
+    assert (report.attempted, report.completed) == (1, 1)
+    assert provider.create_calls == 0
+    assert provider.finds == 2
+    assert world.resources == {}
+    assert await store.list_sessions() == []
+
+
+async def test_loss_is_persisted_on_postgres(
+    store: PostgresBindingStore,
+    make_provider,
+    world,  # type: ignore[no-untyped-def]
+) -> None:
+    """A loss seen through a cached client is stored; every later worker sees 'lost'."""
+    from mango.domain import LifecycleState
+
+    await store.ensure_session("s")
+    manager = SessionManager(make_provider(), store)
+    box = await manager.acquire("s", SPEC)
+    world.resources.clear()
+    with pytest.raises(SandboxNotFound):
+        await box.write_file("a.txt", b"x")
+    binding = await store.get_binding("s")
+    assert binding is not None
+    assert binding.lost
+    assert binding.lost_at is not None
+    again = await store.mark_binding_lost("s", binding.ref)
+    assert again == binding  # idempotent: the first mark's time is kept
+    assert await store.mark_binding_lost("s", SandboxRef("memory", "other")) is None
+    fresh = make_provider()
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(fresh, store).acquire("s", SPEC)
+    assert (fresh.attaches, fresh.create_calls) == (0, 0)
+    assert await SessionManager(fresh, store).observe("s") is LifecycleState.LOST
+    assert await SessionManager(fresh, store).delete_session("s") is True
+    assert world.creates == 1
+
+
+async def test_lost_local_workspace_is_persisted(store: PostgresBindingStore, base: Path) -> None:
+    """Attach to a vanished local workspace persists the loss; no worker attaches again."""
+    import shutil
+
+    await store.ensure_session("s")
+    sandbox = await SessionManager(LocalProvider(base), store).acquire("s", SPEC)
+    shutil.rmtree(Path(sandbox.ref.external_id).parent)
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(LocalProvider(base), store).acquire("s", SPEC)
+    binding = await store.get_binding("s")
+    assert binding is not None
+    assert binding.lost
+    assert _session_dirs(base) == []

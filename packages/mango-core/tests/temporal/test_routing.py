@@ -59,6 +59,15 @@ class AltProvider:
         inner = SandboxRef("local", ref.external_id)
         return AltSandbox(await self.inner.attach(session_key, inner, spec))
 
+    async def find(self, session_key: str) -> SandboxRef | None:
+        found = await self.inner.find(session_key)
+        return None if found is None else SandboxRef(ALT, found.external_id)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        if ref.provider != ALT:
+            raise OwnershipError(f"{ref} is not an {ALT} reference")
+        await self.inner.destroy(session_key, SandboxRef("local", ref.external_id))
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

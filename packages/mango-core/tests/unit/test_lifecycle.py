@@ -53,6 +53,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert result.effects[0] is E.FENCE_SESSION
         if before is S.LOST and command in (C.ACQUIRE, C.ACQUIRE_EXISTING):
             assert result.effects == (E.FAIL_LOST,)
+        if result.state is S.LOST and before is not S.LOST:
+            # Entering lost persists it, so every worker sees the same state.
+            assert result.effects == (E.RECORD_LOST,)
         self.state = result.state
         self.history.append(self.state)
 
@@ -88,11 +91,23 @@ def test_refused_transitions(state: LifecycleState, command: LifecycleCommand) -
         transition(state, command)
 
 
-@given(st.booleans(), st.booleans(), st.booleans(), st.booleans())
-def test_observe_is_consistent(exists: bool, fenced: bool, intent: bool, binding: bool) -> None:
+@given(st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_observe_is_consistent(
+    exists: bool, fenced: bool, intent: bool, binding: bool, lost: bool
+) -> None:
     """The observed state accepts deletion and, unless fenced, acquisition."""
-    state = observe(session_exists=exists, fenced=fenced, has_intent=intent, has_binding=binding)
+    state = observe(
+        session_exists=exists,
+        fenced=fenced,
+        has_intent=intent,
+        has_binding=binding,
+        binding_lost=binding and lost,
+    )
     transition(state, C.DELETE)
     if exists and not fenced:
         transition(state, C.ACQUIRE)
-        assert (state is S.BOUND) == binding
+        assert (state in (S.BOUND, S.LOST)) == binding
+        assert (state is S.LOST) == (binding and lost)
+        if state is S.LOST:
+            # A persisted loss fails every acquire and never provisions.
+            assert transition(state, C.ACQUIRE).effects == (E.FAIL_LOST,)

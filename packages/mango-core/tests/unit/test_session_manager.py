@@ -11,6 +11,7 @@ import pytest
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.domain import (
     CapabilityNotSupported,
+    Command,
     InvalidInput,
     NetworkMode,
     OwnershipError,
@@ -274,3 +275,150 @@ async def test_recreated_session_does_not_reuse_a_stale_client(
     assert second.ref != first.ref
     assert first.ref.external_id not in world.resources
     assert second.ref.external_id in world.resources
+
+
+async def test_every_effect_has_a_handler() -> None:
+    """The manager performs every effect the lifecycle table can ask for."""
+    from mango.app.session_manager import _HANDLERS
+    from mango.domain import LifecycleEffect
+
+    assert set(_HANDLERS) == set(LifecycleEffect)
+
+
+async def test_intent_only_release_never_creates(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Tearing down an intent-only Session asks find and destroys; it never calls create."""
+    from mango.domain import ProvisioningIntent, spec_hash
+
+    for sid in ("empty", "made"):
+        await store.ensure_session(sid)
+        await store.put_intent(ProvisioningIntent(sid, "memory", SPEC, spec_hash(SPEC)))
+    crashed = make_provider()
+    await crashed.create("made", SPEC)  # the crash came after create, before the binding
+    provider = make_provider()
+    manager = SessionManager(provider, store)
+    assert await manager.delete_session("empty") is True
+    assert await manager.delete_session("made") is True
+    assert provider.create_calls == 0
+    assert provider.finds == 2
+    assert world.resources == {}
+    assert world.destroys == 1
+
+
+async def test_bound_release_destroys_without_attaching(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A restarted worker deletes a bound Session by reference, paying for no attach."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    provider = make_provider()
+    assert await SessionManager(provider, store).delete_session("s1") is True
+    assert (provider.attaches, provider.create_calls, provider.finds) == (0, 0, 0)
+    assert world.resources == {}
+
+
+async def test_cached_client_loss_is_persisted(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """SandboxNotFound from a handed-out client evicts it and marks the binding lost."""
+    from mango.domain import LifecycleState
+
+    provider = make_provider()
+    manager = await _manager(store, provider)
+    box = await manager.acquire("s1", SPEC)
+    world.resources.clear()
+    with pytest.raises(SandboxNotFound):
+        await box.exec(Command(("true",)))
+    binding = await store.get_binding("s1")
+    assert binding is not None
+    assert binding.lost
+    assert await manager.observe("s1") is LifecycleState.LOST
+    for reader in (manager, SessionManager(make_provider(), store)):
+        with pytest.raises(SandboxNotFound, match="lost"):
+            await reader.acquire("s1", SPEC)
+        with pytest.raises(SandboxNotFound):
+            await reader.acquire_existing("s1", SPEC)
+    assert provider.attaches == 0  # the persisted mark decides; nobody attaches to find out
+    assert world.creates == 1
+    assert await manager.delete_session("s1") is True
+
+
+async def test_attach_not_found_records_the_loss(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A failed attach persists the loss, so the next worker does not attach again."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    world.resources.clear()
+    first = make_provider()
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(first, store).acquire("s1", SPEC)
+    assert first.attaches == 1
+    assert (await store.get_binding("s1")).lost  # type: ignore[union-attr]
+    second = make_provider()
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await SessionManager(second, store).acquire("s1", SPEC)
+    assert (second.attaches, second.create_calls) == (0, 0)
+
+
+async def test_stale_client_never_marks_a_newer_binding(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """A loss reported through an old client leaves a re-created Session's binding alone."""
+    stale = await _manager(store, make_provider(idempotent=False))
+    old = await stale.acquire("s1", SPEC)
+    other = SessionManager(make_provider(idempotent=False), store)
+    await other.delete_session("s1")
+    await other.ensure_session("s1")
+    await other.acquire("s1", SPEC)
+    with pytest.raises(SandboxNotFound):
+        await old.read_file("x")
+    assert not (await store.get_binding("s1")).lost  # type: ignore[union-attr]
+
+
+async def test_keep_alive_on_every_acquire(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Cached and attached clients are kept alive before they are handed out."""
+    manager = await _manager(store, make_provider(keep_alive=True))
+    await manager.acquire("s1", SPEC)
+    assert world.keep_alives == 0  # a sandbox created just now needs no resume
+    await manager.acquire("s1", SPEC)
+    assert world.keep_alives == 1
+    await SessionManager(make_provider(keep_alive=True), store).acquire("s1", SPEC)
+    assert world.keep_alives == 2
+
+
+async def test_keep_alive_not_found_is_lost(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """SandboxNotFound from keep-alive of a cached client is a persisted loss."""
+    manager = await _manager(store, make_provider(keep_alive=True))
+    await manager.acquire("s1", SPEC)
+    world.resources.clear()
+    with pytest.raises(SandboxNotFound, match="lost"):
+        await manager.acquire("s1", SPEC)
+    assert (await store.get_binding("s1")).lost  # type: ignore[union-attr]
+    assert world.creates == 1
+
+
+async def test_package_setup_is_bounded_by_the_deadline(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Each package command's timeout is what remains of the caller's deadline."""
+    from mango.domain import Capability, CapabilitySet
+    from mango.domain.deadline import MIN_MAINTENANCE_TIMEOUT, deadline_in
+
+    provider = make_provider(capabilities=CapabilitySet.of(Capability.PACKAGE_SETUP))
+    spec = SandboxSpec(packages=PackagePlan(pip=["a"]), timeout=600)
+    manager = await _manager(store, provider)
+    await manager.acquire("s1", spec, deadline=deadline_in(30))
+    assert [c.argv[-1] for c in world.commands] == ["a"]
+    timeout = world.commands[0].timeout
+    assert timeout is not None
+    assert 0 < timeout <= 30
+    await manager.ensure_session("s2")
+    await manager.acquire("s2", spec)
+    assert world.commands[-1].timeout == 600
+    await manager.ensure_session("s3")
+    await manager.acquire("s3", spec, deadline=deadline_in(-5))
+    assert world.commands[-1].timeout == MIN_MAINTENANCE_TIMEOUT

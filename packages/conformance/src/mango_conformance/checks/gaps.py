@@ -26,6 +26,7 @@ from mango.domain.errors import (
     is_permanent,
 )
 from mango.domain.values import Command, ExecResult, SandboxRef
+from mango.provider import Quirk
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.keys import run_id
@@ -55,6 +56,14 @@ class _CancelOutcome:
     outcome: str
 
 
+def _must_die(leader_only: bool) -> tuple[str, ...]:
+    """The processes of the process-tree script that a timeout or cancel must end.
+
+    Under the ``timeout-kills-leader-only`` quirk the child may outlive its leader.
+    """
+    return ("leader",) if leader_only else ("leader", "child")
+
+
 class GapChecks:
     """Checks beyond the reference core suite, each a clause of the port contract."""
 
@@ -78,10 +87,22 @@ class GapChecks:
             f"printing {len(expected)} bytes timed out after {elapsed:.1f}s"
         )
         assert result.exit_code == 0, result.stderr[:200]
-        for stream, data, truncated in (
+        streams = [
             ("stdout", result.stdout, result.stdout_truncated),
             ("stderr", result.stderr, result.stderr_truncated),
-        ):
+        ]
+        if options.has_quirk(Quirk.STDERR_MERGED):
+            # Both streams arrive interleaved on stdout: it is capped and
+            # flagged, but no longer an exact prefix of either stream.
+            assert (result.stderr, result.stderr_truncated) == (b"", False), (
+                "stderr-merged is declared, but stderr carried output"
+            )
+            assert result.stdout_truncated, "stdout: the merged flood was not flagged"
+            assert len(result.stdout) < 2 * len(expected), "stdout kept the whole merged flood"
+            if options.output_cap is not None:
+                assert len(result.stdout) == options.output_cap
+            return
+        for stream, data, truncated in streams:
             assert truncated, f"{stream}: {len(expected)} bytes were printed but not flagged"
             assert len(data) < len(expected), f"{stream}: kept all {len(data)} bytes"
             if options.output_cap is not None:
@@ -102,12 +123,12 @@ class GapChecks:
         assert result.timed_out, f"a {TIMEOUT_SECONDS}s timeout on sleep 300 was not reported"
         assert result.exit_code == -1
         assert elapsed < TIMEOUT_SECONDS + options.prompt_seconds, f"returned after {elapsed:.1f}s"
-        if options.timeout_destroys_sandbox:
-            return
+        if options.has_quirk(Quirk.TIMEOUT_ENDS_SANDBOX):
+            return  # the sandbox and everything in it are gone; nothing left to check
         assert conformance.run(wait_for_file(sandbox, "timeout.ready", 0)), (
             "the command had not started within the timeout; nothing to check"
         )
-        for role in ("leader", "child"):
+        for role in _must_die(options.has_quirk(Quirk.TIMEOUT_KILLS_LEADER_ONLY)):
             gone = conformance.run(
                 wait_until_gone(sandbox, options.shell, f"timeout.{role}", options.prompt_seconds)
             )
@@ -137,7 +158,7 @@ class GapChecks:
         assert outcome.started, "the command never wrote cancel.ready"
         assert outcome.finished, f"exec did not return within {options.prompt_seconds}s of cancel"
         assert outcome.cancelled, f"exec swallowed the cancellation and {outcome.outcome}"
-        for role in ("leader", "child"):
+        for role in _must_die(options.has_quirk(Quirk.TIMEOUT_KILLS_LEADER_ONLY)):
             gone = conformance.run(
                 wait_until_gone(sandbox, options.shell, f"cancel.{role}", options.prompt_seconds)
             )

@@ -15,7 +15,13 @@ import attrs
 from mango.app.clock import SystemClock
 from mango.domain.errors import PreconditionFailed, ProvisioningBlocked
 from mango.domain.ports import Clock
-from mango.domain.values import Binding, ProvisioningIntent, SessionRecord, validate_session_id
+from mango.domain.values import (
+    Binding,
+    ProvisioningIntent,
+    SandboxRef,
+    SessionRecord,
+    validate_session_id,
+)
 
 __all__ = ["InMemoryBindingStore"]
 
@@ -160,3 +166,14 @@ class InMemoryBindingStore:
                     f"binding of session {binding.session_id!r} changed to {stored.ref}"
                 )
             del self.bindings[binding.session_id]
+
+    async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
+        """Compare-and-set the loss mark on (session, provider, external id); idempotent."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            if stored is None or stored.ref != ref:
+                return None
+            if stored.lost_at is None:
+                stored = attrs.evolve(stored, lost_at=self.clock.now())
+                self.bindings[session_id] = stored
+            return stored

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import attrs
+
+from mango.domain.deadline import maintenance_timeout
 from mango.domain.errors import PackageSetupFailed, PackageSetupInterrupted
 from mango.domain.ports import Sandbox
-from mango.domain.values import Command, PackagePlan
+from mango.domain.values import Command, PackagePlan, SandboxSpec
 
 # PackageSetupFailed and PackageSetupInterrupted live in mango.domain.errors; re-exported here.
 __all__ = ["PackageSetupFailed", "PackageSetupInterrupted", "install_packages", "package_commands"]
@@ -34,8 +37,12 @@ def package_commands(plan: PackagePlan) -> list[tuple[str, Command]]:
     return commands
 
 
-async def install_packages(sandbox: Sandbox, plan: PackagePlan) -> None:
-    """Run each command in order and stop at the first failure.
+async def install_packages(sandbox: Sandbox, spec: SandboxSpec) -> None:
+    """Run each command of ``spec.packages`` in order and stop at the first failure.
+
+    Each command's timeout is what remains of the caller's deadline
+    (:func:`~mango.domain.deadline.maintenance_timeout`), else the spec's
+    default, so setup never outlives the activity that waits for it.
 
     A non-zero exit raises :class:`PackageSetupFailed` (permanent: a misspelt
     package fails the same way on every retry); a timed-out or cancelled
@@ -43,8 +50,9 @@ async def install_packages(sandbox: Sandbox, plan: PackagePlan) -> None:
     errors such as :class:`~mango.domain.errors.ProviderUnavailable` pass
     through with their own verdict.
     """
-    for manager, command in package_commands(plan):
-        result = await sandbox.exec(command)
+    for manager, command in package_commands(spec.packages):
+        bounded = attrs.evolve(command, timeout=maintenance_timeout(spec))
+        result = await sandbox.exec(bounded)
         if result.exit_code != 0 or result.timed_out or result.cancelled:
             detail = (result.stderr.strip() or result.stdout.strip())[-2000:]
             text = detail.decode("utf-8", "replace") or "package manager exited unsuccessfully"

@@ -2,30 +2,42 @@
 
 The BindingStore is the source of truth; the in-process map is only a cache
 of live clients. Operations on one Session are serialised inside the process;
-across processes the database elects one winner. The lifecycle state machine
-(:mod:`mango.domain.lifecycle`) decides which effects each operation performs.
+across processes the database elects one winner.
+
+Every operation runs the lifecycle state machine (:mod:`mango.domain.lifecycle`):
+the Session's state is observed from the store's rows, ``transition(state,
+command)`` gives the effects, and each effect is performed by the handler
+registered for it in ``_HANDLERS``. A handler may report what happened as
+follow-up commands (``resource-ready`` after setup, ``reference-lost`` when the
+provider no longer knows the resource), which run through the table in turn.
 
 Provisioning order: intent (insert-if-absent) -> create (idempotent by
 session key) -> package setup -> binding (insert-if-absent; the loser's
 resource is destroyed). A failure leaves the intent, never a binding, so a
-retry or :meth:`SessionManager.reconcile_provisioning` resumes.
+retry or :meth:`SessionManager.reconcile_provisioning` resumes. Teardown
+never creates or attaches: it destroys through ``Provider.destroy`` the bound
+reference, or what ``Provider.find`` reports for an intent-only Session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TypeVar
 
 import attrs
 
 from mango.app.packages import install_packages
+from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import Capability, CapabilitySet, admit
+from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
     InvalidInput,
+    InvalidTransition,
     MangoError,
     OwnershipError,
     PermanentError,
@@ -43,12 +55,18 @@ from mango.domain.lifecycle import (
     LifecycleCommand,
     LifecycleEffect,
     LifecycleState,
+    observe,
     transition,
 )
-from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.ports import BindingStore, KeepAliveSandbox, Provider, Sandbox
+from mango.domain.registry import Quirk
 from mango.domain.values import (
     Binding,
+    Command,
+    ExecEvent,
+    ExecResult,
     ProvisioningIntent,
+    SandboxRef,
     SandboxSpec,
     SessionRecord,
     validate_session_id,
@@ -58,6 +76,13 @@ __all__ = ["ReconcileReport", "SessionManager"]
 
 log = logging.getLogger(__name__)
 _Item = TypeVar("_Item")
+_C = LifecycleCommand
+_E = LifecycleEffect
+_S = LifecycleState
+
+_MAX_REOBSERVE = 4
+"""How often one operation re-reads the store after finding its rows changed
+under it (another worker bound the Session first) before giving up."""
 
 
 @attrs.frozen
@@ -75,13 +100,111 @@ class ReconcileReport:
         return not self.failures
 
 
+def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
+    return frozenset(Quirk(value) for value in values)
+
+
+_LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
+
+
+@attrs.define
+class _WatchedEvents:
+    """An exec event stream whose :class:`SandboxNotFound` records the loss."""
+
+    events: AsyncIterator[ExecEvent]
+    on_lost: _LossRecorder
+
+    def __aiter__(self) -> _WatchedEvents:
+        return self
+
+    async def __anext__(self) -> ExecEvent:
+        try:
+            return await self.events.__anext__()
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+
+@attrs.define
+class _SessionSandbox(SandboxWrapper):
+    """The client SessionManager hands out.
+
+    A :class:`SandboxNotFound` from any operation evicts the cached client and
+    persists the loss before it propagates, so the next acquire (on any
+    worker) fails as ``lost`` instead of trusting a dead client.
+    """
+
+    on_lost: _LossRecorder = attrs.field(kw_only=True)
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command``; a vanished resource is recorded as lost."""
+        try:
+            return await self.inner.exec(command)
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+    @asynccontextmanager
+    async def exec_stream(self, command: Command) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+        """Stream ``command``'s output; a vanished resource is recorded as lost."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                events = await stack.enter_async_context(self.inner.exec_stream(command))
+            except SandboxNotFound as exc:
+                await self.on_lost(exc)
+                raise
+            yield _WatchedEvents(events, self.on_lost)
+
+    async def read_file(self, path: str) -> bytes:
+        """Read ``path``; a vanished resource is recorded as lost."""
+        try:
+            return await self.inner.read_file(path)
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``path``; a vanished resource is recorded as lost."""
+        try:
+            await self.inner.write_file(path, data)
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+
 @attrs.define
 class _Cached:
-    sandbox: Sandbox
+    raw: Sandbox
+    """The provider's client, used for keep-alive."""
+    sandbox: _SessionSandbox
+    """What callers receive."""
     spec_hash: str
     session_created_at: datetime
     """Creation time of the Session row the client was cached for: a Session
     deleted and re-created elsewhere under the same id never reuses it."""
+
+
+@attrs.define
+class _Operation:
+    """One lifecycle command on one Session: what was observed and what effects produced."""
+
+    session_id: str
+    command: LifecycleCommand
+    spec: SandboxSpec
+    record: SessionRecord | None = None
+    cached: _Cached | None = None
+    binding: Binding | None = None
+    intent: ProvisioningIntent | None = None
+    intent_adopted: bool = False
+    created: Sandbox | None = None
+    result: Sandbox | None = None
+    lost_ref: SandboxRef | None = None
+    lost_cause: SandboxNotFound | None = None
+    deleted: bool = False
+
+
+class _Reobserve(Exception):
+    """The rows changed under the operation (another worker won): observe again."""
 
 
 @attrs.define
@@ -110,12 +233,19 @@ class SessionManager:
     """One logical sandbox per Session, durable across worker restarts.
 
     ``capabilities`` are the provider's *declared* capabilities (from its
-    registration); they default to what the provider reports.
+    registration); they default to what the provider reports. ``quirks`` are
+    the contract deviations its registration declares.
+
+    Every public operation accepts ``deadline``: an absolute time on the
+    running loop's clock (:func:`mango.domain.deadline.deadline_in` makes one
+    from seconds). Maintenance inside the operation (package setup, a
+    provider's resume) is bounded by what remains of it.
     """
 
     provider: Provider
     store: BindingStore
     capabilities: CapabilitySet | None = None
+    quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
     _cache: dict[str, _Cached] = attrs.field(factory=dict, alias="_cache")
     _locks: _SessionLocks = attrs.field(factory=_SessionLocks, alias="_locks")
 
@@ -138,59 +268,74 @@ class SessionManager:
         """Raise if ``spec`` cannot run on this provider (every reason listed)."""
         admit(self.provider.name, self._declared, spec, resources)
 
-    async def acquire(self, session_id: str, spec: SandboxSpec) -> Sandbox:
+    async def observe(self, session_id: str) -> LifecycleState:
+        """The Session's lifecycle state as the store records it (no provider call)."""
+        validate_session_id(session_id)
+        return await self._observe(_Operation(session_id, _C.DELETE, SandboxSpec()), cache=False)
+
+    async def acquire(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> Sandbox:
         """Return the Session's sandbox, provisioning it on first use.
 
-        Raises :class:`SandboxNotFound` if the bound resource is gone (never an
-        empty replacement), :class:`SessionDeleting` if the Session is fenced,
-        :class:`AdmissionRejected` if the spec cannot run here.
+        Raises :class:`SandboxNotFound` if the bound resource is gone (the loss
+        is persisted; never an empty replacement), :class:`SessionDeleting` if
+        the Session is fenced, :class:`AdmissionRejected` if the spec cannot
+        run here.
         """
         validate_session_id(session_id)
         self.admit(spec)
-        async with self._locks.hold(session_id):
-            record = await self.store.get_session(session_id)
-            found = await self._existing_locked(session_id, spec, record, LifecycleCommand.ACQUIRE)
-            if found is not None:
-                return found
-            return await self._provision_locked(session_id, spec, record)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                op = await self._run(_Operation(session_id, _C.ACQUIRE, spec))
+        if op.result is None:  # pragma: no cover - the table ends every acquire bound or failed
+            raise MangoError(f"acquiring session {session_id!r} produced no sandbox")
+        return op.result
 
-    async def acquire_existing(self, session_id: str, spec: SandboxSpec) -> Sandbox | None:
+    async def acquire_existing(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> Sandbox | None:
         """Return the Session's bound sandbox, or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
-        async with self._locks.hold(session_id):
-            record = await self.store.get_session(session_id)
-            return await self._existing_locked(
-                session_id, spec, record, LifecycleCommand.ACQUIRE_EXISTING
-            )
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                op = await self._run(_Operation(session_id, _C.ACQUIRE_EXISTING, spec))
+        return op.result
 
-    async def release(self, session_id: str) -> None:
+    async def release(self, session_id: str, *, deadline: float | None = None) -> None:
         """Fence the Session and tear its sandbox down; idempotent.
 
-        If destroy fails the binding is kept so a retry can finish. A lost
-        reference counts as already destroyed.
+        Never creates or attaches: the bound reference (or, for an intent-only
+        Session, what ``Provider.find`` reports) is removed with
+        ``Provider.destroy``. If destroy fails the binding is kept so a retry
+        can finish. A lost reference counts as already destroyed.
         """
         validate_session_id(session_id)
-        async with self._locks.hold(session_id):
-            cached = self._cache.pop(session_id, None)
-            effects = transition(LifecycleState.DELETING, LifecycleCommand.DELETE).effects
-            for effect in effects:
-                if effect is LifecycleEffect.FENCE_SESSION:
-                    await self.store.fence_session(session_id)
-                elif effect is LifecycleEffect.DESTROY_RESOURCE:
-                    # Destroying, removing the binding and removing the intent
-                    # depend on one another's outcome, so they run together.
-                    await self._teardown_locked(session_id, cached)
-                    break
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(_Operation(session_id, _C.DELETE, SandboxSpec()))
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, *, deadline: float | None = None) -> bool:
         """Release the sandbox and delete the Session row; False if it was already gone."""
-        await self.release(session_id)
-        effects = transition(LifecycleState.DELETING, LifecycleCommand.DELETION_FINISHED).effects
-        assert effects == (LifecycleEffect.DELETE_SESSION,)  # noqa: S101 - table invariant
-        return await self.store.delete_session(session_id)
+        await self.release(session_id, deadline=deadline)
+        async with self._locks.hold(session_id):
+            op = _Operation(session_id, _C.DELETION_FINISHED, SandboxSpec())
+            record = await self.store.get_session(session_id)
+            # Our own release fenced it: a row that is gone now was deleted, not never made.
+            fenced = record is None or record.deleting
+            state = observe(
+                session_exists=record is not None,
+                fenced=fenced,
+                has_intent=False,
+                has_binding=False,
+            )
+            await self._drive(op, state)
+        return op.deleted
 
-    async def reconcile_provisioning(self, limit: int = 100) -> ReconcileReport:
+    async def reconcile_provisioning(
+        self, limit: int = 100, *, deadline: float | None = None
+    ) -> ReconcileReport:
         """Finish or destroy what a crash left between intent and binding.
 
         Every listed intent of this provider is attempted even if some fail.
@@ -199,20 +344,22 @@ class SessionManager:
 
         async def settle(intent: ProvisioningIntent) -> None:
             if intent.deleting:
-                await self.release(intent.session_id)
+                await self.release(intent.session_id, deadline=deadline)
             else:
-                await self.acquire(intent.session_id, intent.spec)
+                await self.acquire(intent.session_id, intent.spec, deadline=deadline)
             if await self.store.get_intent(intent.session_id) is not None:
                 raise MangoError(f"intent of session {intent.session_id!r} remains unresolved")
 
         return await _attempt_each("reconcile", [(i.session_id, i) for i in intents], settle)
 
-    async def finish_deletions(self, limit: int = 100) -> ReconcileReport:
+    async def finish_deletions(
+        self, limit: int = 100, *, deadline: float | None = None
+    ) -> ReconcileReport:
         """Finish deletions that were fenced but not completed (after a crash)."""
         records = await self.store.list_deleting_sessions(limit)
 
         async def finish(record: SessionRecord) -> None:
-            await self.delete_session(record.session_id)
+            await self.delete_session(record.session_id, deadline=deadline)
 
         return await _attempt_each(
             "finish deletion of", [(r.session_id, r) for r in records], finish
@@ -223,40 +370,280 @@ class SessionManager:
         self._cache.clear()
         await self.provider.aclose()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the machine
 
-    async def _existing_locked(
-        self,
-        session_id: str,
-        spec: SandboxSpec,
-        record: SessionRecord | None,
-        command: LifecycleCommand,
-    ) -> Sandbox | None:
-        # The Session row is read on every call, cached client or not, so a
-        # fence set by another process is honoured at once.
-        if record is not None and record.deleting:
-            self._cache.pop(session_id, None)
-            # A fenced Session admits no new work, even on a sandbox that still exists.
-            raise SessionDeleting(f"session {session_id!r} is being deleted; it admits no new work")
-        cached = self._cache.pop(session_id, None)
-        if (
-            cached is not None
-            and record is not None
-            and cached.session_created_at == record.created_at
+    async def _observe(self, op: _Operation, *, cache: bool = True) -> LifecycleState:
+        """Read the rows that decide the state, filling ``op`` with what was read."""
+        op.record = record = await self.store.get_session(op.session_id)
+        op.cached = op.binding = op.intent = None
+        op.intent_adopted = False
+        cached = self._cache.get(op.session_id)
+        if cached is not None and (
+            record is None or record.deleting or cached.session_created_at != record.created_at
         ):
-            self._require_package_proof(session_id, cached.spec_hash, spec)
-            self._cache[session_id] = cached
-            return cached.sandbox
-        if record is None:
-            return None
-        binding = await self.store.get_binding(session_id)
-        if binding is None:
-            return None
-        effects = transition(LifecycleState.BOUND, command).effects
-        assert LifecycleEffect.ATTACH_RESOURCE in effects  # noqa: S101 - table invariant
-        sandbox = await self._attach(binding, spec)
-        self._cache[session_id] = _Cached(sandbox, binding.spec_hash, record.created_at)
-        return sandbox
+            # The fence (or a re-created Session) is read on every call, so a
+            # fence set by another process is honoured at once.
+            del self._cache[op.session_id]
+            cached = None
+        if record is None or record.deleting:
+            # Neither an intent nor a binding changes a deleting or absent Session's state.
+            return observe(
+                session_exists=record is not None,
+                fenced=False if record is None else record.deleting,
+                has_intent=False,
+                has_binding=False,
+            )
+        if cache and cached is not None:
+            # A client cached for this very Session row stands for its binding:
+            # later turns cost one read, not three.
+            op.cached = cached
+            return observe(session_exists=True, fenced=False, has_intent=False, has_binding=True)
+        op.binding = await self.store.get_binding(op.session_id)
+        if op.binding is None:
+            op.intent = await self.store.get_intent(op.session_id)
+        return observe(
+            session_exists=True,
+            fenced=False,
+            has_intent=op.intent is not None,
+            has_binding=op.binding is not None,
+            binding_lost=op.binding is not None and op.binding.lost,
+        )
+
+    async def _run(self, op: _Operation) -> _Operation:
+        """Observe, then drive ``op.command`` through the table; re-observe if rows moved."""
+        for _ in range(_MAX_REOBSERVE):
+            state = await self._observe(op)
+            try:
+                await self._drive(op, state)
+            except _Reobserve:
+                continue
+            return op
+        raise MangoError(
+            f"session {op.session_id!r} kept changing while {op.command.value} ran; try again"
+        )
+
+    async def _drive(self, op: _Operation, state: LifecycleState) -> LifecycleState:
+        """Apply ``op.command`` and every follow-up a handler reports, effect by effect."""
+        pending = [op.command]
+        while pending:
+            command = pending.pop(0)
+            try:
+                step = transition(state, command)
+            except InvalidTransition:
+                if state is _S.DELETING:
+                    # A fenced Session admits no new work, even on a sandbox that still exists.
+                    raise SessionDeleting(
+                        f"session {op.session_id!r} is being deleted; it admits no new work"
+                    ) from None
+                raise
+            for effect in step.effects:
+                follow_ups = await _HANDLERS[effect](self, op)
+                if follow_ups:
+                    # What the effect found (ready, lost) decides what happens next.
+                    pending[:0] = follow_ups
+                    break
+            state = step.state
+        return state
+
+    # ------------------------------------------------------------------ effects
+
+    async def _persist_intent(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        intent = ProvisioningIntent(
+            session_id=op.session_id,
+            provider=self.provider.name,
+            spec=op.spec,
+            spec_hash=spec_hash(op.spec),
+        )
+        try:
+            op.intent = await self.store.put_intent(intent)
+        except ProvisioningBlocked:
+            if await self.store.get_binding(op.session_id) is not None:
+                raise _Reobserve from None  # another worker bound it first
+            if await self.store.get_session(op.session_id) is None:
+                raise InvalidInput(
+                    f"session {op.session_id!r} does not exist",
+                    hint="create the session before acquiring its sandbox",
+                ) from None
+            raise SessionDeleting(f"session {op.session_id!r} is being deleted") from None
+        op.intent_adopted = False
+        if op.record is None:  # created between our read and the intent
+            op.record = await self.store.get_session(op.session_id)
+        return ()
+
+    def _adopt_intent(self, op: _Operation) -> None:
+        """Check the stored intent against this worker and take its spec."""
+        stored = op.intent
+        if stored is None or op.intent_adopted:
+            return
+        if stored.provider != self.provider.name:
+            raise OwnershipError(
+                f"session {op.session_id!r} is being provisioned by provider "
+                f"{stored.provider!r}, this worker runs {self.provider.name!r}",
+                hint=f"run a worker with MANGO_SANDBOX={stored.provider} to finish it",
+            )
+        if not spec_hash_matches(stored.spec_hash, op.spec):
+            raise PermanentError(
+                f"session {op.session_id!r} is already being provisioned with another spec",
+                hint="run 'mango reconcile' to finish it with the spec it started with",
+            )
+        op.spec = stored.spec  # the stored spec wins, so identity cannot drift
+        op.intent_adopted = True
+
+    async def _create_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        self._adopt_intent(op)
+        sandbox = await self.provider.create(op.session_id, op.spec)
+        try:
+            self._check_sandbox(sandbox)
+        except OwnershipError:
+            await self._best_effort_destroy(sandbox)
+            raise
+        op.created = sandbox
+        return ()
+
+    async def _setup_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        sandbox = self._created(op)
+        if not op.spec.packages.is_empty:
+            await install_packages(sandbox, op.spec)
+        return (_C.RESOURCE_READY,)
+
+    async def _publish_binding(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        sandbox = self._created(op)
+        proposed = Binding(
+            session_id=op.session_id, ref=sandbox.ref, spec_hash=binding_spec_hash(op.spec)
+        )
+        winner = await self.store.put_binding(proposed)
+        if winner.ref != proposed.ref:
+            log.info("session %s: another worker won the binding; destroying ours", op.session_id)
+            await self._best_effort_destroy(sandbox)
+            raise _Reobserve
+        record = op.record
+        if record is None:  # pragma: no cover - the intent's foreign key guarantees the row
+            raise MangoError(f"session {op.session_id!r} vanished while it was provisioned")
+        op.result = self._remember(op.session_id, sandbox, winner.spec_hash, record)
+        return ()
+
+    async def _attach_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        cached = op.cached
+        if cached is not None:
+            self._require_package_proof(op.session_id, cached.spec_hash, op.spec)
+            raw, handed_out = cached.raw, cached.sandbox
+        else:
+            binding, record = op.binding, op.record
+            if binding is None or record is None:  # pragma: no cover - observed as bound
+                raise MangoError(f"session {op.session_id!r} has no binding to attach")
+            self._require_package_proof(op.session_id, binding.spec_hash, op.spec)
+            self._require_own(op.session_id, binding.ref.provider, "use")
+            try:
+                raw = await self.provider.attach(op.session_id, binding.ref, op.spec)
+            except SandboxNotFound as exc:
+                return self._lost(op, binding.ref, exc)
+            self._check_sandbox(raw)
+            handed_out = self._remember(op.session_id, raw, binding.spec_hash, record)
+        if isinstance(raw, KeepAliveSandbox):
+            try:
+                await raw.keep_alive()
+            except SandboxNotFound as exc:
+                return self._lost(op, raw.ref, exc)
+        op.result = handed_out
+        return ()
+
+    def _lost(
+        self, op: _Operation, ref: SandboxRef, exc: SandboxNotFound
+    ) -> tuple[LifecycleCommand, ...]:
+        self._forget(op.session_id, ref)
+        op.lost_ref, op.lost_cause = ref, exc
+        # Record the loss, then let the original command meet the lost state.
+        return (_C.REFERENCE_LOST, op.command)
+
+    async def _record_lost(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        ref = op.lost_ref or (op.binding.ref if op.binding is not None else None)
+        if ref is not None:
+            self._forget(op.session_id, ref)
+            await self.store.mark_binding_lost(op.session_id, ref)
+        return ()
+
+    async def _fail_lost(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        ref = op.lost_ref or (op.binding.ref if op.binding is not None else None)
+        raise SandboxNotFound(
+            f"the sandbox of session {op.session_id!r} ({ref}) no longer exists; "
+            "its workspace is lost and will not be replaced by an empty one",
+            hint="delete the session (mango sessions delete) and start a new one",
+        ) from op.lost_cause
+
+    async def _fence_session(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        self._cache.pop(op.session_id, None)
+        await self.store.fence_session(op.session_id)
+        return ()
+
+    async def _destroy_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        # Re-read after the fence: from here on no worker can add an intent or a binding.
+        op.binding = await self.store.get_binding(op.session_id)
+        if op.binding is not None:
+            self._require_own(op.session_id, op.binding.ref.provider, "delete")
+            await self.provider.destroy(op.session_id, op.binding.ref)
+            return ()
+        op.intent = await self.store.get_intent(op.session_id)
+        if op.intent is not None:
+            self._require_own(op.session_id, op.intent.provider, "delete")
+            # An intent-only Session may or may not have a resource (crash
+            # before or after create): ask, never create one to find out.
+            found = await self.provider.find(op.session_id)
+            if found is not None:
+                await self.provider.destroy(op.session_id, found)
+        # No rows left: whoever removed them destroyed the resource first.
+        return ()
+
+    async def _remove_binding(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        if op.binding is not None:
+            await self.store.delete_binding(op.binding)
+        return ()
+
+    async def _remove_intent(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        intent = await self.store.get_intent(op.session_id)
+        if intent is not None:
+            self._require_own(op.session_id, intent.provider, "reconcile")
+            await self.store.delete_intent(intent)
+        return ()
+
+    async def _delete_session(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        op.deleted = await self.store.delete_session(op.session_id)
+        return ()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _created(self, op: _Operation) -> Sandbox:
+        if op.created is None:  # pragma: no cover - the table creates before setup and publish
+            raise MangoError(f"session {op.session_id!r}: no resource was created")
+        return op.created
+
+    def _remember(
+        self, session_id: str, raw: Sandbox, binding_hash: str, record: SessionRecord
+    ) -> _SessionSandbox:
+        handed_out = _SessionSandbox(raw, on_lost=self._loss_recorder(session_id, raw.ref))
+        self._cache[session_id] = _Cached(raw, handed_out, binding_hash, record.created_at)
+        return handed_out
+
+    def _forget(self, session_id: str, ref: SandboxRef) -> None:
+        cached = self._cache.get(session_id)
+        if cached is not None and cached.raw.ref == ref:
+            del self._cache[session_id]
+
+    def _loss_recorder(self, session_id: str, ref: SandboxRef) -> _LossRecorder:
+        async def record(exc: SandboxNotFound) -> None:
+            self._forget(session_id, ref)
+            op = _Operation(session_id, _C.REFERENCE_LOST, SandboxSpec(), lost_ref=ref)
+            op.lost_cause = exc
+            try:
+                async with self._locks.hold(session_id):
+                    state = await self._observe(op)
+                    if op.binding is not None and op.binding.ref == ref:
+                        await self._drive(op, state)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the caller must see SandboxNotFound itself
+                log.warning("session %s: could not record the loss of %s: %s", session_id, ref, err)
+
+        return record
 
     def _require_package_proof(self, session_id: str, binding_hash: str, spec: SandboxSpec) -> None:
         if not binding_proves_package_setup(binding_hash, spec):
@@ -266,121 +653,19 @@ class SessionManager:
                 hint="delete the session to start over with the new package plan",
             )
 
-    async def _attach(self, binding: Binding, spec: SandboxSpec) -> Sandbox:
-        self._require_package_proof(binding.session_id, binding.spec_hash, spec)
-        if binding.ref.provider != self.provider.name:
+    def _require_own(self, session_id: str, provider: str, action: str) -> None:
+        if provider != self.provider.name:
             raise OwnershipError(
-                f"session {binding.session_id!r} is bound to provider {binding.ref.provider!r}, "
+                f"session {session_id!r} belongs to provider {provider!r}, "
                 f"this worker runs {self.provider.name!r}",
-                hint=f"run a worker with MANGO_SANDBOX={binding.ref.provider} for this session",
+                hint=f"run a worker with MANGO_SANDBOX={provider} to {action} it",
             )
-        try:
-            sandbox = await self.provider.attach(binding.session_id, binding.ref, spec)
-        except SandboxNotFound as exc:
-            effects = transition(LifecycleState.LOST, LifecycleCommand.ACQUIRE).effects
-            assert effects == (LifecycleEffect.FAIL_LOST,)  # noqa: S101 - table invariant
-            raise SandboxNotFound(
-                f"the sandbox of session {binding.session_id!r} ({binding.ref}) no longer exists; "
-                "its workspace is lost and will not be replaced by an empty one",
-                hint="delete the session (mango sessions delete) and start a new one",
-            ) from exc
-        self._check_sandbox(sandbox)
-        return sandbox
 
     def _check_sandbox(self, sandbox: Sandbox) -> None:
         if sandbox.ref.provider != self.provider.name:
             raise OwnershipError(
                 f"provider {self.provider.name!r} returned a sandbox of {sandbox.ref.provider!r}"
             )
-
-    async def _provision_locked(
-        self, session_id: str, spec: SandboxSpec, record: SessionRecord | None
-    ) -> Sandbox:
-        effects = transition(LifecycleState.UNBOUND, LifecycleCommand.ACQUIRE).effects
-        intent = ProvisioningIntent(
-            session_id=session_id,
-            provider=self.provider.name,
-            spec=spec,
-            spec_hash=spec_hash(spec),
-        )
-        sandbox: Sandbox | None = None
-        for effect in effects:
-            if effect is LifecycleEffect.PERSIST_INTENT:
-                try:
-                    intent = await self._persist_intent(intent)
-                except _AlreadyBound as won:
-                    return won.sandbox
-                if record is None:  # created between our read and the intent
-                    record = await self.store.get_session(session_id)
-                    assert record is not None  # noqa: S101 - the intent's FK guarantees it
-                spec = intent.spec  # the stored spec wins, so identity cannot drift
-            elif effect is LifecycleEffect.CREATE_RESOURCE:
-                sandbox = await self._create(session_id, spec)
-            elif effect is LifecycleEffect.SETUP_RESOURCE:
-                assert sandbox is not None  # noqa: S101 - create precedes setup in the table
-                if not spec.packages.is_empty:
-                    await install_packages(sandbox, spec.packages)
-        assert sandbox is not None  # noqa: S101 - the table always creates
-        publish = transition(LifecycleState.PROVISIONING, LifecycleCommand.RESOURCE_READY)
-        assert publish.effects == (LifecycleEffect.PUBLISH_BINDING,)  # noqa: S101
-        assert record is not None  # noqa: S101 - set once the intent is stored
-        return await self._publish(session_id, spec, sandbox, record)
-
-    async def _persist_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
-        try:
-            stored = await self.store.put_intent(intent)
-        except ProvisioningBlocked:
-            binding = await self.store.get_binding(intent.session_id)
-            if binding is not None:
-                sandbox = await self._attach(binding, intent.spec)
-                current = await self.store.get_session(intent.session_id)
-                if current is not None:
-                    self._cache[intent.session_id] = _Cached(
-                        sandbox, binding.spec_hash, current.created_at
-                    )
-                raise _AlreadyBound(sandbox) from None
-            record = await self.store.get_session(intent.session_id)
-            if record is None:
-                raise InvalidInput(
-                    f"session {intent.session_id!r} does not exist",
-                    hint="create the session before acquiring its sandbox",
-                ) from None
-            raise SessionDeleting(f"session {intent.session_id!r} is being deleted") from None
-        if stored.provider != intent.provider:
-            raise OwnershipError(
-                f"session {intent.session_id!r} is being provisioned by provider "
-                f"{stored.provider!r}, this worker runs {intent.provider!r}",
-                hint=f"run a worker with MANGO_SANDBOX={stored.provider} to finish it",
-            )
-        if not spec_hash_matches(stored.spec_hash, intent.spec):
-            raise PermanentError(
-                f"session {intent.session_id!r} is already being provisioned with another spec",
-                hint="run 'mango reconcile' to finish it with the spec it started with",
-            )
-        return stored
-
-    async def _create(self, session_id: str, spec: SandboxSpec) -> Sandbox:
-        sandbox = await self.provider.create(session_id, spec)
-        try:
-            self._check_sandbox(sandbox)
-        except OwnershipError:
-            await self._best_effort_destroy(sandbox)
-            raise
-        return sandbox
-
-    async def _publish(
-        self, session_id: str, spec: SandboxSpec, sandbox: Sandbox, record: SessionRecord
-    ) -> Sandbox:
-        proposed = Binding(
-            session_id=session_id, ref=sandbox.ref, spec_hash=binding_spec_hash(spec)
-        )
-        winner = await self.store.put_binding(proposed)
-        if winner.ref != proposed.ref:
-            log.info("session %s: another worker won the binding; destroying ours", session_id)
-            await self._best_effort_destroy(sandbox)
-            sandbox = await self._attach(winner, spec)
-        self._cache[session_id] = _Cached(sandbox, winner.spec_hash, record.created_at)
-        return sandbox
 
     async def _best_effort_destroy(self, sandbox: Sandbox) -> None:
         try:
@@ -390,56 +675,24 @@ class SessionManager:
         except Exception as exc:  # noqa: BLE001 - the loser's cleanup must not mask the result
             log.warning("could not destroy surplus sandbox %s: %s", sandbox.ref, exc)
 
-    async def _teardown_locked(self, session_id: str, cached: _Cached | None) -> None:
-        binding = await self.store.get_binding(session_id)
-        if binding is not None:
-            if binding.ref.provider != self.provider.name:
-                raise OwnershipError(
-                    f"session {session_id!r} is bound to provider {binding.ref.provider!r}, "
-                    f"this worker runs {self.provider.name!r}",
-                    hint=f"run a worker with MANGO_SANDBOX={binding.ref.provider} to delete it",
-                )
-            sandbox = cached.sandbox if cached is not None else None
-            if sandbox is None:
-                try:
-                    sandbox = await self.provider.attach(session_id, binding.ref, SandboxSpec())
-                except SandboxNotFound:
-                    sandbox = None
-            if sandbox is not None:
-                with suppress(SandboxNotFound):
-                    await sandbox.destroy()
-            await self.store.delete_binding(binding)
-            await self._clear_intent(session_id)
-            return
-        intent = await self.store.get_intent(session_id)
-        if intent is None:
-            if cached is not None:
-                with suppress(SandboxNotFound):
-                    await cached.sandbox.destroy()
-            return
-        if intent.provider != self.provider.name:
-            raise OwnershipError(
-                f"session {session_id!r} has a provisioning intent of provider "
-                f"{intent.provider!r}, this worker runs {self.provider.name!r}",
-                hint=f"run a worker with MANGO_SANDBOX={intent.provider} to delete it",
-            )
-        # Create is idempotent by session key: it recovers a resource created
-        # before the crash (or makes an empty one) so it can be destroyed.
-        sandbox = await self.provider.create(session_id, intent.spec)
-        with suppress(SandboxNotFound):
-            await sandbox.destroy()
-        await self.store.delete_intent(intent)
 
-    async def _clear_intent(self, session_id: str) -> None:
-        intent = await self.store.get_intent(session_id)
-        if intent is None:
-            return
-        if intent.provider != self.provider.name:
-            raise OwnershipError(
-                f"session {session_id!r} still has a provisioning intent of provider "
-                f"{intent.provider!r}; only a worker of that provider can reconcile it"
-            )
-        await self.store.delete_intent(intent)
+_Handler = Callable[[SessionManager, _Operation], Awaitable[tuple[LifecycleCommand, ...]]]
+
+_HANDLERS: Mapping[LifecycleEffect, _Handler] = {
+    _E.PERSIST_INTENT: SessionManager._persist_intent,
+    _E.CREATE_RESOURCE: SessionManager._create_resource,
+    _E.SETUP_RESOURCE: SessionManager._setup_resource,
+    _E.PUBLISH_BINDING: SessionManager._publish_binding,
+    _E.ATTACH_RESOURCE: SessionManager._attach_resource,
+    _E.RECORD_LOST: SessionManager._record_lost,
+    _E.FAIL_LOST: SessionManager._fail_lost,
+    _E.FENCE_SESSION: SessionManager._fence_session,
+    _E.DESTROY_RESOURCE: SessionManager._destroy_resource,
+    _E.REMOVE_BINDING: SessionManager._remove_binding,
+    _E.REMOVE_INTENT: SessionManager._remove_intent,
+    _E.DELETE_SESSION: SessionManager._delete_session,
+}
+"""Effect -> the method that performs it; every effect of the table has one."""
 
 
 async def _attempt_each(
@@ -460,9 +713,3 @@ async def _attempt_each(
             log.warning("%s %s failed: %s", what, session_id, exc)
             failures.append((session_id, f"{type(exc).__name__}: {exc}"))
     return ReconcileReport(len(items), completed, tuple(failures))
-
-
-class _AlreadyBound(Exception):
-    def __init__(self, sandbox: Sandbox) -> None:
-        super().__init__("already bound")
-        self.sandbox = sandbox

@@ -22,6 +22,7 @@ from mango.cli.output import echo_json, echo_table
 from mango.cli.worker import worker as worker_command
 from mango.config import Settings
 from mango.domain.errors import InvalidInput, MangoError
+from mango.domain.lifecycle import observe
 from mango.domain.values import Command, ExecResult, validate_session_id
 from mango.runtime import Runtime, open_runtime, select_provider
 
@@ -329,11 +330,13 @@ def sessions_list(limit: int, as_json: bool) -> None:
         for record in await rt.store.list_sessions(limit):
             binding = await rt.store.get_binding(record.session_id)
             intent = None if binding else await rt.store.get_intent(record.session_id)
-            state = (
-                "deleting"
-                if record.deleting
-                else ("bound" if binding else ("provisioning" if intent else "unbound"))
-            )
+            state = observe(
+                session_exists=True,
+                fenced=record.deleting,
+                has_intent=intent is not None,
+                has_binding=binding is not None,
+                binding_lost=binding is not None and binding.lost,
+            ).value
             rows.append(
                 {
                     "session_id": record.session_id,

@@ -84,7 +84,9 @@ async def run_worker(
             provider, store = inject_faults(runtime.manager.provider, runtime.store, fault)
             manager = runtime.manager
             if fault is not None:
-                manager = SessionManager(provider, store, registration.capabilities)
+                manager = SessionManager(
+                    provider, store, registration.capabilities, registration.quirks
+                )
             activities = MangoActivities(
                 manager,
                 store,

@@ -63,6 +63,7 @@ class LifecycleEffect(enum.StrEnum):
     SETUP_RESOURCE = "setup-resource"
     PUBLISH_BINDING = "publish-binding"
     ATTACH_RESOURCE = "attach-resource"
+    RECORD_LOST = "record-lost"
     FAIL_LOST = "fail-lost"
     FENCE_SESSION = "fence-session"
     DESTROY_RESOURCE = "destroy-resource"
@@ -96,7 +97,8 @@ _TABLE: dict[tuple[LifecycleState, LifecycleCommand], Transition] = {
     (S.BOUND, C.ACQUIRE_EXISTING): Transition(S.BOUND, (E.ATTACH_RESOURCE,)),
     (S.UNBOUND, C.ACQUIRE_EXISTING): Transition(S.UNBOUND, ()),
     (S.PROVISIONING, C.ACQUIRE_EXISTING): Transition(S.PROVISIONING, ()),
-    (S.BOUND, C.REFERENCE_LOST): Transition(S.LOST, ()),
+    # The loss is persisted, so every worker (and ``mango sessions list``) sees it.
+    (S.BOUND, C.REFERENCE_LOST): Transition(S.LOST, (E.RECORD_LOST,)),
     # Lost is explicit: acquiring again fails instead of creating an empty sandbox.
     (S.LOST, C.ACQUIRE): Transition(S.LOST, (E.FAIL_LOST,)),
     (S.LOST, C.ACQUIRE_EXISTING): Transition(S.LOST, (E.FAIL_LOST,)),
@@ -109,6 +111,7 @@ _TABLE: dict[tuple[LifecycleState, LifecycleCommand], Transition] = {
     (S.DELETING, C.DELETE): Transition(S.DELETING, _TEARDOWN),
     (S.DELETING, C.DELETION_FINISHED): Transition(S.DELETED, (E.DELETE_SESSION,)),
     (S.DELETED, C.DELETE): Transition(S.DELETED, ()),
+    (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED, ()),
 }
 
 
@@ -121,18 +124,25 @@ def transition(state: LifecycleState, command: LifecycleCommand) -> Transition:
 
 
 def observe(
-    *, session_exists: bool, fenced: bool, has_intent: bool, has_binding: bool
+    *,
+    session_exists: bool,
+    fenced: bool,
+    has_intent: bool,
+    has_binding: bool,
+    binding_lost: bool = False,
 ) -> LifecycleState:
     """Derive the durable state from the store's rows.
 
-    ``lost`` is never stored: it is discovered when attaching fails.
+    ``binding_lost`` is the binding's persisted loss mark: it is set when the
+    provider reported the bound resource gone (attach, keep-alive or any
+    operation of a cached client), so ``lost`` survives restarts.
     """
     if not session_exists:
         return S.DELETED if fenced else S.UNBOUND
     if fenced:
         return S.DELETING
     if has_binding:
-        return S.BOUND
+        return S.LOST if binding_lost else S.BOUND
     if has_intent:
         return S.PROVISIONING
     return S.UNBOUND

@@ -269,6 +269,16 @@ class BindingStore(Protocol):
         """
         ...
 
+    async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
+        """Persist that the resource ``ref`` bound to ``session_id`` no longer exists.
+
+        Compare-and-set on (session, provider, external id) and idempotent: the
+        first mark's time is kept. Returns the stored binding (``lost`` true),
+        or None if the Session is no longer bound to ``ref``, so a stale client
+        never marks a newer binding.
+        """
+        ...
+
 
 class Clock(Protocol):
     """Wall-clock time in UTC."""

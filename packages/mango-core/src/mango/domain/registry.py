@@ -64,6 +64,8 @@ class Quirk(enum.StrEnum):
     """The backend merges stderr into stdout; ``stderr`` is always empty."""
     OUTPUT_AT_END = "output-at-end"
     """The backend returns output only when the command ends; streaming delivers one chunk."""
+    TIMEOUT_ENDS_SANDBOX = "timeout-ends-sandbox"
+    """An exec timeout ends the whole sandbox; later operations raise ``SandboxNotFound``."""
 
 
 def validate_namespace(value: object) -> str:

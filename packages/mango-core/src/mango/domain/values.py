@@ -320,11 +320,21 @@ class OwnedResource:
 
 @attrs.frozen
 class Binding:
-    """Durable link from a Session to its one sandbox resource."""
+    """Durable link from a Session to its one sandbox resource.
+
+    ``lost_at`` is set (once) when the provider reported the resource gone;
+    a lost binding is never replaced, only deleted with its Session.
+    """
 
     session_id: str = attrs.field(validator=_session_id_validator)
     ref: SandboxRef
     spec_hash: str = attrs.field(validator=_non_empty)
+    lost_at: datetime | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def lost(self) -> bool:
+        """True once the bound resource was reported gone."""
+        return self.lost_at is not None
 
 
 @attrs.frozen

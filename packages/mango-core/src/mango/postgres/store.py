@@ -67,6 +67,7 @@ def _binding(row: tuple[Any, ...]) -> Binding:
         session_id=row[0],
         ref=SandboxRef(provider=row[1], external_id=row[2]),
         spec_hash=row[3],
+        lost_at=None if row[4] is None else _utc(row[4]),
     )
 
 
@@ -283,7 +284,7 @@ class PostgresBindingStore:
         validate_session_id(session_id)
         async with self._connection("reading a sandbox binding") as conn:
             cursor = await conn.execute(
-                "SELECT session_id, provider, external_id, spec_hash"
+                "SELECT session_id, provider, external_id, spec_hash, lost_at"
                 " FROM mango_sandbox_bindings WHERE session_id = %s",
                 (session_id,),
             )
@@ -308,7 +309,7 @@ class PostgresBindingStore:
                     " (session_id, provider, external_id, spec_hash) VALUES (%s, %s, %s, %s)"
                     " ON CONFLICT (session_id) DO UPDATE"
                     " SET updated_at = mango_sandbox_bindings.updated_at"
-                    " RETURNING session_id, provider, external_id, spec_hash",
+                    " RETURNING session_id, provider, external_id, spec_hash, lost_at",
                     (session_id, ref.provider, ref.external_id, binding.spec_hash),
                 )
                 row = await cursor.fetchone()
@@ -347,6 +348,25 @@ class PostgresBindingStore:
                 f"binding of session {binding.session_id!r} changed from {ref} "
                 f"to {other[0]}:{other[1]}"
             )
+
+    async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
+        """Persist that ``ref``, bound to ``session_id``, no longer exists; idempotent.
+
+        Compare-and-set on (session, provider, external id); the first mark's
+        time is kept. Returns the stored binding, or None if the Session is no
+        longer bound to ``ref``.
+        """
+        validate_session_id(session_id)
+        async with self._connection("marking a sandbox binding lost") as conn:
+            cursor = await conn.execute(
+                "UPDATE mango_sandbox_bindings"
+                " SET lost_at = COALESCE(lost_at, now()), updated_at = now()"
+                " WHERE session_id = %s AND provider = %s AND external_id = %s"
+                " RETURNING session_id, provider, external_id, spec_hash, lost_at",
+                (session_id, ref.provider, ref.external_id),
+            )
+            row = await cursor.fetchone()
+        return None if row is None else _binding(row)
 
 
 async def open_store(

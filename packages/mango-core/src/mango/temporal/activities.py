@@ -37,6 +37,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from mango.app.session_manager import ReconcileReport, SessionManager
+from mango.domain.deadline import deadline_in
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
@@ -96,6 +97,29 @@ async def _boundary(work: Awaitable[_T]) -> _T:
         raise
     except MangoError as exc:
         raise to_application_error(exc) from exc
+
+
+def _activity_deadline() -> float | None:
+    """What remains of this activity's own timeouts, as a deadline for SessionManager.
+
+    Maintenance inside the activity (package setup, a provider's resume) must
+    end before Temporal gives up on the attempt. None outside an activity.
+    """
+    try:
+        info = activity.info()
+    except RuntimeError:
+        return None
+    ends = [
+        start + timeout
+        for start, timeout in (
+            (info.started_time, info.start_to_close_timeout),
+            (info.scheduled_time, info.schedule_to_close_timeout),
+        )
+        if timeout
+    ]
+    if not ends:
+        return None
+    return deadline_in((min(ends) - datetime.now(UTC)).total_seconds())
 
 
 async def _heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
@@ -160,7 +184,7 @@ class MangoActivities:
         # SessionManager reads the Session row on every acquire: an absent
         # Session is InvalidInput and a fenced one SessionDeleting.
         try:
-            return await self.manager.acquire(session_id, spec)
+            return await self.manager.acquire(session_id, spec, deadline=_activity_deadline())
         except SandboxNotFound as exc:
             _LOG.error("session %s: %s", session_id, exc)
             raise
@@ -236,7 +260,7 @@ class MangoActivities:
         """
 
         async def work() -> ReleaseOutput:
-            await self.manager.release(request.session_id)
+            await self.manager.release(request.session_id, deadline=_activity_deadline())
             return ReleaseOutput(session_id=request.session_id)
 
         return await _boundary(_heartbeating(work(), self.heartbeat_interval))
@@ -302,7 +326,8 @@ class MangoActivities:
         """Finish or destroy what a crash left between intent and binding (this provider only)."""
         return await _boundary(
             _heartbeating(
-                self.manager.reconcile_provisioning(request.limit), self.heartbeat_interval
+                self.manager.reconcile_provisioning(request.limit, deadline=_activity_deadline()),
+                self.heartbeat_interval,
             )
         )
 

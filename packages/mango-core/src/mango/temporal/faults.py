@@ -107,6 +107,15 @@ class _Provider:
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
         return _Sandbox(await self.inner.attach(session_key, ref, spec), self.point)
 
+    async def find(self, session_key: str) -> SandboxRef | None:
+        return await self.inner.find(session_key)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        # SessionManager tears down through the provider, never through a client.
+        await self.inner.destroy(session_key, ref)
+        if self.point is FaultPoint.DURING_DESTROY:
+            _crash(self.point)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -162,6 +171,9 @@ class _Store:
 
     async def delete_binding(self, binding: Binding) -> None:
         await self.inner.delete_binding(binding)
+
+    async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
+        return await self.inner.mark_binding_lost(session_id, ref)
 
 
 def inject_faults(
