@@ -20,7 +20,9 @@ async def test_a_failing_package_manager_is_permanent(tmp_path: Path) -> None:
     sandbox = await provider.create("s1", SandboxSpec())
     try:
         with pytest.raises(PackageSetupFailed, match="install gem packages: exit") as caught:
-            await install_packages(sandbox, PackagePlan(gem=["no-such-gem-mango"]))
+            await install_packages(
+                sandbox, SandboxSpec(packages=PackagePlan(gem=["no-such-gem-mango"]))
+            )
         assert is_permanent(caught.value)
     finally:
         await sandbox.destroy()
@@ -34,7 +36,9 @@ async def test_a_timed_out_install_is_retryable(tmp_path: Path) -> None:
     sandbox = await provider.create("s1", SandboxSpec(timeout=0.001))
     try:
         with pytest.raises(PackageSetupInterrupted, match="timed out") as caught:
-            await install_packages(sandbox, PackagePlan(pip=["attrs"]))
+            await install_packages(
+                sandbox, SandboxSpec(timeout=0.001, packages=PackagePlan(pip=["attrs"]))
+            )
         assert not is_permanent(caught.value)
     finally:
         await sandbox.destroy()
