@@ -17,7 +17,7 @@ import attrs
 import platformdirs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
-from mango.domain.registry import SettingSpec
+from mango.domain.registry import SettingSpec, validate_namespace
 from mango.domain.values import validate_provider_name
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_TEMPORAL_NAMESPACE",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
+    "NAMESPACE_ENV",
     "ROOT_STATE_DIR",
     "Settings",
     "max_output_bytes",
@@ -43,6 +44,7 @@ MAX_OUTPUT_BYTES_SETTING = SettingSpec(
     description="per-stream cap, in bytes, on the output an exec keeps",
     default=str(DEFAULT_MAX_OUTPUT_BYTES),
 )
+NAMESPACE_ENV = "MANGO_NAMESPACE"
 ROOT_STATE_DIR = Path("/var/lib/mango")
 """The default state directory when running as root."""
 DEFAULT_TEMPORAL_NAMESPACE = "default"
@@ -128,6 +130,8 @@ class Settings:
     temporal_namespace: str = DEFAULT_TEMPORAL_NAMESPACE
     task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
     """Workers of provider P poll ``<prefix>-P`` (``MANGO_TEMPORAL_TASK_QUEUE_PREFIX``)."""
+    namespace: str | None = None
+    """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -154,8 +158,15 @@ class Settings:
                 "MANGO_TEMPORAL_TASK_QUEUE_PREFIX must be 1-100 letters, digits, '.', '_' "
                 f"or '-', got {prefix!r}"
             )
+        namespace = env.get(NAMESPACE_ENV, "").strip() or None
+        if namespace is not None:
+            try:
+                validate_namespace(namespace)
+            except InvalidInput as exc:
+                raise ConfigurationError(f"{NAMESPACE_ENV}: {exc}") from None
         return cls(
             state_dir=state_dir(env),
+            namespace=namespace,
             sandbox=sandbox,
             database_url=url,
             exec_timeout=_positive_float(env, "MANGO_EXEC_TIMEOUT"),

@@ -12,15 +12,18 @@ from typing import TextIO
 
 import attrs
 
-from mango.config import (
+from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    ConfigurationError,
+    InvalidInput,
+    ProviderContext,
+    SettingSpec,
     max_output_bytes,
     state_dir,
 )
-from mango.domain.errors import ConfigurationError, InvalidInput
-from mango.domain.registry import SettingSpec
 from mango_provider_docker.container import default_limits
+from mango_provider_docker.layout import RESOURCE_DIR_ENV
 from mango_provider_docker.provider import (
     DEFAULT_CPUS,
     DEFAULT_IMAGE,
@@ -48,7 +51,6 @@ __all__ = [
 ]
 
 IMAGE_ENV = "MANGO_SANDBOX_IMAGE"
-RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"
 DOCKER_HOST_ENV = "DOCKER_HOST"
 API_VERSION_ENV = "DOCKER_API_VERSION"
 MEMORY_ENV = "MANGO_SANDBOX_MEMORY"
@@ -194,14 +196,17 @@ class StderrProgress:
         print(f"mango: docker: {line}", file=stream, flush=True)
 
 
-def open_docker_provider(environ: Mapping[str, str] | None = None) -> DockerProvider:
-    """The registration's factory: a :class:`DockerProvider` built from the settings.
+def open_docker_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> DockerProvider:
+    """The registration's factory: a :class:`DockerProvider` in ``context``'s namespace.
 
     It does no I/O; the Engine is contacted on first use.
     """
     settings = read_docker_settings(environ)
     return DockerProvider(
         settings.resource_dir,
+        namespace=context.namespace,
         image=settings.image,
         host=settings.host,
         api_version=settings.api_version,

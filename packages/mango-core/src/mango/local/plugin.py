@@ -1,55 +1,40 @@
-"""Plugin entry of the built-in local provider: its pluggy hook implementations only.
-
-The marker is made here rather than imported from :mod:`mango.plugins`, which
-sits in the same layer and loads this module (no import cycle, no sibling import).
-"""
+"""Plugin entry of the built-in local provider: its pluggy hook implementations only."""
 
 from __future__ import annotations
 
-import pluggy
-
-from mango.domain.capabilities import CapabilitySet
-from mango.domain.registry import (
-    ConformanceTarget,
-    ConformanceTargetRegistry,
-    ProviderRegistration,
-    ProviderRegistry,
-    SupportLevel,
-)
 from mango.local.conformance import open_conformance_provider
 from mango.local.layout import PROVIDER_NAME
 from mango.local.settings import SETTINGS, open_local_provider
+from mango.provider import (
+    CapabilitySet,
+    ConformanceTarget,
+    ProviderRegistration,
+    SupportLevel,
+    hookimpl,
+)
+from mango.provider.plugin import ProviderPlugin
 
 __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
 
-hookimpl = pluggy.HookimplMarker("mango")
+PLUGIN = ProviderPlugin(
+    ProviderRegistration(
+        name=PROVIDER_NAME,
+        capabilities=CapabilitySet(),
+        support_level=SupportLevel.DEVELOPMENT,
+        settings=SETTINGS,
+        factory=open_local_provider,
+        description=(
+            "host processes in a per-Session directory; NOT an isolation boundary "
+            "(development and tests only)"
+        ),
+    ),
+    ConformanceTarget(
+        provider=PROVIDER_NAME,
+        open=open_conformance_provider,
+        description="local provider under the scratch directory",
+    ),
+)
+"""``local``: development only, not an isolation boundary, no capabilities."""
 
-
-@hookimpl
-def mango_register_providers(registry: ProviderRegistry) -> None:
-    """Register ``local``: development only, not an isolation boundary, no capabilities."""
-    registry.add(
-        ProviderRegistration(
-            name=PROVIDER_NAME,
-            capabilities=CapabilitySet(),
-            support_level=SupportLevel.DEVELOPMENT,
-            settings=SETTINGS,
-            factory=open_local_provider,
-            description=(
-                "host processes in a per-Session directory; NOT an isolation boundary "
-                "(development and tests only)"
-            ),
-        )
-    )
-
-
-@hookimpl
-def mango_register_conformance_targets(registry: ConformanceTargetRegistry) -> None:
-    """Register the offline target: a local provider under the run's scratch directory."""
-    registry.add(
-        ConformanceTarget(
-            provider=PROVIDER_NAME,
-            open=open_conformance_provider,
-            description="local provider under the scratch directory",
-        )
-    )
+mango_register_providers = PLUGIN.mango_register_providers
+mango_register_conformance_targets = PLUGIN.mango_register_conformance_targets

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import attrs
 
-from mango.config import (
+from mango.local.layout import SANDBOX_DIR_ENV
+from mango.local.provider import LocalProvider
+from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    ConfigurationError,
+    ProviderContext,
+    SettingSpec,
     max_output_bytes,
     state_dir,
 )
-from mango.domain.errors import ConfigurationError
-from mango.domain.registry import SettingSpec
-from mango.local.provider import LocalProvider
 
 __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
@@ -28,7 +30,6 @@ __all__ = [
     "read_local_settings",
 ]
 
-SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
 STATE_DIR_ENV = "MANGO_STATE_DIR"
 
 SETTINGS = (
@@ -77,7 +78,13 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
     return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes(env))
 
 
-def open_local_provider(environ: Mapping[str, str] | None = None) -> LocalProvider:
-    """The registration's factory: a :class:`LocalProvider` built from the settings."""
+def open_local_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> LocalProvider:
+    """The registration's factory: a :class:`LocalProvider` in ``context``'s namespace."""
     settings = read_local_settings(environ)
-    return LocalProvider(settings.sandbox_dir, max_output_bytes=settings.max_output_bytes)
+    return LocalProvider(
+        settings.sandbox_dir,
+        max_output_bytes=settings.max_output_bytes,
+        namespace=context.namespace,
+    )

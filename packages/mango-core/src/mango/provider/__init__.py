@@ -7,13 +7,24 @@ library are submodules, imported only by the providers that use them:
 
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
 * :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
+
+Stdlib-only submodules: :mod:`mango.provider.ownership` (labels, deterministic
+names, ownership checks) and :mod:`mango.provider.hostdirs` (provider-owned
+directories on the worker host).
 """
 
 from __future__ import annotations
 
 import pluggy
 
-from mango.domain.capabilities import Capability, CapabilitySet
+from mango.config import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_BYTES_ENV,
+    MAX_OUTPUT_BYTES_SETTING,
+    max_output_bytes,
+    state_dir,
+)
+from mango.domain.capabilities import Capability, CapabilitySet, admit
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
@@ -64,6 +75,9 @@ from mango.domain.values import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_OUTPUT_BYTES_ENV",
+    "MAX_OUTPUT_BYTES_SETTING",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -102,11 +116,14 @@ __all__ = [
     "SettingSpec",
     "SkillBundleSandbox",
     "SupportLevel",
+    "admit",
     "hookimpl",
     "is_permanent",
+    "max_output_bytes",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "session_key_hash",
+    "state_dir",
     "validate_session_id",
 ]
 

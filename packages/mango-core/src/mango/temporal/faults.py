@@ -33,6 +33,7 @@ from mango.domain.errors import ConfigurationError
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.values import (
     Binding,
+    OwnedResource,
     ProvisioningIntent,
     SandboxRef,
     SandboxSpec,
@@ -107,6 +108,18 @@ class _Provider:
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
         return _Sandbox(await self.inner.attach(session_key, ref, spec), self.point)
 
+    async def find(self, session_key: str) -> SandboxRef | None:
+        return await self.inner.find(session_key)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.destroy(session_key, ref)
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        return await self.inner.list_owned()
+
+    async def health(self) -> str:
+        return await self.inner.health()
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -115,6 +128,9 @@ class _Provider:
 class _Store:
     inner: BindingStore
     point: FaultPoint
+
+    async def deployment_namespace(self) -> str:
+        return await self.inner.deployment_namespace()
 
     async def ensure_session(self, session_id: str) -> SessionRecord:
         return await self.inner.ensure_session(session_id)
