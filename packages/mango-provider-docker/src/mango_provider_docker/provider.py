@@ -18,7 +18,6 @@ from mango.provider import (
     ConfigurationError,
     InvalidInput,
     OwnedResource,
-    OwnershipError,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -27,7 +26,7 @@ from mango.provider import (
     validate_session_id,
 )
 from mango.provider.hostdirs import remove_dir
-from mango.provider.ownership import DEFAULT_NAMESPACE, Ownership, validate_namespace
+from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
     container_config,
@@ -89,21 +88,6 @@ def _labels(value: Mapping[str, str]) -> dict[str, str]:
     return labels
 
 
-def _namespace(_instance: object, _attribute: object, value: Any) -> None:
-    validate_namespace(value)
-
-
-def _check_ref(ref: object) -> str:
-    """The container id of a reference of this provider."""
-    if not isinstance(ref, SandboxRef):
-        raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
-    if ref.provider != PROVIDER_NAME:
-        raise OwnershipError(
-            f"sandbox reference {ref} belongs to provider {ref.provider!r}, not {PROVIDER_NAME!r}"
-        )
-    return check_container_id(ref.external_id)
-
-
 def _check_spec(spec: object) -> SandboxSpec:
     if not isinstance(spec, SandboxSpec):
         raise InvalidInput(f"expected a SandboxSpec, got {type(spec).__name__}")
@@ -147,7 +131,7 @@ class DockerProvider:
     """Receives image pull progress lines (default: the ``mango_provider_docker`` logger)."""
     extra_labels: dict[str, str] = attrs.field(factory=dict, kw_only=True, converter=_labels)
     """More labels for every container (for example to find a test run's containers)."""
-    namespace: str = attrs.field(default=DEFAULT_NAMESPACE, kw_only=True, validator=_namespace)
+    namespace: str = namespace_field()
     """The deployment namespace every container name and label set carries."""
     _defaults: Limits = attrs.field(init=False)
     _engine: Engine = attrs.field(init=False, repr=False)
@@ -295,7 +279,7 @@ class DockerProvider:
         """
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
-        container_id = _check_ref(ref)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
         await asyncio.sleep(0)
         inspect = await self._engine.inspect_container(container_id)
         if inspect is None or inspect.get("Id") != container_id:
@@ -324,7 +308,7 @@ class DockerProvider:
         deployment's container. A container already gone is success.
         """
         key = validate_session_id(session_key)
-        container_id = _check_ref(ref)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
         await asyncio.sleep(0)
         inspect = await self._engine.inspect_container(container_id)
         if inspect is not None and inspect.get("Id") == container_id:

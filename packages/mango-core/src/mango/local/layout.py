@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from mango.provider import (
-    ConfigurationError,
     OwnedResource,
     OwnershipError,
     ProviderUnavailable,
@@ -41,6 +40,7 @@ from mango.provider.hostdirs import (
     DELETING_MARK,
     canonical_path,
     ensure_private_dir,
+    host_errors,
     remove_dir,
     require_real_directory,
 )
@@ -144,20 +144,13 @@ def ensure_session_dir(base_dir: Path, ownership: Ownership, session_key: str) -
     session_dir = ensure_private_dir(
         canonical_path(base_dir), ownership.name(session_key), setting=SANDBOX_DIR_ENV
     )
-    try:
+    with host_errors(base_dir, setting=SANDBOX_DIR_ENV, what="cannot create a local sandbox"):
         _write_marker_if_absent(session_dir, ownership, session_key)
         _check_marker(session_dir, ownership, session_key)
         root = workspace_root(session_dir)
         with contextlib.suppress(FileExistsError):
             root.mkdir(mode=0o755)
         require_real_directory(root, "local sandbox workspace")
-    except (PermissionError, NotADirectoryError, FileExistsError) as exc:
-        raise ConfigurationError(
-            f"cannot create local sandboxes under {base_dir}: {exc}",
-            hint=f"point {SANDBOX_DIR_ENV} at a writable directory",
-        ) from exc
-    except OSError as exc:
-        raise ProviderUnavailable(f"cannot create local sandbox under {base_dir}: {exc}") from exc
     return session_dir
 
 
@@ -223,19 +216,11 @@ def check_base_dir(base_dir: Path) -> str:
     Creates the directory if needed and proves it writable with a probe file.
     """
     base = canonical_path(base_dir)
-    try:
+    with host_errors(base, setting=SANDBOX_DIR_ENV, what="local sandboxes cannot be created"):
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
-        require_real_directory(base, "local sandbox base")
         probe = base / f".probe-{secrets.token_hex(8)}"
         probe.mkdir(mode=0o700)
         probe.rmdir()
-    except (PermissionError, NotADirectoryError, FileExistsError, OwnershipError) as exc:
-        raise ConfigurationError(
-            f"local sandboxes cannot be created under {base}: {exc}",
-            hint=f"point {SANDBOX_DIR_ENV} at a writable directory",
-        ) from exc
-    except OSError as exc:
-        raise ProviderUnavailable(f"local sandbox base {base} is not usable: {exc}") from exc
     return f"base directory {base} is writable"
 
 

@@ -1,40 +1,17 @@
-"""Plugin entry of the built-in local provider: its pluggy hook implementations only."""
+"""Plugin entry of the built-in local provider: its pluggy hook implementations only.
+
+The registration and the offline conformance target are declared with the
+settings (:mod:`mango.local.settings`); the kit turns them into the hooks.
+"""
 
 from __future__ import annotations
 
-from mango.local.conformance import open_conformance_provider
-from mango.local.layout import PROVIDER_NAME
-from mango.local.settings import SETTINGS, open_local_provider
-from mango.provider import (
-    CapabilitySet,
-    ConformanceTarget,
-    ProviderRegistration,
-    SupportLevel,
-    hookimpl,
-)
+from mango.local.settings import CONFORMANCE_TARGET, REGISTRATION
+from mango.provider import hookimpl
 from mango.provider.plugin import ProviderPlugin
 
 __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
 
-PLUGIN = ProviderPlugin(
-    ProviderRegistration(
-        name=PROVIDER_NAME,
-        capabilities=CapabilitySet(),
-        support_level=SupportLevel.DEVELOPMENT,
-        settings=SETTINGS,
-        factory=open_local_provider,
-        description=(
-            "host processes in a per-Session directory; NOT an isolation boundary "
-            "(development and tests only)"
-        ),
-    ),
-    ConformanceTarget(
-        provider=PROVIDER_NAME,
-        open=open_conformance_provider,
-        description="local provider under the scratch directory",
-    ),
-)
-"""``local``: development only, not an isolation boundary, no capabilities."""
-
-mango_register_providers = PLUGIN.mango_register_providers
-mango_register_conformance_targets = PLUGIN.mango_register_conformance_targets
+mango_register_providers, mango_register_conformance_targets = ProviderPlugin(
+    REGISTRATION, CONFORMANCE_TARGET
+).hooks()

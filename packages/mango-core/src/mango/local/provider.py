@@ -27,12 +27,11 @@ from mango.provider import (
     CapabilitySet,
     InvalidInput,
     OwnedResource,
-    OwnershipError,
     SandboxRef,
     SandboxSpec,
     validate_session_id,
 )
-from mango.provider.ownership import DEFAULT_NAMESPACE, Ownership, validate_namespace
+from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
 
@@ -51,20 +50,6 @@ def _check_spec(spec: object) -> SandboxSpec:
     if not isinstance(spec, SandboxSpec):
         raise InvalidInput(f"expected a SandboxSpec, got {type(spec).__name__}")
     return spec
-
-
-def _check_ref(ref: object) -> SandboxRef:
-    if not isinstance(ref, SandboxRef):
-        raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
-    if ref.provider != PROVIDER_NAME:
-        raise OwnershipError(
-            f"sandbox reference {ref} belongs to provider {ref.provider!r}, not {PROVIDER_NAME!r}"
-        )
-    return ref
-
-
-def _namespace(_instance: object, _attribute: object, value: Any) -> None:
-    validate_namespace(value)
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.frozen)
@@ -90,7 +75,7 @@ class LocalProvider:
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
-    namespace: str = attrs.field(default=DEFAULT_NAMESPACE, kw_only=True, validator=_namespace)
+    namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
 
@@ -142,7 +127,7 @@ class LocalProvider:
         """
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
-        ref = _check_ref(ref)
+        ref = self.ownership.check_ref(ref)
         await checkpoint()
         session_dir = await asyncio.to_thread(
             verify_session_dir, self.base_dir, self.ownership, key, ref.external_id
@@ -171,7 +156,7 @@ class LocalProvider:
         this process runs in it are killed first.
         """
         key = validate_session_id(session_key)
-        ref = _check_ref(ref)
+        ref = self.ownership.check_ref(ref)
         await checkpoint()
         session_dir = await asyncio.to_thread(
             owned_session_dir, self.base_dir, self.ownership, key, ref.external_id

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,10 @@ from mango.domain.errors import ConfigurationError, OwnershipError, ProviderUnav
 
 __all__ = [
     "DELETING_MARK",
+    "absolute_dir_setting",
     "canonical_path",
     "ensure_private_dir",
+    "host_errors",
     "is_real_directory",
     "remove_dir",
     "require_real_directory",
@@ -49,6 +51,39 @@ def canonical_path(path: str | os.PathLike[str]) -> Path:
     # os.path.realpath rather than Path.resolve: on a symlink loop it returns
     # a path instead of raising, and the comparison then simply fails.
     return Path(os.path.realpath(os.fspath(path)))
+
+
+def absolute_dir_setting(name: str, value: str) -> Path:
+    """The directory a setting ``name`` gives (``~`` expanded); it must be absolute.
+
+    Raises :class:`ConfigurationError` naming the setting otherwise.
+    """
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        # A relative directory would move with the worker's cwd and orphan
+        # every sandbox persisted before a restart.
+        raise ConfigurationError(f"{name} must be an absolute path, got {value!r}")
+    return path
+
+
+@contextlib.contextmanager
+def host_errors(base_dir: Path, *, setting: str, what: str) -> Iterator[None]:
+    """Map OS errors while making things under ``base_dir`` to mango errors.
+
+    Permission and type clashes (a file where a directory belongs) are a
+    :class:`ConfigurationError` whose hint names ``setting``, the variable that
+    chooses ``base_dir``; any other OS error is :class:`ProviderUnavailable`.
+    ``what`` says what was being done, for the message.
+    """
+    try:
+        yield
+    except (PermissionError, NotADirectoryError, FileExistsError) as exc:
+        raise ConfigurationError(
+            f"{what} under {base_dir}: {exc}",
+            hint=f"point {setting} at a writable directory",
+        ) from exc
+    except OSError as exc:
+        raise ProviderUnavailable(f"{what} under {base_dir}: {exc}") from exc
 
 
 def is_real_directory(path: Path) -> bool:
@@ -79,18 +114,11 @@ def ensure_private_dir(base_dir: Path, name: str, *, setting: str) -> Path:
     :class:`ProviderUnavailable`.
     """
     path = base_dir / name
-    try:
+    with host_errors(base_dir, setting=setting, what="cannot create directories"):
         base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
         require_real_directory(path, "provider directory")
-    except (PermissionError, NotADirectoryError, FileExistsError) as exc:
-        raise ConfigurationError(
-            f"cannot create directories under {base_dir}: {exc}",
-            hint=f"point {setting} at a writable directory",
-        ) from exc
-    except OSError as exc:
-        raise ProviderUnavailable(f"cannot create {path}: {exc}") from exc
     return path
 
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import attrs
 
-from mango.domain.errors import OwnershipError
+from mango.domain.errors import InvalidInput, OwnershipError
 from mango.domain.hashing import session_key_hash
 from mango.domain.registry import validate_namespace
-from mango.domain.values import validate_provider_name, validate_session_id
+from mango.domain.values import SandboxRef, validate_provider_name, validate_session_id
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -42,6 +42,7 @@ __all__ = [
     "NAME_PREFIX",
     "Ownership",
     "derived_namespace",
+    "namespace_field",
     "validate_namespace",
 ]
 
@@ -66,6 +67,15 @@ def derived_namespace(prefix: str, seed: str) -> str:
     namespace, and re-entering it (a simulated restart) gives the same one.
     """
     return validate_namespace(f"{prefix}-{hashlib.sha256(seed.encode('utf-8')).hexdigest()[:12]}")
+
+
+def namespace_field() -> Any:
+    """An attrs field ``namespace`` for a provider class: keyword-only, validated.
+
+    Defaults to :data:`DEFAULT_NAMESPACE` for providers built directly in tests;
+    factories always pass ``ProviderContext.namespace``.
+    """
+    return attrs.field(default=DEFAULT_NAMESPACE, kw_only=True, validator=_namespace)
 
 
 def _provider(_instance: object, _attribute: object, value: Any) -> None:
@@ -136,6 +146,21 @@ class Ownership:
             )
         if labels.get(LABEL_SESSION) != self.session_hash(session_key):
             raise OwnershipError(f"refusing to use {what}: it belongs to another session")
+
+    def check_ref(self, ref: object) -> SandboxRef:
+        """Return ``ref`` if it is a :class:`SandboxRef` of this provider.
+
+        :class:`InvalidInput` if it is not a reference at all,
+        :class:`OwnershipError` if it names another provider.
+        """
+        if not isinstance(ref, SandboxRef):
+            raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
+        if ref.provider != self.provider:
+            raise OwnershipError(
+                f"sandbox reference {ref} belongs to provider {ref.provider!r}, "
+                f"not {self.provider!r}"
+            )
+        return ref
 
     @staticmethod
     def reserved(labels: Mapping[str, str]) -> frozenset[str]:

@@ -1,18 +1,20 @@
 """The hook implementations every provider plugin has, built from two values.
 
-A provider distribution's ``plugin.py`` (its entry-point target) describes
-its registration and offline conformance target once and exposes the hooks
-this class makes::
+A provider distribution's ``plugin.py`` (its entry-point target) exposes the
+hooks this class makes from its registration and offline conformance target::
 
-    PLUGIN = ProviderPlugin(REGISTRATION, TARGET)
-    mango_register_providers = PLUGIN.mango_register_providers
-    mango_register_conformance_targets = PLUGIN.mango_register_conformance_targets
+    mango_register_providers, mango_register_conformance_targets = ProviderPlugin(
+        REGISTRATION, TARGET
+    ).hooks()
 
 pluggy reads the ``@hookimpl`` marks through the bound methods, so the module
 stays an ordinary plugin with the usual hook names.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pluggy
@@ -35,6 +37,10 @@ class ProviderPlugin:
 
     registration: ProviderRegistration
     target: ConformanceTarget | None = None
+
+    def hooks(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """``(mango_register_providers, mango_register_conformance_targets)`` for a module."""
+        return self.mango_register_providers, self.mango_register_conformance_targets
 
     @_hookimpl
     def mango_register_providers(self, registry: ProviderRegistry) -> None:
