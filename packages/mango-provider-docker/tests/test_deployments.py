@@ -127,3 +127,18 @@ async def test_list_owned_includes_stopped_containers(
 async def test_health_reports_the_engine(provider: DockerProvider) -> None:
     """health() pings the daemon and names its version."""
     assert "Docker Engine" in await provider.health()
+
+
+async def test_destroy_of_a_stale_ref_leaves_the_newer_sandbox_alone(
+    provider: DockerProvider, docker_engine: Engine, session_key: str
+) -> None:
+    """A ref to a removed container never removes the host directory of the key's new one."""
+    old = await provider.create(session_key, SPEC)
+    await old.destroy()
+    new = await provider.create(session_key, SPEC)
+    assert new.ref != old.ref
+    await provider.destroy(session_key, old.ref)
+    assert new.host_dir.is_dir()
+    assert await provider.find(session_key) == new.ref
+    await provider.destroy(session_key, new.ref)
+    assert not new.host_dir.exists()

@@ -18,6 +18,7 @@ from mango.provider import (
     ConfigurationError,
     InvalidInput,
     OwnedResource,
+    OwnershipError,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -315,7 +316,17 @@ class DockerProvider:
             verify_ownership(inspect, self.ownership, key)
             self._tracker.mark_destroyed(container_id)
             await self._engine.remove_container(container_id)
+        elif await self._newer_container(key):
+            # ``ref`` is a stale id and the key has a newer container: its host
+            # directory (named by the key) belongs to that one, so it stays.
+            return
         await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+
+    async def _newer_container(self, session_key: str) -> bool:
+        try:
+            return await self.find(session_key) is not None
+        except OwnershipError:
+            return False  # a squatter on the name: not ours, and no claim on our directory
 
     async def list_owned(self) -> list[OwnedResource]:
         """Every container of this namespace, running or not (a label filter on the daemon)."""

@@ -8,9 +8,10 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
 * :mod:`mango.provider.fake` (the fake-service scaffold for vendor fakes).
 
-Stdlib-only submodules: :mod:`mango.provider.ownership` (labels, deterministic
-names, ownership checks) and :mod:`mango.provider.hostdirs` (provider-owned
-directories on the worker host).
+Submodules with no optional library: :mod:`mango.provider.ownership`
+(labels, deterministic names, ownership checks, all namespaced),
+:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host)
+and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
 """
 
 from __future__ import annotations
