@@ -9,7 +9,6 @@ import pytest
 
 from mango.app import InMemoryBindingStore
 from mango.provider import InvalidInput, OwnershipError, SandboxNotFound, SandboxRef, SandboxSpec
-from mango.provider.ownership import Ownership
 from mango_provider_docker import DockerProvider, Engine
 
 from .conftest import RUN_LABELS, make_provider
@@ -40,38 +39,27 @@ async def deployments(
             await provider.aclose()
 
 
-async def test_same_session_in_two_deployments_gets_two_containers(
+async def test_one_deployments_destroy_keeps_the_others_container_and_host_dir(
     deployments: tuple[DockerProvider, DockerProvider], docker_engine: Engine, session_key: str
 ) -> None:
-    """One Session id, two namespaces: two containers, each invisible and immune to the other."""
+    """Same Session id in two namespaces: destroying one leaves the other's container and dir.
+
+    The full two-deployment scenario (find, list_owned, attach and destroy
+    refused across deployments) runs for every provider on real PostgreSQL in
+    mango-core's ``tests/integration/test_deployments.py``.
+    """
     one, two = deployments
     first = await one.create(session_key, SPEC)
     second = await two.create(session_key, SPEC)
-    assert first.ref != second.ref
-    await first.write_file("who", b"one")
-    await second.write_file("who", b"two")
-
-    assert await one.find(session_key) == first.ref
-    assert await two.find(session_key) == second.ref
-    assert [owned.ref for owned in await one.list_owned()] == [first.ref]
-    assert [owned.ref for owned in await two.list_owned()] == [second.ref]
-    assert (await one.list_owned())[0].session_hash == Ownership.session_hash(session_key)
-
-    with pytest.raises(OwnershipError, match="another deployment"):
-        await one.attach(session_key, second.ref, SPEC)
+    assert (first.container_id, first.host_dir) != (second.container_id, second.host_dir)
     with pytest.raises(OwnershipError, match="another deployment"):
         await one.destroy(session_key, second.ref)
-    assert await docker_engine.inspect_container(second.container_id) is not None
-    assert await second.read_file("who") == b"two"
-
     await one.destroy(session_key, first.ref)
     assert await docker_engine.inspect_container(first.container_id) is None
     assert not first.host_dir.exists()
     assert second.host_dir.is_dir()
-    assert await one.find(session_key) is None
-    assert await one.list_owned() == []
-    assert await two.find(session_key) == second.ref
-    assert (await second.exec(sh("cat who"))).stdout == b"two"
+    assert [owned.ref for owned in await two.list_owned()] == [second.ref]
+    assert (await second.exec(sh("true"))).exit_code == 0
 
 
 async def test_destroy_without_attaching_is_idempotent_and_checks_the_session(

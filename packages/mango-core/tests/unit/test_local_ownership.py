@@ -1,4 +1,8 @@
-"""The local provider's find, destroy, list_owned and health, and namespaces sharing a base."""
+"""The local provider's find, destroy, list_owned and health.
+
+Two deployments sharing one base directory are tested on real PostgreSQL in
+``tests/integration/test_deployments.py``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import pytest
 from mango.domain.errors import ConfigurationError, OwnershipError, SandboxNotFound
 from mango.domain.values import Command, SandboxRef, SandboxSpec
 from mango.local import LocalProvider
-from mango.provider.ownership import Ownership
 
 SPEC = SandboxSpec(timeout=30.0)
 KEY = "session-1"
@@ -41,30 +44,6 @@ def _move(ref: SandboxRef, target: Path) -> None:
 def base(tmp_path: Path) -> Path:
     """One base directory shared by every provider of a test."""
     return tmp_path / "sandboxes"
-
-
-async def test_two_namespaces_sharing_a_base_never_share_a_directory(base: Path) -> None:
-    """Same key, two namespaces: two directories; neither sees, attaches or removes the other."""
-    one = LocalProvider(base, namespace="team-a")
-    two = LocalProvider(base, namespace="team-b")
-    first = await one.create(KEY, SPEC)
-    second = await two.create(KEY, SPEC)
-    assert first.ref != second.ref
-    await first.write_file("who", b"a")
-    await second.write_file("who", b"b")
-    assert await one.find(KEY) == first.ref
-    assert [owned.ref for owned in await one.list_owned()] == [first.ref]
-    assert [owned.ref for owned in await two.list_owned()] == [second.ref]
-    assert (await one.list_owned())[0].session_hash == Ownership.session_hash(KEY)
-    with pytest.raises(OwnershipError):
-        await one.attach(KEY, second.ref, SPEC)
-    with pytest.raises(OwnershipError):
-        await one.destroy(KEY, second.ref)
-    await one.destroy(KEY, first.ref)
-    assert not _is_dir(first.ref)
-    assert await second.read_file("who") == b"b"
-    assert await one.find(KEY) is None
-    assert await one.list_owned() == []
 
 
 async def test_another_deployments_record_is_refused_by_name(base: Path) -> None:
