@@ -28,6 +28,7 @@ def test_example_plugin_registers_provider_and_target(
 ) -> None:
     """The example's hookimpls add a registration and an offline target."""
     monkeypatch.syspath_prepend(str(example_src))
+    from mango.domain.registry import ProviderContext
     from mango.plugins import load_plugins
 
     plugin = pytest.importorskip("mango_provider_tinybox.plugin")
@@ -36,6 +37,7 @@ def test_example_plugin_registers_provider_and_target(
     assert host.providers().capabilities("tinybox").names() == ()
     assert host.conformance_targets().get("tinybox").provider == "tinybox"
     monkeypatch.setenv("TINYBOX_DIR", str(tmp_path))
-    assert host.providers().open("tinybox").name == "tinybox"
+    provider = host.providers().open("tinybox", ProviderContext(namespace="ns-test"))
+    assert provider.name == "tinybox"
     for name in [module for module in sys.modules if module.startswith("mango_provider_tinybox")]:
         monkeypatch.delitem(sys.modules, name)

@@ -2,8 +2,9 @@
 
 ``postgres_url`` starts one embedded server per test session (in a temporary
 directory, never the user's state directory) or uses
-``MANGO_TEST_DATABASE_URL``. ``database_url`` gives each test a fresh
-database on it, and ``store`` an opened :class:`PostgresBindingStore`.
+``MANGO_TEST_DATABASE_URL``. ``database_url`` (and ``second_database_url``,
+for a second deployment) gives each test a fresh database on it, and
+``store`` an opened :class:`PostgresBindingStore`.
 ``embedded_data_dir`` is a not-yet-existing data directory for tests that
 start their own embedded server.
 
@@ -94,6 +95,18 @@ def postgres_url(embedded_root: Path) -> Iterator[str]:
 @pytest.fixture
 async def database_url(postgres_url: str) -> AsyncIterator[str]:
     """URL of a fresh, empty database for one test, dropped afterwards."""
+    async for url in _fresh_database(postgres_url):
+        yield url
+
+
+@pytest.fixture
+async def second_database_url(postgres_url: str) -> AsyncIterator[str]:
+    """Another fresh database on the same server (a second deployment), dropped afterwards."""
+    async for url in _fresh_database(postgres_url):
+        yield url
+
+
+async def _fresh_database(postgres_url: str) -> AsyncIterator[str]:
     name = f"test_{uuid.uuid4().hex}"
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
         await admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

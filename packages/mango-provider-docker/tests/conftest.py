@@ -27,6 +27,7 @@ import pytest
 
 from mango.domain.errors import MangoError
 from mango.domain.values import SandboxSpec
+from mango.provider.ownership import Ownership
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
 
 TEST_IMAGE_REPO = "mango-test-busybox"
@@ -35,6 +36,9 @@ TEST_IMAGE = f"{TEST_IMAGE_REPO}:{TEST_IMAGE_TAG}"
 RUN_LABEL = "io.mango.test-run"
 RUN_ID = uuid.uuid4().hex[:16]
 RUN_LABELS = {RUN_LABEL: RUN_ID}
+NAMESPACE = f"test-{RUN_ID}"
+"""The deployment namespace of this run's providers (unless a test gives another)."""
+OWNERSHIP = Ownership("docker", NAMESPACE)
 BUSYBOX = Path("/bin/busybox")
 REQUIRE_ENV = "MANGO_REQUIRE_DOCKER"
 
@@ -132,7 +136,11 @@ async def import_rootfs(engine: Engine, rootfs: bytes, repo: str, tag: str) -> N
 
 
 def make_provider(resource_dir: Path, image: str, **options: object) -> DockerProvider:
-    """A provider over the test daemon whose containers carry this run's label."""
+    """A provider over the test daemon whose containers carry this run's label.
+
+    Its namespace is this run's :data:`NAMESPACE` unless ``namespace`` is given.
+    """
+    options.setdefault("namespace", NAMESPACE)
     return DockerProvider(
         resource_dir,
         image=image,

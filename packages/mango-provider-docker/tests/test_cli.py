@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mango.domain.hashing import session_key_hash
+from mango.provider.ownership import Ownership
 from mango_provider_docker import Engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.slow]
@@ -31,8 +32,16 @@ def state_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+NAMESPACE = "cli-test"
+
+
 def _mango(
-    state_dir: Path, resources: Path, image: str, *args: str, stdin: bytes = b""
+    state_dir: Path,
+    resources: Path,
+    image: str,
+    *args: str,
+    stdin: bytes = b"",
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     env = {
         **os.environ,
@@ -41,6 +50,8 @@ def _mango(
         "MANGO_SANDBOX_IMAGE": image,
         "MANGO_SANDBOX_RESOURCE_DIR": str(resources),
         "MANGO_SANDBOX_PULL": "0",
+        "MANGO_NAMESPACE": NAMESPACE,
+        **(extra or {}),
     }
     env.pop("MANGO_DATABASE_URL", None)
     env.pop("MANGO_TEMPORAL_ADDRESS", None)
@@ -55,7 +66,7 @@ async def test_mango_exec_runs_in_a_docker_sandbox(
     """exec, files and sessions delete work end to end with MANGO_SANDBOX=docker."""
     session = f"cli-{tmp_path.name}"
     resources = tmp_path / "resources"
-    name = f"mango-{session_key_hash(session)}"
+    name = Ownership("docker", NAMESPACE).name(session)
     try:
         first = _mango(
             state_dir,
@@ -102,3 +113,29 @@ async def test_mango_exec_runs_in_a_docker_sandbox(
         leftover = await docker_engine.inspect_container(name)
         if leftover is not None:
             await docker_engine.remove_container(str(leftover["Id"]))
+
+
+def test_doctor_reports_an_unreachable_docker_daemon(state_dir: Path, tmp_path: Path) -> None:
+    """With DOCKER_HOST pointing nowhere, doctor's provider check fails (a real round trip)."""
+    result = _mango(
+        state_dir,
+        tmp_path / "resources",
+        "unused:latest",
+        "doctor",
+        "--json",
+        extra={"DOCKER_HOST": "unix:///nonexistent"},
+    )
+    assert result.returncode == 1
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    assert checks["database"]["ok"] is True
+    assert checks["provider docker"]["ok"] is False
+    assert "unreachable" in checks["provider docker"]["detail"]
+
+
+def test_doctor_reports_a_reachable_docker_daemon(state_dir: Path, tmp_path: Path) -> None:
+    """With the daemon up, doctor's provider check names the Engine it reached."""
+    result = _mango(state_dir, tmp_path / "resources", "unused:latest", "doctor", "--json")
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    assert checks["provider docker"]["ok"] is True, checks["provider docker"]
+    assert "Docker Engine" in checks["provider docker"]["detail"]
+    assert f"namespace {NAMESPACE}" in checks["provider docker"]["detail"]

@@ -19,7 +19,12 @@ from mango.domain.errors import (
     SandboxNotFound,
     is_permanent,
 )
-from mango.domain.registry import ConformanceTargetRegistry, ProviderRegistry, SupportLevel
+from mango.domain.registry import (
+    ConformanceTargetRegistry,
+    ProviderContext,
+    ProviderRegistry,
+    SupportLevel,
+)
 from mango.domain.values import SandboxSpec
 from mango.plugins import load_plugins
 from mango_provider_docker import DockerProvider, plugin, read_docker_settings
@@ -69,9 +74,23 @@ def test_factory_is_lazy_and_matches_the_registration(monkeypatch: pytest.Monkey
     monkeypatch.setenv("MANGO_SANDBOX_RESOURCE_DIR", "/nonexistent/resources")
     registry = ProviderRegistry()
     plugin.mango_register_providers(registry)
-    provider = registry.open("docker")
+    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
     assert isinstance(provider, DockerProvider)
     assert provider.host == "unix:///nonexistent/docker.sock"
+    assert provider.namespace == "ns-test"
+
+
+async def test_health_without_a_daemon_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """health() is a real round trip: DOCKER_HOST=unix:///nonexistent is ProviderUnavailable."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
+    registry = ProviderRegistry()
+    plugin.mango_register_providers(registry)
+    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
+    try:
+        with pytest.raises(ProviderUnavailable, match="Docker Engine"):
+            await provider.health()
+    finally:
+        await provider.aclose()
 
 
 def test_settings_defaults() -> None:
@@ -110,7 +129,8 @@ def test_settings_from_environment() -> None:
     assert not settings.pull
     assert settings.max_output_bytes == 4096
     provider = open_docker_provider(
-        {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"}
+        ProviderContext(namespace="ns-test"),
+        {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
     )
     assert provider.image == "alpine:latest"
 

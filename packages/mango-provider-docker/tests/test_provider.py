@@ -16,18 +16,11 @@ from mango.domain.errors import (
     SandboxNotFound,
     is_permanent,
 )
-from mango.domain.hashing import session_key_hash
 from mango.domain.values import NetworkMode, PackagePlan, SandboxRef, SandboxSpec
+from mango.provider.ownership import LABEL_MANAGED, LABEL_NAMESPACE, LABEL_SESSION
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
-from mango_provider_docker.layout import (
-    LABEL_MANAGED_BY,
-    LABEL_PROVIDER,
-    LABEL_SESSION,
-    container_name,
-    session_sha256,
-)
 
-from .conftest import RUN_LABELS, make_provider
+from .conftest import NAMESPACE, OWNERSHIP, RUN_LABELS, make_provider
 from .helpers import sh
 
 pytestmark = pytest.mark.docker
@@ -45,16 +38,16 @@ async def test_container_has_name_labels_limits_and_init(
     """The provider defaults (1 GiB, 1 CPU, 512 pids), labels and init are visible in inspect."""
     inspect = await _inspect(docker_engine, sandbox)
     assert sandbox.ref == SandboxRef("docker", inspect["Id"])  # type: ignore[arg-type]
-    assert inspect["Name"] == f"/mango-{session_key_hash(session_key)}"
+    assert inspect["Name"] == f"/{OWNERSHIP.name(session_key)}"
     config, host = inspect["Config"], inspect["HostConfig"]
     assert isinstance(config, dict)
     assert isinstance(host, dict)
     assert config["Image"] == test_image
     assert config["WorkingDir"] == "/workspace"
     labels = config["Labels"]
-    assert labels[LABEL_MANAGED_BY] == "mango"
-    assert labels[LABEL_PROVIDER] == "docker"
-    assert labels[LABEL_SESSION] == session_sha256(session_key)
+    assert labels[LABEL_MANAGED] == "true"
+    assert labels[LABEL_NAMESPACE] == NAMESPACE
+    assert labels[LABEL_SESSION] == OWNERSHIP.session_hash(session_key)
     assert session_key not in str(config)
     assert (host["Memory"], host["NanoCpus"], host["PidsLimit"]) == (1 << 30, 10**9, 512)
     assert host["Init"] is True
@@ -110,7 +103,7 @@ async def test_undeclared_capabilities_are_rejected_before_anything_exists(
     ):
         with pytest.raises(CapabilityNotSupported):
             await provider.create(session_key, spec)
-    assert await docker_engine.inspect_container(container_name(session_key)) is None
+    assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
 
 
 async def test_invalid_limits_are_invalid_input(
@@ -120,7 +113,7 @@ async def test_invalid_limits_are_invalid_input(
     for memory in ("lots", "1k"):
         with pytest.raises(InvalidInput):
             await provider.create(session_key, SandboxSpec(memory=memory))
-    assert await docker_engine.inspect_container(container_name(session_key)) is None
+    assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
 
 
 async def test_create_is_idempotent_across_instances(
@@ -149,7 +142,7 @@ async def test_concurrent_creates_end_with_one_container(
     try:
         made = await asyncio.gather(*(p.create(session_key, SandboxSpec()) for p in providers))
         assert len({sandbox.ref for sandbox in made}) == 1
-        labels = {**RUN_LABELS, LABEL_SESSION: session_sha256(session_key)}
+        labels = {**RUN_LABELS, LABEL_SESSION: OWNERSHIP.session_hash(session_key)}
         assert len(await docker_engine.list_containers(labels)) == 1
         assert (await made[0].exec(sh("printf one"))).stdout == b"one"
         await made[0].destroy()
@@ -202,7 +195,7 @@ async def test_container_removed_behind_our_back_is_not_found(
         await provider.attach(session_key, sandbox.ref, SandboxSpec())
     with pytest.raises(SandboxNotFound):
         await sandbox.read_file("anything")
-    assert await docker_engine.inspect_container(container_name(session_key)) is None
+    assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
 
 
 async def test_ownership_is_checked_on_attach(
@@ -228,7 +221,7 @@ async def test_an_unmanaged_container_with_our_name_is_refused(
 ) -> None:
     """A container that squats the deterministic name without mango's labels is not adopted."""
     config = {"Image": test_image, "Cmd": ["sleep", "300"], "Labels": dict(RUN_LABELS)}
-    squatter = await docker_engine.create_container(container_name(session_key), config)
+    squatter = await docker_engine.create_container(OWNERSHIP.name(session_key), config)
     assert squatter is not None
     try:
         with pytest.raises(OwnershipError):

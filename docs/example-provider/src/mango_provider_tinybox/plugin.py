@@ -14,6 +14,7 @@ from mango.domain.ports import Provider
 from mango.domain.registry import (
     ConformanceTarget,
     ConformanceTargetRegistry,
+    ProviderContext,
     ProviderRegistration,
     ProviderRegistry,
     SettingSpec,
@@ -25,10 +26,11 @@ __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_pro
 hookimpl = pluggy.HookimplMarker("mango")
 
 
-def _open_provider() -> Provider:
+def _open_provider(context: ProviderContext) -> Provider:
     from mango_provider_tinybox.provider import TinyboxProvider
 
-    return TinyboxProvider.from_env()
+    # Every name and owner record carries the deployment's namespace.
+    return TinyboxProvider.from_env(namespace=context.namespace)
 
 
 @hookimpl
@@ -38,7 +40,7 @@ def mango_register_providers(registry: ProviderRegistry) -> None:
         ProviderRegistration(
             name="tinybox",
             capabilities=CapabilitySet(),
-            support_level=SupportLevel.EXPERIMENTAL,
+            support_level=SupportLevel.PREVIEW,
             settings=(
                 SettingSpec(
                     env="TINYBOX_DIR",

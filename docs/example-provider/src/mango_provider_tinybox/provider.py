@@ -2,13 +2,15 @@
 
 Layout under the base directory::
 
-    <base>/<id>/owner        sha256 of the Session key (never the key itself)
+    <base>/<id>/owner        the ownership labels, JSON (never the Session key itself)
     <base>/<id>/workspace/   the workspace root: cwd and HOME of commands
 
-``<id>`` is the first 32 hex digits of that sha256, so create is idempotent
-(the same key always finds the same directory) and attach can check
-ownership without a database. **Not an isolation boundary**: commands run
-as the worker's user on the worker's host.
+``<id>`` and the labels come from :class:`mango.provider.ownership.Ownership`:
+``<id>`` is the deterministic name of (provider, deployment namespace, key),
+so create is idempotent (the same key always finds the same directory),
+attach can check ownership without a database, and two deployments sharing
+a base directory never share a box. **Not an isolation boundary**: commands
+run as the worker's user on the worker's host.
 """
 
 from __future__ import annotations
@@ -16,31 +18,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
+import json
 import os
 import secrets
 import shutil
 import signal
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import (
+from mango.domain.paths import split_workspace_path
+from mango.provider import (
+    CapabilitySet,
+    Command,
     ConfigurationError,
+    ExecResult,
+    OwnedResource,
     OwnershipError,
     PathEscapeError,
     PermanentError,
+    ProviderUnavailable,
     SandboxNotFound,
-)
-from mango.domain.paths import split_workspace_path
-from mango.domain.values import (
-    Command,
-    ExecResult,
     SandboxRef,
     SandboxSpec,
-    validate_session_id,
 )
+from mango.provider.ownership import NAME_PREFIX, Ownership, derived_namespace
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -61,19 +63,22 @@ _DRAIN_SECONDS = 1.0
 """After a kill, how long the output pipes may stay open before they are abandoned."""
 
 
-def _digest(session_key: str) -> str:
-    return hashlib.sha256(validate_session_id(session_key).encode("utf-8")).hexdigest()
-
-
 class TinyboxProvider:
     """Sandboxes as directories under ``base_dir``; a fresh instance finds what others made."""
 
-    def __init__(self, base_dir: Path, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        namespace: str,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> None:
         self.base_dir = Path(base_dir)
+        self.ownership = Ownership(PROVIDER_NAME, namespace)
         self.max_output_bytes = max_output_bytes
 
     @classmethod
-    def from_env(cls) -> TinyboxProvider:
+    def from_env(cls, namespace: str) -> TinyboxProvider:
         """Build from ``TINYBOX_DIR`` (read only when the provider is selected)."""
         value = os.environ.get("TINYBOX_DIR", "")
         if not value or not Path(value).is_absolute():
@@ -81,7 +86,7 @@ class TinyboxProvider:
                 "TINYBOX_DIR must be an absolute directory",
                 hint="export TINYBOX_DIR=/var/lib/tinybox",
             )
-        return cls(Path(value))
+        return cls(Path(value), namespace=namespace)
 
     @property
     def name(self) -> str:
@@ -95,27 +100,52 @@ class TinyboxProvider:
 
     async def create(self, session_key: str, spec: SandboxSpec) -> TinyboxSandbox:
         """Create-if-absent the directory of ``session_key``; the same key gives the same ref."""
-        digest = _digest(session_key)
-        external_id = digest[:32]
-        await asyncio.to_thread(self._ensure, external_id, digest)
+        external_id = self.ownership.name(session_key)
+        await asyncio.to_thread(self._ensure, external_id, session_key)
         return self._sandbox(external_id, spec)
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> TinyboxSandbox:
         """Check that ``ref`` is this provider's and belongs to ``session_key``; never creates."""
-        digest = _digest(session_key)
-        if ref.provider != PROVIDER_NAME:
-            raise OwnershipError(f"{ref} belongs to provider {ref.provider!r}")
-        if ref.external_id != digest[:32]:
-            raise OwnershipError(f"{ref} does not belong to this session")
-        owner = await asyncio.to_thread(_read_owner, self.base_dir / ref.external_id)
-        if owner is None:
+        if await self._owned(session_key, ref) is None:
             raise SandboxNotFound(f"{ref} no longer exists")
-        if owner != digest:
-            raise OwnershipError(f"{ref} does not belong to this session")
         return self._sandbox(ref.external_id, spec)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        """The ref of ``session_key``'s box, or None; read-only."""
+        ref = SandboxRef(PROVIDER_NAME, self.ownership.name(session_key))
+        return await self._owned(session_key, ref)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        """Remove ``ref``'s box after checking its owner record; idempotent."""
+        await self._owned(session_key, ref)
+        await asyncio.to_thread(_remove, self.base_dir / ref.external_id)
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        """Every box under ``base_dir`` whose owner record names this namespace."""
+        return await asyncio.to_thread(self._list)
+
+    async def health(self) -> str:
+        """The base directory exists (or can be made) and is a directory."""
+        try:
+            await asyncio.to_thread(self.base_dir.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProviderUnavailable(f"tinybox base {self.base_dir} is unusable: {exc}") from exc
+        return f"base directory {self.base_dir}"
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+    async def _owned(self, session_key: str, ref: SandboxRef) -> SandboxRef | None:
+        """``ref`` if ``session_key`` owns it, None if it is gone; OwnershipError otherwise."""
+        if ref.provider != PROVIDER_NAME:
+            raise OwnershipError(f"{ref} belongs to provider {ref.provider!r}")
+        if ref.external_id != self.ownership.name(session_key):
+            raise OwnershipError(f"{ref} does not belong to this session")
+        labels = await asyncio.to_thread(_read_owner, self.base_dir / ref.external_id)
+        if labels is None:
+            return None
+        self.ownership.check(labels, session_key, what=f"tinybox {ref.external_id}")
+        return ref
 
     def _sandbox(self, external_id: str, spec: SandboxSpec) -> TinyboxSandbox:
         return TinyboxSandbox(
@@ -125,22 +155,42 @@ class TinyboxProvider:
             self.max_output_bytes,
         )
 
-    def _ensure(self, external_id: str, digest: str) -> None:
+    def _ensure(self, external_id: str, session_key: str) -> None:
         box = self.base_dir / external_id
         (box / _WORKSPACE).mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             fd = os.open(box / _OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             with os.fdopen(fd, "w") as handle:
-                handle.write(digest)
-        if _read_owner(box) != digest:
-            raise OwnershipError(f"tinybox {external_id} belongs to another session")
+                json.dump(self.ownership.labels(session_key), handle)
+        self.ownership.check(_read_owner(box), session_key, what=f"tinybox {external_id}")
+
+    def _list(self) -> list[OwnedResource]:
+        if not self.base_dir.is_dir():
+            return []
+        owned = []
+        for box in sorted(self.base_dir.iterdir()):
+            if box.name.startswith(NAME_PREFIX) and "." not in box.name:
+                session_hash = self.ownership.owned_hash(_read_owner(box))
+                if session_hash is not None:
+                    owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, box.name), session_hash))
+        return owned
 
 
-def _read_owner(box: Path) -> str | None:
+def _read_owner(box: Path) -> dict[str, object] | None:
     try:
-        return (box / _OWNER).read_text()
-    except FileNotFoundError:
+        labels = json.loads((box / _OWNER).read_text())
+    except (FileNotFoundError, ValueError):
         return None
+    return labels if isinstance(labels, dict) else {}
+
+
+def _remove(box: Path) -> None:
+    doomed = box.with_name(f"{box.name}.deleting-{secrets.token_hex(4)}")
+    try:
+        box.rename(doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class _Capture:
@@ -318,18 +368,18 @@ class TinyboxSandbox:
             handle.write(data)
 
     def _remove(self) -> None:
-        doomed = self._box.with_name(f"{self._box.name}.deleting-{secrets.token_hex(4)}")
-        try:
-            self._box.rename(doomed)
-        except FileNotFoundError:
-            return
-        shutil.rmtree(doomed, ignore_errors=True)
+        _remove(self._box)
 
 
 @contextlib.asynccontextmanager
 async def open_conformance_provider(scratch_dir: Path) -> AsyncIterator[TinyboxProvider]:
-    """The offline conformance target: a provider over ``scratch_dir / "boxes"``."""
-    provider = TinyboxProvider(Path(scratch_dir) / "boxes")
+    """The offline conformance target: a provider over ``scratch_dir / "boxes"``.
+
+    Its namespace is derived from ``scratch_dir``: fixed for the run, new for the next.
+    """
+    provider = TinyboxProvider(
+        Path(scratch_dir) / "boxes", namespace=derived_namespace("conformance", str(scratch_dir))
+    )
     try:
         yield provider
     finally:

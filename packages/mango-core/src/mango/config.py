@@ -19,7 +19,7 @@ import attrs
 import platformdirs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
-from mango.domain.registry import SettingSpec
+from mango.domain.registry import SettingSpec, validate_namespace
 from mango.domain.values import validate_provider_name
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
+    "NAMESPACE_ENV",
     "PAYLOAD_KEYS_ENV",
     "ROOT_STATE_DIR",
     "PayloadKey",
@@ -50,6 +51,7 @@ MAX_OUTPUT_BYTES_SETTING = SettingSpec(
     description="per-stream cap, in bytes, on the output an exec keeps",
     default=str(DEFAULT_MAX_OUTPUT_BYTES),
 )
+NAMESPACE_ENV = "MANGO_NAMESPACE"
 ROOT_STATE_DIR = Path("/var/lib/mango")
 """The default state directory when running as root."""
 DEFAULT_TEMPORAL_NAMESPACE = "default"
@@ -194,6 +196,8 @@ class Settings:
     """Workers of provider P poll ``<prefix>-P`` (``MANGO_TEMPORAL_TASK_QUEUE_PREFIX``)."""
     temporal_payload_keys: tuple[PayloadKey, ...] = attrs.field(default=(), repr=False)
     """``MANGO_TEMPORAL_PAYLOAD_KEYS``: when set, Temporal payloads are encrypted."""
+    namespace: str | None = None
+    """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -221,8 +225,15 @@ class Settings:
                 "MANGO_TEMPORAL_TASK_QUEUE_PREFIX must be 1-100 letters, digits, '.', '_' "
                 f"or '-', got {prefix!r}"
             )
+        namespace = env.get(NAMESPACE_ENV, "").strip() or None
+        if namespace is not None:
+            try:
+                validate_namespace(namespace)
+            except InvalidInput as exc:
+                raise ConfigurationError(f"{NAMESPACE_ENV}: {exc}") from None
         return cls(
             state_dir=state_dir(env),
+            namespace=namespace,
             sandbox=sandbox,
             database_url=url,
             exec_timeout=number_setting(

@@ -14,12 +14,20 @@ import attrs
 
 from mango.app import SessionManager
 from mango.config import Settings
-from mango.domain.registry import ProviderRegistration, ProviderRegistry
+from mango.domain.ports import BindingStore
+from mango.domain.registry import ProviderContext, ProviderRegistration, ProviderRegistry
 from mango.domain.values import SandboxSpec
 from mango.plugins import PluginHost, load_plugins
 from mango.postgres import PostgresBindingStore, open_store, redact_conninfo
 
-__all__ = ["Runtime", "database_display", "open_database", "open_runtime", "select_provider"]
+__all__ = [
+    "Runtime",
+    "database_display",
+    "deployment_context",
+    "open_database",
+    "open_runtime",
+    "select_provider",
+]
 
 
 def database_display(settings: Settings) -> str:
@@ -52,6 +60,12 @@ def select_provider(
     return registry, registry.get(settings.sandbox)
 
 
+async def deployment_context(settings: Settings, store: BindingStore) -> ProviderContext:
+    """The context providers are opened with: ``MANGO_NAMESPACE`` if set, else the store's."""
+    namespace = settings.namespace or await store.deployment_namespace()
+    return ProviderContext(namespace=namespace)
+
+
 @asynccontextmanager
 async def open_database(settings: Settings) -> AsyncIterator[str]:
     """Yield a database URL: ``MANGO_DATABASE_URL`` or a private embedded server."""
@@ -73,7 +87,7 @@ async def open_runtime(
     async with open_database(settings) as url:
         store = await open_store(url)
         try:
-            provider = registry.open(settings.sandbox)
+            provider = registry.open(settings.sandbox, await deployment_context(settings, store))
             manager = SessionManager(
                 provider, store, registration.capabilities, registration.quirks
             )

@@ -84,7 +84,7 @@ def test_sessions_list_and_delete(run, tmp_path: Path) -> None:  # type: ignore[
     assert listed[0]["sandbox"].startswith("local:")
     deleted = json.loads(run("sessions", "delete", "s1", "--json").stdout)
     assert deleted == [{"session_id": "s1", "deleted": True}]
-    assert not list((tmp_path / "state" / "sandboxes").glob("session-*"))
+    assert not list((tmp_path / "state" / "sandboxes").glob("mango-*"))
     again = json.loads(run("sessions", "delete", "s1", "--json").stdout)
     assert again == [{"session_id": "s1", "deleted": False}]
     assert json.loads(run("sessions", "list", "--json").stdout) == []

@@ -113,7 +113,7 @@ class FaultyStore:
 
 
 def _session_dirs(base: Path) -> list[Path]:
-    return sorted(base.glob("session-*")) if base.exists() else []
+    return sorted(base.glob("mango-*")) if base.exists() else []
 
 
 @pytest.fixture

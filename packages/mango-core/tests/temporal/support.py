@@ -45,7 +45,7 @@ def session_dirs(base: Path) -> list[Path]:
     """The provider resources of the local provider under ``base`` (live or half-deleted)."""
     if not base.exists():
         return []
-    return sorted(path for path in base.iterdir() if path.name.startswith("session-"))
+    return sorted(path for path in base.iterdir() if path.name.startswith("mango-"))
 
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[MangoActivities]]

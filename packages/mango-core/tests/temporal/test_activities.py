@@ -165,6 +165,9 @@ class Unreachable:
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
         raise ProviderUnavailable("backend down")
 
+    async def health(self) -> str:
+        raise ProviderUnavailable("backend down")
+
     async def aclose(self) -> None:
         return None
 
@@ -269,12 +272,13 @@ async def test_health_reports_presence_of_credentials_never_values(
             SettingSpec("FAKE_TOKEN", "token", secret=True),
             SettingSpec("FAKE_REGION", "region", required=True),
         ),
-        factory=lambda: local_provider,
+        factory=lambda _context: local_provider,
     )
     environ = {"FAKE_API_KEY": "s3cr3t-value"}
     acts = activities(local_provider, store, registration=registration, environ=environ)
     health = await ActivityEnvironment().run(acts.provider_health, HealthInput())
     assert health.reachable
+    assert "writable" in health.detail
     assert [(c.env, c.present) for c in health.credentials] == [
         ("FAKE_API_KEY", True),
         ("FAKE_TOKEN", False),
@@ -282,3 +286,21 @@ async def test_health_reports_presence_of_credentials_never_values(
     assert health.missing_settings == ("FAKE_REGION",)
     assert not health.ok
     assert "s3cr3t-value" not in repr(health)
+
+
+async def test_health_of_an_unreachable_docker_daemon(
+    store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """The worker's health report makes the provider's real round trip: no daemon, unreachable."""
+    from mango_provider_docker import DockerProvider
+
+    provider = DockerProvider(tmp_path / "resources", host="unix:///nonexistent")
+    try:
+        health = await ActivityEnvironment().run(
+            activities(provider, store).provider_health, HealthInput()
+        )
+    finally:
+        await provider.aclose()
+    assert (health.reachable, health.ok) == (False, False)
+    assert health.detail.startswith("unreachable:")
+    assert "Docker Engine" in health.detail

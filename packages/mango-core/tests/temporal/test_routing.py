@@ -20,7 +20,7 @@ from mango.domain import (
     SupportLevel,
     spec_hash,
 )
-from mango.domain.registry import ProviderRegistry
+from mango.domain.registry import ProviderContext, ProviderRegistry
 from mango.local import LocalProvider
 from mango.plugins import hookimpl, load_plugins
 from mango.temporal import ToolCall, task_queue_for
@@ -68,6 +68,9 @@ class AltProvider:
             raise OwnershipError(f"{ref} is not an {ALT} reference")
         await self.inner.destroy(session_key, SandboxRef("local", ref.external_id))
 
+    async def health(self) -> str:
+        return await self.inner.health()
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -86,7 +89,9 @@ class AltPlugin:
                 capabilities=CapabilitySet(),
                 support_level=SupportLevel.PREVIEW,
                 settings=(),
-                factory=lambda: AltProvider(LocalProvider(self.base)),
+                factory=lambda context: AltProvider(
+                    LocalProvider(self.base, namespace=context.namespace)
+                ),
             )
         )
 
@@ -102,7 +107,7 @@ async def test_each_worker_touches_only_its_providers_sessions(
     """Routing follows bindings and intents; another provider's binding is an explained refusal."""
     alt_dir = tmp_path / "alt-sandboxes"
     registry = load_plugins(extra=[AltPlugin(alt_dir)], entry_points=False).providers()
-    alt_provider = registry.open(ALT)
+    alt_provider = registry.open(ALT, ProviderContext(namespace="routing-test"))
     store, env = harness.store, ActivityEnvironment()
     to_local = harness.orchestrator
     to_alt = harness.orchestrator_with(default_provider=ALT)

@@ -210,7 +210,7 @@ async def test_worker_health_through_a_workflow(harness: Harness) -> None:
 
 def test_session_dirs_counts_half_deleted_resources_too(tmp_path: Path) -> None:
     """The leak counter counts live and half-destroyed resources alike."""
-    (tmp_path / "session-a").mkdir()
-    (tmp_path / "session-b.deleting-x").mkdir()
+    (tmp_path / "mango-a").mkdir()
+    (tmp_path / "mango-b.deleting-x").mkdir()
     (tmp_path / "other").mkdir()
-    assert [p.name for p in session_dirs(tmp_path)] == ["session-a", "session-b.deleting-x"]
+    assert [p.name for p in session_dirs(tmp_path)] == ["mango-a", "mango-b.deleting-x"]

@@ -14,6 +14,7 @@ from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import (
     ConformanceTargetRegistry,
+    ProviderContext,
     ProviderRegistry,
     SupportLevel,
 )
@@ -27,6 +28,8 @@ from mango.local.settings import (
     open_local_provider,
 )
 from mango.plugins import load_plugins
+
+CONTEXT = ProviderContext(namespace="ns-test")
 
 
 def registered() -> ProviderRegistry:
@@ -73,13 +76,14 @@ def test_factory_reads_settings_only_when_opened(
     monkeypatch.setenv(MAX_OUTPUT_BYTES_ENV, "lots")
     registry = registered()
     with pytest.raises(ConfigurationError, match=MAX_OUTPUT_BYTES_ENV):
-        registry.open("local")
+        registry.open("local", CONTEXT)
     monkeypatch.setenv(MAX_OUTPUT_BYTES_ENV, "4096")
     monkeypatch.setenv(SANDBOX_DIR_ENV, str(tmp_path / "boxes"))
-    provider = registry.open("local")
+    provider = registry.open("local", CONTEXT)
     assert isinstance(provider, LocalProvider)
     assert provider.base_dir == tmp_path / "boxes"
     assert provider.max_output_bytes == 4096
+    assert provider.namespace == CONTEXT.namespace
 
 
 def test_settings_defaults_to_platform_state_dir() -> None:
@@ -126,9 +130,12 @@ def test_relative_directories_are_refused(name: str) -> None:
 
 def test_open_local_provider_from_mapping(tmp_path: Path) -> None:
     """open_local_provider builds the provider from the given environment."""
-    provider = open_local_provider({SANDBOX_DIR_ENV: str(tmp_path), MAX_OUTPUT_BYTES_ENV: " 123 "})
+    provider = open_local_provider(
+        CONTEXT, {SANDBOX_DIR_ENV: str(tmp_path), MAX_OUTPUT_BYTES_ENV: " 123 "}
+    )
     assert provider.base_dir == tmp_path
     assert provider.max_output_bytes == 123
+    assert provider.namespace == "ns-test"
 
 
 async def test_conformance_target_simulates_restarts(tmp_path: Path) -> None:
@@ -143,5 +150,6 @@ async def test_conformance_target_simulates_restarts(tmp_path: Path) -> None:
         await sandbox.write_file("kept", b"yes")
     async with target.open(tmp_path) as fresh:
         assert fresh is not provider
+        assert fresh.namespace == provider.namespace
         attached = await fresh.attach("conformance", sandbox.ref, SandboxSpec())
         assert await attached.read_file("kept") == b"yes"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -28,6 +27,7 @@ from mango.domain.values import (
     SandboxSpec,
 )
 from mango.local import LocalProvider
+from mango.provider.ownership import Ownership
 
 SPEC = SandboxSpec()
 KEY = "session-Alpha 1"
@@ -97,18 +97,22 @@ def test_max_output_bytes_must_be_positive(base: Path) -> None:
 
 
 async def test_create_layout_and_ref(provider: LocalProvider, base: Path) -> None:
-    """Create makes session-<hash>/{owner.json,workspace}; the ref is the canonical dir."""
+    """Create makes mango-<name>/{owner.json,workspace}; the ref is the canonical dir."""
     sandbox = await provider.create(KEY, SPEC)
     assert isinstance(sandbox, Sandbox)
-    session_dir = canonical(base) / f"session-{session_key_hash(KEY)}"
+    session_dir = canonical(base) / Ownership("local", provider.namespace).name(KEY)
     assert sandbox.ref == SandboxRef("local", str(session_dir))
     assert sandbox.root == str(session_dir / "workspace")
     assert (session_dir / "workspace").is_dir()
     marker = (session_dir / "owner.json").read_text()
     assert json.loads(marker) == {
-        "format": 1,
+        "format": 2,
         "provider": "local",
-        "session_key_sha256": hashlib.sha256(KEY.encode()).hexdigest(),
+        "labels": {
+            "io.mango.managed": "true",
+            "io.mango.namespace": provider.namespace,
+            "io.mango.session_key": session_key_hash(KEY),
+        },
     }
     assert KEY not in marker
     assert sorted(p.name for p in session_dir.iterdir()) == ["owner.json", "workspace"]
@@ -224,7 +228,7 @@ async def test_attach_with_tampered_marker_is_ownership_error(provider: LocalPro
     marker = Path(created.ref.external_id) / "owner.json"
     marker.chmod(0o644)
     document = json.loads(marker.read_text())
-    document["session_key_sha256"] = hashlib.sha256(b"someone else").hexdigest()
+    document["labels"]["io.mango.session_key"] = session_key_hash("someone else")
     marker.write_text(json.dumps(document))
     with pytest.raises(OwnershipError):
         await provider.attach(KEY, created.ref, SPEC)

@@ -17,7 +17,7 @@ from mango.domain import (
     SupportLevel,
     UnknownProvider,
 )
-from mango.domain.registry import ProviderRegistry
+from mango.domain.registry import ProviderContext, ProviderRegistry
 from mango.plugins import DISABLE_PLUGINS_ENV, disabled_plugins, load_plugins
 
 hookimpl = pluggy.HookimplMarker("mango")
@@ -27,6 +27,9 @@ class _Provider:
     def __init__(self, name: str, capabilities: CapabilitySet) -> None:
         self.name = name
         self.capabilities = capabilities
+
+
+CONTEXT = ProviderContext(namespace="ns-test")
 
 
 def _registration(
@@ -45,7 +48,8 @@ def test_registration_is_lazy_and_open_checks_it() -> None:
     """Capabilities are readable without the factory; opening checks name and capabilities."""
     calls: list[str] = []
 
-    def factory() -> Any:
+    def factory(context: ProviderContext) -> Any:
+        assert context == CONTEXT
         calls.append("built")
         return _Provider("fake", CapabilitySet.of(Capability.PACKAGE_SETUP))
 
@@ -54,28 +58,28 @@ def test_registration_is_lazy_and_open_checks_it() -> None:
     assert registry.capabilities("fake") == CapabilitySet()
     assert calls == []
     with pytest.raises(ConfigurationError, match=r"registered with capabilities \[none\]"):
-        registry.open("fake")
+        registry.open("fake", CONTEXT)
     assert calls == ["built"]
 
     renamed = ProviderRegistry()
-    renamed.add(_registration("fake", lambda: _Provider("other", CapabilitySet())))
+    renamed.add(_registration("fake", lambda _context: _Provider("other", CapabilitySet())))
     with pytest.raises(ConfigurationError, match="reports the name 'other'"):
-        renamed.open("fake")
+        renamed.open("fake", CONTEXT)
 
 
 def test_unknown_and_duplicate_names() -> None:
     """Unknown names list what is installed; duplicates and bad names are refused."""
     registry = ProviderRegistry()
-    registry.add(_registration("b", lambda: None))
-    registry.add(_registration("a", lambda: None))
+    registry.add(_registration("b", lambda _context: None))
+    registry.add(_registration("a", lambda _context: None))
     with pytest.raises(UnknownProvider) as info:
-        registry.open("c")
+        registry.open("c", CONTEXT)
     assert info.value.available == ("a", "b")
     assert "installed: a, b" in str(info.value)
     with pytest.raises(ConfigurationError, match="registered twice"):
-        registry.add(_registration("a", lambda: None))
+        registry.add(_registration("a", lambda _context: None))
     with pytest.raises(InvalidInput):
-        _registration("Not-Lowercase", lambda: None)
+        _registration("Not-Lowercase", lambda _context: None)
     with pytest.raises(InvalidInput):
         registry.add("local")  # type: ignore[arg-type]
 
@@ -86,7 +90,9 @@ def test_extra_plugins_register_through_the_hook() -> None:
     class Plugin:
         @hookimpl
         def mango_register_providers(self, registry: ProviderRegistry) -> None:
-            registry.add(_registration("extra", lambda: _Provider("extra", CapabilitySet())))
+            registry.add(
+                _registration("extra", lambda _context: _Provider("extra", CapabilitySet()))
+            )
 
     host = load_plugins(extra=[Plugin()], entry_points=False)
     assert host.providers().names() == ("extra", "local")

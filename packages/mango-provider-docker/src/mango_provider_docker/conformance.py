@@ -7,7 +7,8 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mango.domain.errors import ConfigurationError, ProviderUnavailable
+from mango.provider import ConfigurationError, ProviderUnavailable
+from mango.provider.ownership import derived_namespace
 from mango_provider_docker.provider import DockerProvider
 
 __all__ = ["CONFORMANCE_IMAGE", "CONFORMANCE_IMAGE_ENV", "open_conformance_provider"]
@@ -24,19 +25,21 @@ async def open_conformance_provider(scratch_dir: Path) -> AsyncIterator[DockerPr
 
     Host directories live under ``scratch_dir / "docker"``; entering again
     with the same directory gives a provider that attaches to what earlier
-    ones created. Raises :class:`ProviderUnavailable` if no daemon answers and
-    :class:`ConfigurationError` if the test image is missing.
+    ones created. The namespace is derived from ``scratch_dir`` (fixed for the
+    run, different between runs). Raises :class:`ProviderUnavailable` if no
+    daemon answers and :class:`ConfigurationError` if the test image is missing.
     """
     image = os.environ.get(CONFORMANCE_IMAGE_ENV, "").strip() or CONFORMANCE_IMAGE
     provider = DockerProvider(
         Path(scratch_dir) / "docker",
+        namespace=derived_namespace("conformance", os.fspath(scratch_dir)),
         image=image,
         host=os.environ.get("DOCKER_HOST", "").strip() or None,
         pull_missing_images=False,
     )
     try:
         try:
-            await provider.ping()
+            await provider.health()
         except ProviderUnavailable as exc:
             raise ProviderUnavailable(
                 f"the docker conformance target needs a running Docker Engine: {exc}",

@@ -213,6 +213,24 @@ class Engine:
         if docker is not None:
             await docker.close()
 
+    async def health(self) -> str:
+        """``GET /_ping`` and ``GET /version``: a real round trip; return a one-line summary.
+
+        Raises :class:`ProviderUnavailable` if the daemon cannot be reached or
+        answers badly, :class:`ConfigurationError` if it refuses access.
+        """
+        with self.errors("ping the Docker Engine"):
+            async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+                _, _, pong = await self._raw("GET", "_ping")
+                _, _, body = await self._raw("GET", "version")
+        if pong.strip() != b"OK":
+            raise ProviderUnavailable(f"the Docker Engine at {self.host} answered the ping badly")
+        version = _json_object(body, "version")
+        return (
+            f"Docker Engine {version.get('Version', '?')} at {self.host}, "
+            f"API {version.get('ApiVersion', '?')}"
+        )
+
     # ------------------------------------------------------------------ raw HTTP
 
     async def _raw(

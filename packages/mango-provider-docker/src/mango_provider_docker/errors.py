@@ -27,7 +27,7 @@ from typing import Any
 import aiodocker
 import aiohttp
 
-from mango.domain.errors import (
+from mango.provider import (
     ConfigurationError,
     InvalidInput,
     MangoError,

@@ -12,16 +12,22 @@ from typing import Any
 
 import attrs
 
-from mango.config import DEFAULT_MAX_OUTPUT_BYTES
-from mango.domain.capabilities import CapabilitySet, admit
-from mango.domain.errors import (
+from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    CapabilitySet,
     ConfigurationError,
     InvalidInput,
+    OwnedResource,
     OwnershipError,
     ProviderUnavailable,
     SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+    admit,
+    validate_session_id,
 )
-from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+from mango.provider.hostdirs import remove_dir
+from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
     container_config,
@@ -31,15 +37,12 @@ from mango_provider_docker.container import (
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ExecTracker
 from mango_provider_docker.layout import (
-    LABEL_MANAGED_BY,
-    LABEL_PROVIDER,
-    LABEL_SESSION,
+    CONTAINER_ID,
     PROVIDER_NAME,
     check_container_id,
-    container_name,
+    container_labels,
     ensure_host_dir,
     host_dir,
-    ownership_labels,
     verify_ownership,
 )
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
@@ -62,13 +65,10 @@ DEFAULT_IMAGE = "alpine:latest"
 DEFAULT_MEMORY = "1g"
 DEFAULT_CPUS = 1.0
 DEFAULT_PIDS_LIMIT = 512
-"""Default cap, per stream, on the output an exec keeps."""
 CONFLICT_WAIT_SECONDS = 30.0
 """After losing the race for a container name, how long to wait for the winner's container."""
 CLOSE_WAIT_SECONDS = 30.0
 """How long ``aclose`` waits for the kills of cancelled commands to finish."""
-
-_RESERVED_LABELS = frozenset({LABEL_MANAGED_BY, LABEL_PROVIDER, LABEL_SESSION})
 
 
 def _as_path(value: str | os.PathLike[str]) -> Path:
@@ -83,7 +83,7 @@ def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any
 
 def _labels(value: Mapping[str, str]) -> dict[str, str]:
     labels = dict(value)
-    clash = _RESERVED_LABELS.intersection(labels)
+    clash = Ownership.reserved(labels)
     if clash:
         raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
     return labels
@@ -103,7 +103,9 @@ class DockerProvider:
     Session key, so a fresh instance (a restarted worker) finds what an
     earlier one made; ``attach`` inspects the referenced container, checks its
     ownership labels and starts it if it was stopped. Construction is cheap
-    and does no I/O: the Engine is contacted on first use.
+    and does no I/O: the Engine is contacted on first use. Names and labels
+    carry ``namespace`` (the deployment's), so deployments sharing a daemon
+    never see, attach to or remove each other's containers.
     """
 
     resource_dir: Path = attrs.field(converter=_as_path)
@@ -130,6 +132,8 @@ class DockerProvider:
     """Receives image pull progress lines (default: the ``mango_provider_docker`` logger)."""
     extra_labels: dict[str, str] = attrs.field(factory=dict, kw_only=True, converter=_labels)
     """More labels for every container (for example to find a test run's containers)."""
+    namespace: str = namespace_field()
+    """The deployment namespace every container name and label set carries."""
     _defaults: Limits = attrs.field(init=False)
     _engine: Engine = attrs.field(init=False, repr=False)
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
@@ -150,6 +154,11 @@ class DockerProvider:
         return CapabilitySet()
 
     @property
+    def ownership(self) -> Ownership:
+        """Labels and names of this provider in its namespace."""
+        return Ownership(PROVIDER_NAME, self.namespace)
+
+    @property
     def engine(self) -> Engine:
         """The Engine client this provider uses."""
         return self._engine
@@ -166,7 +175,7 @@ class DockerProvider:
         return DockerSandbox(
             ref=SandboxRef(PROVIDER_NAME, container_id),
             spec=spec,
-            host_dir=host_dir(self.resource_dir, session_key),
+            host_dir=host_dir(self.resource_dir, self.ownership, session_key),
             engine=self._engine,
             max_output_bytes=self.max_output_bytes,
             tracker=self._tracker,
@@ -202,29 +211,30 @@ class DockerProvider:
         admit(PROVIDER_NAME, self.capabilities, spec)
         limits = resolve_limits(spec, self._defaults)
         await asyncio.sleep(0)  # a task cancelled before the call creates nothing
-        name = container_name(key)
+        ownership = self.ownership
+        name = ownership.name(key)
         inspect = await self._engine.inspect_container(name)
         if inspect is not None and (inspect.get("State") or {}).get("Status") == "removing":
             # A destroy is under way: let it finish, then create afresh.
-            verify_ownership(inspect, key)
+            verify_ownership(inspect, ownership, key)
             await self._engine.remove_container(str(inspect["Id"]))
             inspect = None
         if inspect is None:
             image = spec.image or self.image
             await self._ensure_image(image)
-            await asyncio.to_thread(ensure_host_dir, self.resource_dir, key)
+            await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
             config = container_config(
                 image=image,
                 spec=spec,
                 limits=limits,
-                labels={**self.extra_labels, **ownership_labels(key)},
+                labels={**self.extra_labels, **ownership.labels(key)},
             )
             created = await self._engine.create_container(name, config)
             if created is not None:
                 await self._start_new(created)
                 return self._sandbox(key, created, spec)
             inspect = await self._await_winner(name)
-        container_id = verify_ownership(inspect, key)
+        container_id = verify_ownership(inspect, ownership, key)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
 
@@ -270,21 +280,71 @@ class DockerProvider:
         """
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
-        if not isinstance(ref, SandboxRef):
-            raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
-        if ref.provider != PROVIDER_NAME:
-            raise OwnershipError(
-                f"sandbox reference {ref} belongs to provider {ref.provider!r}, "
-                f"not {PROVIDER_NAME!r}"
-            )
-        container_id = check_container_id(ref.external_id)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
         await asyncio.sleep(0)
         inspect = await self._engine.inspect_container(container_id)
         if inspect is None or inspect.get("Id") != container_id:
             raise SandboxNotFound(f"docker container {container_id} no longer exists")
-        verify_ownership(inspect, key)
+        verify_ownership(inspect, self.ownership, key)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        """The reference of ``session_key``'s container in this namespace, or None. Read-only.
+
+        Raises :class:`OwnershipError` if a container with its name is not
+        owned by this key and namespace.
+        """
+        key = validate_session_id(session_key)
+        inspect = await self._engine.inspect_container(self.ownership.name(key))
+        if inspect is None:
+            return None
+        return SandboxRef(PROVIDER_NAME, verify_ownership(inspect, self.ownership, key))
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        """Remove ``ref``'s container and its host directory without attaching; idempotent.
+
+        The container's labels and name are checked first (never anything
+        inside it): :class:`OwnershipError` for another Session's or another
+        deployment's container. A container already gone is success.
+        """
+        key = validate_session_id(session_key)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
+        await asyncio.sleep(0)
+        inspect = await self._engine.inspect_container(container_id)
+        if inspect is not None and inspect.get("Id") == container_id:
+            verify_ownership(inspect, self.ownership, key)
+            self._tracker.mark_destroyed(container_id)
+            await self._engine.remove_container(container_id)
+        elif await self._newer_container(key):
+            # ``ref`` is a stale id and the key has a newer container: its host
+            # directory (named by the key) belongs to that one, so it stays.
+            return
+        await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+
+    async def _newer_container(self, session_key: str) -> bool:
+        try:
+            return await self.find(session_key) is not None
+        except OwnershipError:
+            return False  # a squatter on the name: not ours, and no claim on our directory
+
+    async def list_owned(self) -> list[OwnedResource]:
+        """Every container of this namespace, running or not (a label filter on the daemon)."""
+        ownership = self.ownership
+        owned = []
+        for item in await self._engine.list_containers(ownership.selector()):
+            container_id = str(item.get("Id", ""))
+            session_hash = ownership.owned_hash(container_labels(item))
+            if session_hash is not None and CONTAINER_ID.match(container_id):
+                owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, container_id), session_hash))
+        return sorted(owned, key=lambda resource: resource.ref.external_id)
+
+    async def health(self) -> str:
+        """``GET /_ping`` and ``GET /version`` on the Engine; a one-line description.
+
+        Raises :class:`ProviderUnavailable` if the daemon cannot be reached.
+        """
+        return await self._engine.health()
 
     async def aclose(self) -> None:
         """Let pending kills finish (bounded), then close the Engine connection.

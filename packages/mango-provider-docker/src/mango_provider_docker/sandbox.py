@@ -10,6 +10,7 @@ import attrs
 
 from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
 from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.provider.hostdirs import remove_dir
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, ExecTracker, run_command
 from mango_provider_docker.files import (
@@ -17,7 +18,7 @@ from mango_provider_docker.files import (
     read_workspace_file,
     write_workspace_file,
 )
-from mango_provider_docker.layout import WORKSPACE, remove_host_dir
+from mango_provider_docker.layout import WORKSPACE
 
 __all__ = ["DockerSandbox", "ensure_running"]
 
@@ -151,4 +152,4 @@ class DockerSandbox:
         await asyncio.sleep(0)
         self._tracker.mark_destroyed(self.container_id)
         await self._engine.remove_container(self.container_id)
-        await asyncio.to_thread(remove_host_dir, self._host_dir)
+        await asyncio.to_thread(remove_dir, self._host_dir)

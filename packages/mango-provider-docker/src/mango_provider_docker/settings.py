@@ -12,15 +12,24 @@ from typing import TextIO
 
 import attrs
 
-from mango.config import (
+from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    CapabilitySet,
+    ConfigurationError,
+    ConformanceTarget,
+    InvalidInput,
+    ProviderContext,
+    ProviderRegistration,
+    SettingSpec,
+    SupportLevel,
     max_output_bytes,
     state_dir,
 )
-from mango.domain.errors import ConfigurationError, InvalidInput
-from mango.domain.registry import SettingSpec
+from mango.provider.hostdirs import absolute_dir_setting
+from mango_provider_docker.conformance import open_conformance_provider
 from mango_provider_docker.container import default_limits
+from mango_provider_docker.layout import PROVIDER_NAME, RESOURCE_DIR_ENV
 from mango_provider_docker.provider import (
     DEFAULT_CPUS,
     DEFAULT_IMAGE,
@@ -31,6 +40,7 @@ from mango_provider_docker.provider import (
 
 __all__ = [
     "API_VERSION_ENV",
+    "CONFORMANCE_TARGET",
     "CPUS_ENV",
     "DOCKER_HOST_ENV",
     "IMAGE_ENV",
@@ -38,6 +48,7 @@ __all__ = [
     "MEMORY_ENV",
     "PIDS_LIMIT_ENV",
     "PULL_ENV",
+    "REGISTRATION",
     "RESOURCE_DIR_ENV",
     "SETTINGS",
     "STATE_DIR_ENV",
@@ -48,7 +59,6 @@ __all__ = [
 ]
 
 IMAGE_ENV = "MANGO_SANDBOX_IMAGE"
-RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"
 DOCKER_HOST_ENV = "DOCKER_HOST"
 API_VERSION_ENV = "DOCKER_API_VERSION"
 MEMORY_ENV = "MANGO_SANDBOX_MEMORY"
@@ -119,15 +129,6 @@ class DockerSettings:
     max_output_bytes: int
 
 
-def _absolute_dir(name: str, value: str) -> Path:
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        # A relative directory would move with the worker's cwd and orphan
-        # the directories of every sandbox created before a restart.
-        raise ConfigurationError(f"{name} must be an absolute path, got {value!r}")
-    return path
-
-
 def _number(env: Mapping[str, str], name: str, default: str, *, integer: bool) -> float:
     text = env.get(name, "").strip() or default
     try:
@@ -149,7 +150,7 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
     env = os.environ if environ is None else environ
     resource_text = env.get(RESOURCE_DIR_ENV, "").strip()
     if resource_text:
-        resource_dir = _absolute_dir(RESOURCE_DIR_ENV, resource_text)
+        resource_dir = absolute_dir_setting(RESOURCE_DIR_ENV, resource_text)
     else:
         resource_dir = state_dir(env) / "docker"
     pull_text = env.get(PULL_ENV, "").strip().lower() or "1"
@@ -194,14 +195,17 @@ class StderrProgress:
         print(f"mango: docker: {line}", file=stream, flush=True)
 
 
-def open_docker_provider(environ: Mapping[str, str] | None = None) -> DockerProvider:
-    """The registration's factory: a :class:`DockerProvider` built from the settings.
+def open_docker_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> DockerProvider:
+    """The registration's factory: a :class:`DockerProvider` in ``context``'s namespace.
 
     It does no I/O; the Engine is contacted on first use.
     """
     settings = read_docker_settings(environ)
     return DockerProvider(
         settings.resource_dir,
+        namespace=context.namespace,
         image=settings.image,
         host=settings.host,
         api_version=settings.api_version,
@@ -212,3 +216,21 @@ def open_docker_provider(environ: Mapping[str, str] | None = None) -> DockerProv
         pull_missing_images=settings.pull,
         progress=StderrProgress(),
     )
+
+
+REGISTRATION = ProviderRegistration(
+    name=PROVIDER_NAME,
+    capabilities=CapabilitySet(),
+    support_level=SupportLevel.AVAILABLE,
+    settings=SETTINGS,
+    factory=open_docker_provider,
+    description="one container per Session on a Docker Engine (aiodocker, no CLI)",
+)
+"""``docker``: core contract only (no optional capabilities yet)."""
+
+CONFORMANCE_TARGET = ConformanceTarget(
+    provider=PROVIDER_NAME,
+    open=open_conformance_provider,
+    description="local Docker Engine, image mango-test-busybox:latest, never pulls",
+)
+"""The offline target: the local Docker Engine with the busybox test image."""

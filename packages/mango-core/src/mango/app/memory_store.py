@@ -15,6 +15,7 @@ import attrs
 from mango.app.clock import SystemClock
 from mango.domain.errors import PreconditionFailed, ProvisioningBlocked
 from mango.domain.ports import Clock
+from mango.domain.registry import new_namespace, validate_namespace
 from mango.domain.values import (
     Binding,
     ProvisioningIntent,
@@ -34,12 +35,18 @@ class InMemoryBindingStore:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     intents: dict[str, tuple[ProvisioningIntent, float]] = attrs.field(factory=dict)
     bindings: dict[str, Binding] = attrs.field(factory=dict)
+    namespace: str = attrs.field(factory=new_namespace, converter=validate_namespace, kw_only=True)
+    """The deployment namespace: random per store unless given."""
     _lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, alias="_lock")
     _sequence: int = attrs.field(default=0, alias="_sequence")
 
     def _next(self) -> int:
         self._sequence += 1
         return self._sequence
+
+    async def deployment_namespace(self) -> str:
+        """This store's namespace (fixed for its lifetime)."""
+        return self.namespace
 
     async def ensure_session(self, session_id: str) -> SessionRecord:
         """Create the Session if absent; return the stored row."""

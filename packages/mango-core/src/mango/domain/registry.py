@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import secrets
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "Quirk",
     "SettingSpec",
     "SupportLevel",
+    "new_namespace",
     "validate_namespace",
 ]
 
@@ -79,6 +81,11 @@ def validate_namespace(value: object) -> str:
             "not starting or ending with '-'"
         )
     return value
+
+
+def new_namespace() -> str:
+    """A fresh random deployment namespace: 12 lowercase hex (48 random bits)."""
+    return secrets.token_hex(6)
 
 
 def _namespace(_instance: object, _attribute: object, value: Any) -> None:

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mango.config import DEFAULT_MAX_OUTPUT_BYTES
-from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import InvalidInput, OwnershipError
-from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 from mango.local.execution import ExecTracker
-from mango.local.layout import PROVIDER_NAME, ensure_session_dir, verify_session_dir
-from mango.local.sandbox import LocalSandbox, checkpoint
+from mango.local.layout import (
+    PROVIDER_NAME,
+    check_base_dir,
+    ensure_session_dir,
+    expected_session_dir,
+    list_session_dirs,
+    owned_session_dir,
+    remove_session_dir,
+    verify_session_dir,
+)
+from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
+from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    CapabilitySet,
+    InvalidInput,
+    OwnedResource,
+    SandboxRef,
+    SandboxSpec,
+    validate_session_id,
+)
+from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
-
-"""Default cap, per stream, on the output an exec keeps."""
 
 
 def _as_path(value: str | os.PathLike[str]) -> Path:
@@ -50,6 +64,9 @@ class LocalProvider:
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
     instance over the same ``base_dir`` (a restarted worker) finds what an
     earlier one made. ``max_output_bytes`` caps each output stream of an exec.
+    ``namespace`` is the deployment's (``ProviderContext.namespace``): two
+    providers with different namespaces over one ``base_dir`` never share,
+    see or remove each other's directories.
     """
 
     base_dir: Path = attrs.field(converter=_as_path)
@@ -58,7 +75,14 @@ class LocalProvider:
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
+    namespace: str = namespace_field()
+    """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
+
+    @property
+    def ownership(self) -> Ownership:
+        """Labels and names of this provider in its namespace."""
+        return Ownership(PROVIDER_NAME, self.namespace)
 
     @property
     def name(self) -> str:
@@ -88,7 +112,9 @@ class LocalProvider:
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
         await checkpoint()
-        session_dir = await asyncio.to_thread(ensure_session_dir, self.base_dir, key)
+        session_dir = await asyncio.to_thread(
+            ensure_session_dir, self.base_dir, self.ownership, key
+        )
         return self._sandbox(session_dir, spec)
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> LocalSandbox:
@@ -101,18 +127,52 @@ class LocalProvider:
         """
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
-        if not isinstance(ref, SandboxRef):
-            raise InvalidInput(f"expected a SandboxRef, got {type(ref).__name__}")
-        if ref.provider != PROVIDER_NAME:
-            raise OwnershipError(
-                f"sandbox reference {ref} belongs to provider {ref.provider!r}, "
-                f"not {PROVIDER_NAME!r}"
-            )
+        ref = self.ownership.check_ref(ref)
         await checkpoint()
         session_dir = await asyncio.to_thread(
-            verify_session_dir, self.base_dir, key, ref.external_id
+            verify_session_dir, self.base_dir, self.ownership, key, ref.external_id
         )
         return self._sandbox(session_dir, spec)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        """The reference of ``session_key``'s directory in this namespace, or None.
+
+        Read-only. Raises :class:`OwnershipError` if a directory with that
+        name carries another owner record.
+        """
+        key = validate_session_id(session_key)
+        expected = expected_session_dir(self.base_dir, self.ownership, key)
+        session_dir = await asyncio.to_thread(
+            owned_session_dir, self.base_dir, self.ownership, key, str(expected)
+        )
+        return None if session_dir is None else SandboxRef(PROVIDER_NAME, str(session_dir))
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        """Remove ``ref``'s directory without attaching; idempotent.
+
+        Ownership is checked by the path and the owner record beside the
+        workspace (never by files inside it); raises :class:`OwnershipError`
+        for another Session's or another deployment's directory. Commands
+        this process runs in it are killed first.
+        """
+        key = validate_session_id(session_key)
+        ref = self.ownership.check_ref(ref)
+        await checkpoint()
+        session_dir = await asyncio.to_thread(
+            owned_session_dir, self.base_dir, self.ownership, key, ref.external_id
+        )
+        target = session_dir or expected_session_dir(self.base_dir, self.ownership, key)
+        await self._tracker.terminate(str(target), DESTROY_WAIT_SECONDS)
+        # Also when the directory is gone: finishes a removal a crash interrupted.
+        await asyncio.to_thread(remove_session_dir, target)
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        """Every session directory under ``base_dir`` that this namespace owns."""
+        return await asyncio.to_thread(list_session_dirs, self.base_dir, self.ownership)
+
+    async def health(self) -> str:
+        """Check that sandboxes can be made under ``base_dir`` (created and writable)."""
+        return await asyncio.to_thread(check_base_dir, self.base_dir)
 
     async def aclose(self) -> None:
         """Nothing to release: sandboxes and running commands are left as they are."""

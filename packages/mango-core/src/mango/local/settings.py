@@ -8,18 +8,27 @@ from pathlib import Path
 
 import attrs
 
-from mango.config import (
+from mango.local.conformance import open_conformance_provider
+from mango.local.layout import PROVIDER_NAME, SANDBOX_DIR_ENV
+from mango.local.provider import LocalProvider
+from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    CapabilitySet,
+    ConformanceTarget,
+    ProviderContext,
+    ProviderRegistration,
+    SettingSpec,
+    SupportLevel,
     max_output_bytes,
     state_dir,
 )
-from mango.domain.errors import ConfigurationError
-from mango.domain.registry import SettingSpec
-from mango.local.provider import LocalProvider
+from mango.provider.hostdirs import absolute_dir_setting
 
 __all__ = [
+    "CONFORMANCE_TARGET",
     "MAX_OUTPUT_BYTES_ENV",
+    "REGISTRATION",
     "SANDBOX_DIR_ENV",
     "SETTINGS",
     "STATE_DIR_ENV",
@@ -28,7 +37,6 @@ __all__ = [
     "read_local_settings",
 ]
 
-SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
 STATE_DIR_ENV = "MANGO_STATE_DIR"
 
 SETTINGS = (
@@ -53,15 +61,6 @@ class LocalSettings:
     max_output_bytes: int
 
 
-def _absolute_dir(name: str, value: str) -> Path:
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        # A relative directory would move with the worker's cwd and orphan
-        # every sandbox reference persisted before a restart.
-        raise ConfigurationError(f"{name} must be an absolute path, got {value!r}")
-    return path
-
-
 def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettings:
     """Read and validate the settings from ``environ`` (default: ``os.environ``).
 
@@ -71,13 +70,40 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
     env = os.environ if environ is None else environ
     sandbox_dir_text = env.get(SANDBOX_DIR_ENV, "")
     if sandbox_dir_text:
-        sandbox_dir = _absolute_dir(SANDBOX_DIR_ENV, sandbox_dir_text)
+        sandbox_dir = absolute_dir_setting(SANDBOX_DIR_ENV, sandbox_dir_text)
     else:
         sandbox_dir = state_dir(env) / "sandboxes"
     return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes(env))
 
 
-def open_local_provider(environ: Mapping[str, str] | None = None) -> LocalProvider:
-    """The registration's factory: a :class:`LocalProvider` built from the settings."""
+def open_local_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> LocalProvider:
+    """The registration's factory: a :class:`LocalProvider` in ``context``'s namespace."""
     settings = read_local_settings(environ)
-    return LocalProvider(settings.sandbox_dir, max_output_bytes=settings.max_output_bytes)
+    return LocalProvider(
+        settings.sandbox_dir,
+        max_output_bytes=settings.max_output_bytes,
+        namespace=context.namespace,
+    )
+
+
+REGISTRATION = ProviderRegistration(
+    name=PROVIDER_NAME,
+    capabilities=CapabilitySet(),
+    support_level=SupportLevel.DEVELOPMENT,
+    settings=SETTINGS,
+    factory=open_local_provider,
+    description=(
+        "host processes in a per-Session directory; NOT an isolation boundary "
+        "(development and tests only)"
+    ),
+)
+"""``local``: development only, not an isolation boundary, no capabilities."""
+
+CONFORMANCE_TARGET = ConformanceTarget(
+    provider=PROVIDER_NAME,
+    open=open_conformance_provider,
+    description="local provider under the scratch directory",
+)
+"""The offline target: a local provider under the run's scratch directory."""

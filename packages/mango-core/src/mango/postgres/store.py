@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mango.domain.errors import ConfigurationError, PreconditionFailed, ProvisioningBlocked
 from mango.domain.hashing import spec_from_json, spec_to_json
+from mango.domain.registry import new_namespace, validate_namespace
 from mango.domain.values import (
     Binding,
     ProvisioningIntent,
@@ -101,6 +102,26 @@ class PostgresBindingStore:
     async def _connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with translate_errors(action), self._pool.connection() as conn:
             yield conn
+
+    # -------------------------------------------------------------- deployment
+
+    async def deployment_namespace(self) -> str:
+        """This database's namespace: a random one inserted on first use, then always read back.
+
+        Concurrent first callers race on one insert-if-absent; every one of
+        them returns the value that won.
+        """
+        async with self._connection("reading the deployment namespace") as conn:
+            await conn.execute(
+                "INSERT INTO mango_deployment (namespace) VALUES (%s)"
+                " ON CONFLICT (singleton) DO NOTHING",
+                (new_namespace(),),
+            )
+            cursor = await conn.execute("SELECT namespace FROM mango_deployment")
+            row = await cursor.fetchone()
+        if row is None:
+            raise ConfigurationError("the mango_deployment table has no row")
+        return validate_namespace(row[0])
 
     # -------------------------------------------------------------- sessions
 

@@ -10,13 +10,25 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
 * :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
 * :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
+
+Submodules with no optional library: :mod:`mango.provider.ownership`
+(labels, deterministic names, ownership checks, all namespaced),
+:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host)
+and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
 """
 
 from __future__ import annotations
 
 import pluggy
 
-from mango.domain.capabilities import Capability, CapabilitySet
+from mango.config import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_BYTES_ENV,
+    MAX_OUTPUT_BYTES_SETTING,
+    max_output_bytes,
+    state_dir,
+)
+from mango.domain.capabilities import Capability, CapabilitySet, admit
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
@@ -81,6 +93,9 @@ from mango.provider.paths import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_OUTPUT_BYTES_ENV",
+    "MAX_OUTPUT_BYTES_SETTING",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -128,14 +143,17 @@ __all__ = [
     "SkillBundleSandbox",
     "StatCallback",
     "SupportLevel",
+    "admit",
     "check_directory",
     "check_regular",
     "file_not_found",
     "hookimpl",
     "is_permanent",
+    "max_output_bytes",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "session_key_hash",
+    "state_dir",
     "validate_session_id",
 ]
 

@@ -42,13 +42,12 @@ from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
     MangoError,
-    OwnershipError,
     ProviderUnavailable,
     SandboxNotFound,
 )
 from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
-from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+from mango.domain.values import SandboxSpec, validate_session_id
 from mango.temporal.failures import to_application_error
 from mango.temporal.messages import (
     AcquireInput,
@@ -86,7 +85,6 @@ __all__ = ["MangoActivities"]
 
 _LOG = logging.getLogger(__name__)
 _T = TypeVar("_T")
-_HEALTH_PROBE_KEY = "mango-health-probe"
 
 
 async def _boundary(work: Awaitable[_T]) -> _T:
@@ -405,10 +403,10 @@ class MangoActivities:
     async def provider_health(self, request: HealthInput) -> ProviderHealth:
         """Report this worker's provider: reachability and which credentials are present.
 
-        Reachability is probed by attaching to a reference that cannot exist:
-        a provider that answers "not found" or "not yours" is reachable; one
-        that raises :class:`ProviderUnavailable` is not. Secret values are
-        never read into the report, only whether they are set.
+        Reachability is the provider's own real round trip
+        (:meth:`~mango.domain.ports.Provider.health`); one that raises
+        :class:`ProviderUnavailable` is unreachable. Secret values are never
+        read into the report, only whether they are set.
         """
         _ = request
         reachable, detail = await self._probe()
@@ -439,13 +437,9 @@ class MangoActivities:
         )
 
     async def _probe(self) -> tuple[bool, str]:
-        provider = self.manager.provider
-        ref = SandboxRef(provider.name, f"{_HEALTH_PROBE_KEY}-nonexistent")
         try:
             async with asyncio.timeout(10.0):
-                await provider.attach(_HEALTH_PROBE_KEY, ref, SandboxSpec())
-        except (SandboxNotFound, OwnershipError, InvalidInput) as exc:
-            return True, f"answered ({type(exc).__name__} for a probe reference)"
+                return True, await self.manager.provider.health()
         except ProviderUnavailable as exc:
             return False, f"unreachable: {exc}"
         except TimeoutError:
@@ -454,4 +448,3 @@ class MangoActivities:
             return False, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - a health probe reports, it never raises
             return False, f"unexpected {type(exc).__name__}: {exc}"
-        return True, "answered"

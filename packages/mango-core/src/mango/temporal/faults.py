@@ -33,6 +33,7 @@ from mango.domain.errors import ConfigurationError
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.values import (
     Binding,
+    OwnedResource,
     ProvisioningIntent,
     SandboxRef,
     SandboxSpec,
@@ -116,6 +117,12 @@ class _Provider:
         if self.point is FaultPoint.DURING_DESTROY:
             _crash(self.point)
 
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        return await self.inner.list_owned()
+
+    async def health(self) -> str:
+        return await self.inner.health()
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
@@ -124,6 +131,9 @@ class _Provider:
 class _Store:
     inner: BindingStore
     point: FaultPoint
+
+    async def deployment_namespace(self) -> str:
+        return await self.inner.deployment_namespace()
 
     async def ensure_session(self, session_id: str) -> SessionRecord:
         return await self.inner.ensure_session(session_id)
