@@ -22,6 +22,7 @@ from mango.domain.errors import (
     SandboxNotFound,
 )
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+from mango.provider.execution import ExecTracker
 from mango_provider_docker.container import (
     Limits,
     container_config,
@@ -29,7 +30,6 @@ from mango_provider_docker.container import (
     resolve_limits,
 )
 from mango_provider_docker.engine import Engine
-from mango_provider_docker.execution import ExecTracker
 from mango_provider_docker.layout import (
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,

@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
 from mango.domain.paths import split_workspace_path
-from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.provider import (
+    Command,
+    ExecEvent,
+    ExecResult,
+    InvalidInput,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+)
+from mango.provider.execution import (
+    ExecTracker,
+    checkpoint,
+    effective_timeout,
+    open_exec_stream,
+    run_buffered,
+)
+from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
-from mango_provider_docker.execution import ContainerNotRunning, ExecTracker, run_command
+from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import read_workspace_file, write_workspace_file
 from mango_provider_docker.layout import WORKSPACE, remove_host_dir
 
@@ -32,6 +50,11 @@ async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, A
         await engine.unpause_container(container_id)
     elif not state.get("Running"):
         await engine.start_container(container_id)
+
+
+def _check_command(command: object) -> None:
+    if not isinstance(command, Command):
+        raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
@@ -84,14 +107,28 @@ class DockerSandbox:
         fixed, plus ``command.env``. ``command.cwd`` is created if missing; a
         symlink in it raises :class:`PathEscapeError`. A stopped or paused
         container is started again first. Raises :class:`SandboxNotFound` if
-        the container is gone.
+        the container is gone. The buffered form of :meth:`exec_stream`.
         """
-        if not isinstance(command, Command):
-            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
-        await asyncio.sleep(0)  # a task cancelled before the call runs nothing
-        timeout = command.timeout if command.timeout is not None else self._spec.timeout
-        handle = self._tracker.register(self.container_id)
-        try:
+        _check_command(command)
+        await checkpoint()  # a task cancelled before the call runs nothing
+        return await run_buffered(
+            lambda channel: self._run(command, channel), self._max_output_bytes
+        )
+
+    def exec_stream(
+        self, command: Command
+    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
+        """Run ``command`` as :meth:`exec` does and deliver its output as it arrives.
+
+        Leaving the block early or cancelling the consumer kills the command's process tree.
+        """
+        _check_command(command)
+        return open_exec_stream(lambda channel: self._run(command, channel), self._max_output_bytes)
+
+    async def _run(self, command: Command, channel: ExecChannel) -> ExecResult:
+        await checkpoint()
+        timeout = effective_timeout(command, self._spec)
+        with self._tracker.track(self.container_id) as handle:
             for attempt in range(2):
                 try:
                     return await run_command(
@@ -99,7 +136,7 @@ class DockerSandbox:
                         self.container_id,
                         command,
                         timeout=timeout,
-                        cap=self._max_output_bytes,
+                        channel=channel,
                         handle=handle,
                         background=self._background,
                     )
@@ -108,8 +145,6 @@ class DockerSandbox:
                         break
                     await self._revive()
             raise ProviderUnavailable(f"container {self.container_id} stops as soon as it starts")
-        finally:
-            self._tracker.unregister(self.container_id, handle)
 
     async def _revive(self) -> None:
         inspect = await self._engine.inspect_container(self.container_id)

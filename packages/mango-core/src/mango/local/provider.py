@@ -13,9 +13,9 @@ from mango.config import DEFAULT_MAX_OUTPUT_BYTES
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import InvalidInput, OwnershipError
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
-from mango.local.execution import ExecTracker
 from mango.local.layout import PROVIDER_NAME, ensure_session_dir, verify_session_dir
 from mango.local.sandbox import LocalSandbox, checkpoint
+from mango.provider.execution import ExecTracker
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
 

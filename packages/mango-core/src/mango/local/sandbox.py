@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import math
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
 from mango.domain.paths import split_workspace_path
-from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
-from mango.local.execution import SAFE_PATH, ExecTracker, run_command
+from mango.local.execution import SAFE_PATH, run_command
 from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
 from mango.local.layout import remove_session_dir, workspace_root
+from mango.provider import (
+    Command,
+    ExecEvent,
+    ExecResult,
+    InvalidInput,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+)
+from mango.provider.execution import (
+    ExecTracker,
+    checkpoint,
+    effective_timeout,
+    open_exec_stream,
+    run_buffered,
+)
+from mango.provider.output import ExecChannel
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -21,23 +38,9 @@ DESTROY_WAIT_SECONDS = 10.0
 """How long destroy waits for killed commands to be reaped before removing the tree."""
 
 
-async def checkpoint() -> None:
-    """Raise :class:`asyncio.CancelledError` now if the current task is being cancelled.
-
-    Called before any side effect, so a task cancelled before the call runs
-    nothing (a thread started by :func:`asyncio.to_thread` would run to the end).
-    """
-    await asyncio.sleep(0)
-
-
-def _effective_timeout(command: Command, spec: SandboxSpec) -> float | None:
-    timeout = command.timeout if command.timeout is not None else spec.timeout
-    if timeout is None or math.isinf(timeout):
-        return None
-    if math.isnan(timeout):
-        # The value objects accept NaN; a NaN deadline would corrupt the loop's timer heap.
-        raise InvalidInput("timeout must be a positive number, got nan")
-    return float(timeout)
+def _check_command(command: object) -> None:
+    if not isinstance(command, Command):
+        raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
@@ -72,7 +75,7 @@ class LocalSandbox:
         return self._spec
 
     async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` as a host process group in the workspace.
+        """Run ``command`` as a host process group in the workspace (buffered :meth:`exec_stream`).
 
         The environment is exactly ``PATH``, ``HOME`` (the workspace root) and
         ``command.env``; stdin is ``command.stdin`` or ``/dev/null``. The
@@ -81,12 +84,26 @@ class LocalSandbox:
         Raises :class:`PathEscapeError` if ``command.cwd`` goes through a
         symlink and :class:`SandboxNotFound` if the sandbox is gone.
         """
-        if not isinstance(command, Command):
-            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
+        _check_command(command)
         await checkpoint()
-        timeout = _effective_timeout(command, self._spec)
-        handle = self._tracker.register(str(self._session_dir))
-        try:
+        return await run_buffered(
+            lambda channel: self._run(command, channel), self._max_output_bytes
+        )
+
+    def exec_stream(
+        self, command: Command
+    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
+        """Run ``command`` as :meth:`exec` does and deliver its output as it arrives.
+
+        Leaving the block early or cancelling the consumer kills the process group.
+        """
+        _check_command(command)
+        return open_exec_stream(lambda channel: self._run(command, channel), self._max_output_bytes)
+
+    async def _run(self, command: Command, channel: ExecChannel) -> ExecResult:
+        await checkpoint()
+        timeout = effective_timeout(command, self._spec)
+        with self._tracker.track(str(self._session_dir)) as handle:
             # The root needs no walk (a vanished root surfaces as an OSError on
             # start); skipping the thread hop keeps the common exec cheap.
             cwd = (
@@ -95,7 +112,7 @@ class LocalSandbox:
                 else self.root
             )
             if handle.destroyed:
-                return ExecResult(exit_code=-1, cancelled=True)
+                return channel.result(exit_code=-1, cancelled=True)
             env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
             try:
                 return await run_command(
@@ -104,15 +121,13 @@ class LocalSandbox:
                     env=env,
                     cwd=cwd,
                     timeout=timeout,
-                    max_output_bytes=self._max_output_bytes,
+                    channel=channel,
                     handle=handle,
                 )
             except OSError as exc:
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
-        finally:
-            self._tracker.unregister(str(self._session_dir), handle)
 
     async def read_file(self, path: str) -> bytes:
         """Return the bytes of the regular file ``path`` (workspace-relative).
