@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,6 @@ import attrs
 from mango.domain.paths import split_workspace_path
 from mango.provider import (
     Command,
-    ExecEvent,
     ExecResult,
     InvalidInput,
     ProviderUnavailable,
@@ -21,13 +18,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import (
-    ExecTracker,
-    checkpoint,
-    effective_timeout,
-    open_exec_stream,
-    run_buffered,
-)
+from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
@@ -52,17 +43,17 @@ async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, A
         await engine.start_container(container_id)
 
 
-def _check_command(command: object) -> None:
-    if not isinstance(command, Command):
-        raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
-
-
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DockerSandbox:
+class DockerSandbox(StreamedExec):
     """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
 
-    Commands run inside the container (see :mod:`mango_provider_docker.execution`);
-    files move through the archive API (see :mod:`mango_provider_docker.files`).
+    Commands (``exec``, ``exec_stream``) run inside the container's workspace
+    (see :mod:`mango_provider_docker.execution`). The environment is the
+    image's, with ``PATH`` and ``HOME=/workspace`` fixed, plus
+    ``command.env``. ``command.cwd`` is created if missing; a symlink in it
+    raises :class:`PathEscapeError`. A stopped or paused container is started
+    again first; :class:`SandboxNotFound` if the container is gone.
+    Files move through the archive API (see :mod:`mango_provider_docker.files`).
     The sandbox keeps the spec it was created or attached with; its
     ``timeout`` is the default for commands that give none.
     """
@@ -100,34 +91,9 @@ class DockerSandbox:
         """The provider-owned host directory of this sandbox (removed by destroy)."""
         return self._host_dir
 
-    async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` in the container's workspace; see :mod:`mango_provider_docker.execution`.
-
-        The environment is the image's, with ``PATH`` and ``HOME=/workspace``
-        fixed, plus ``command.env``. ``command.cwd`` is created if missing; a
-        symlink in it raises :class:`PathEscapeError`. A stopped or paused
-        container is started again first. Raises :class:`SandboxNotFound` if
-        the container is gone. The buffered form of :meth:`exec_stream`.
-        """
-        _check_command(command)
-        await checkpoint()  # a task cancelled before the call runs nothing
-        return await run_buffered(
-            lambda channel: self._run(command, channel), self._max_output_bytes
-        )
-
-    def exec_stream(
-        self, command: Command
-    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
-        """Run ``command`` as :meth:`exec` does and deliver its output as it arrives.
-
-        Leaving the block early or cancelling the consumer kills the command's process tree.
-        """
-        _check_command(command)
-        return open_exec_stream(lambda channel: self._run(command, channel), self._max_output_bytes)
-
-    async def _run(self, command: Command, channel: ExecChannel) -> ExecResult:
-        await checkpoint()
-        timeout = effective_timeout(command, self._spec)
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
         with self._tracker.track(self.container_id) as handle:
             for attempt in range(2):
                 try:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import attrs
@@ -15,7 +13,6 @@ from mango.local.files import ensure_workspace_dir, read_workspace_file, write_w
 from mango.local.layout import remove_session_dir, workspace_root
 from mango.provider import (
     Command,
-    ExecEvent,
     ExecResult,
     InvalidInput,
     ProviderUnavailable,
@@ -23,13 +20,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import (
-    ExecTracker,
-    checkpoint,
-    effective_timeout,
-    open_exec_stream,
-    run_buffered,
-)
+from mango.provider.execution import ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
@@ -38,14 +29,16 @@ DESTROY_WAIT_SECONDS = 10.0
 """How long destroy waits for killed commands to be reaped before removing the tree."""
 
 
-def _check_command(command: object) -> None:
-    if not isinstance(command, Command):
-        raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
-
-
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class LocalSandbox:
+class LocalSandbox(StreamedExec):
     """One local sandbox, obtained from :class:`~mango.local.LocalProvider`.
+
+    ``exec`` and ``exec_stream`` run a command as a host process group in the
+    workspace. The environment is exactly ``PATH``, ``HOME`` (the workspace
+    root) and ``command.env``; stdin is ``command.stdin`` or ``/dev/null``.
+    See :mod:`mango.local.execution` for timeout, cancellation and output
+    caps. :class:`PathEscapeError` if ``command.cwd`` goes through a symlink,
+    :class:`SandboxNotFound` if the sandbox is gone.
 
     Commands run as host processes of the worker's user, in the workspace
     directory: this is **not an isolation boundary** (see :mod:`mango.local`).
@@ -74,35 +67,9 @@ class LocalSandbox:
         """The spec this client was created or attached with."""
         return self._spec
 
-    async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` as a host process group in the workspace (buffered :meth:`exec_stream`).
-
-        The environment is exactly ``PATH``, ``HOME`` (the workspace root) and
-        ``command.env``; stdin is ``command.stdin`` or ``/dev/null``. The
-        timeout is ``command.timeout``, else the spec's, else none. See
-        :mod:`mango.local.execution` for timeout, cancellation and output caps.
-        Raises :class:`PathEscapeError` if ``command.cwd`` goes through a
-        symlink and :class:`SandboxNotFound` if the sandbox is gone.
-        """
-        _check_command(command)
-        await checkpoint()
-        return await run_buffered(
-            lambda channel: self._run(command, channel), self._max_output_bytes
-        )
-
-    def exec_stream(
-        self, command: Command
-    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
-        """Run ``command`` as :meth:`exec` does and deliver its output as it arrives.
-
-        Leaving the block early or cancelling the consumer kills the process group.
-        """
-        _check_command(command)
-        return open_exec_stream(lambda channel: self._run(command, channel), self._max_output_bytes)
-
-    async def _run(self, command: Command, channel: ExecChannel) -> ExecResult:
-        await checkpoint()
-        timeout = effective_timeout(command, self._spec)
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
         with self._tracker.track(str(self._session_dir)) as handle:
             # The root needs no walk (a vanished root surfaces as an OSError on
             # start); skipping the thread hop keeps the common exec cheap.

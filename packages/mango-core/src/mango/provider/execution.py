@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 
 import attrs
 
@@ -34,6 +35,8 @@ __all__ = [
     "ExecHandle",
     "ExecProducer",
     "ExecTracker",
+    "StreamedExec",
+    "check_command",
     "checkpoint",
     "effective_timeout",
     "open_exec_stream",
@@ -216,3 +219,56 @@ async def run_buffered(producer: ExecProducer, cap: int) -> ExecResult:
 
 
 _UNBOUNDED = 1 << 62
+
+
+def check_command(command: object) -> None:
+    """Raise :class:`InvalidInput` unless ``command`` is a :class:`Command`."""
+    if not isinstance(command, Command):
+        raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
+
+
+class StreamedExec:
+    """Mixin giving a sandbox ``exec`` and ``exec_stream`` from one producer.
+
+    The sandbox class has the attributes ``_spec`` (its :class:`SandboxSpec`)
+    and ``_max_output_bytes`` (its per-stream cap) and defines
+    ``_exec_body(command, channel, timeout)``: it runs ``command`` with the
+    effective ``timeout`` (seconds or ``None``), feeds the channel and returns
+    the final result from ``channel.result(...)``; cancelling it must kill the
+    process tree. ``exec`` runs it buffered (:func:`run_buffered`),
+    ``exec_stream`` streaming (:func:`open_exec_stream`); both check the
+    command first, and a pre-cancelled task runs nothing.
+    """
+
+    __slots__ = ()
+    _spec: SandboxSpec
+    _max_output_bytes: int
+
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
+        raise NotImplementedError
+
+    async def _produce(self, command: Command, channel: ExecChannel) -> ExecResult:
+        await checkpoint()
+        return await self._exec_body(command, channel, effective_timeout(command, self._spec))
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run ``command``; return its output and exit code (the buffered :meth:`exec_stream`)."""
+        check_command(command)
+        await checkpoint()
+        return await run_buffered(
+            lambda channel: self._produce(command, channel), self._max_output_bytes
+        )
+
+    def exec_stream(
+        self, command: Command
+    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
+        """Run ``command`` and deliver its output as it arrives, then the final result.
+
+        Leaving the block early or cancelling the consumer kills the command's process tree.
+        """
+        check_command(command)
+        return open_exec_stream(
+            lambda channel: self._produce(command, channel), self._max_output_bytes
+        )
