@@ -51,6 +51,8 @@ CAUGHT_BY: dict[str, set[str]] = {
         "test_absolute_and_dotdot_paths_are_rejected",
         MACHINE,
     },
+    "stream-after-exit": {"test_stream_delivers_output_before_the_command_ends"},
+    "stream-leaves-orphans": {"test_leaving_the_stream_early_kills_the_tree"},
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 
