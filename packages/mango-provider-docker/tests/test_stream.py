@@ -1,14 +1,17 @@
-"""Streaming exec in a Docker sandbox: early delivery, backpressure, early exit, parity."""
+"""Streaming exec in a Docker sandbox: backpressure, early exit, parity, destroy.
+
+Early delivery and the parity scenarios run in the conformance suite too.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from mango.provider import ExecResult, OutputChunk, OutputStream, SandboxSpec
-from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
+from mango.provider import OutputChunk, OutputStream, SandboxSpec
+from mango.provider.output import collect
+from mango_conformance.checks.streaming import assert_slow_consumer_bounded
 from mango_provider_docker import DEFAULT_MAX_OUTPUT_BYTES, DockerSandbox, Engine
 
 from .conftest import make_provider
@@ -21,31 +24,6 @@ BIG_CAP = 16 * MIB
 """A cap far above the channel's window, so that only backpressure can bound the queue."""
 TREE = 'sleep 300 & printf %s "$!" > "$1.child"; printf %s "$$" > "$1.leader"; printf ready; wait'
 """A leader and a sleeping child; writes their pids, then prints ``ready``."""
-FLOOD_WITH_PROGRESS = (
-    'i=0; while [ "$i" -lt "$1" ]; do head -c 1048576 /dev/zero; i=$((i + 1)); '
-    'echo "$i" > progress; done'
-)
-"""Print ``$1`` MiB, recording after each MiB how many have been written."""
-
-
-async def test_output_arrives_while_the_command_waits(sandbox: DockerSandbox) -> None:
-    """The first chunks reach the consumer before the command may go on (a file gate)."""
-    script = (
-        "printf early; printf warn >&2; "
-        "while [ ! -e gate ]; do sleep 0.05; done; printf late; exit 5"
-    )
-    seen: dict[OutputStream, bytes] = {OutputStream.STDOUT: b"", OutputStream.STDERR: b""}
-    async with sandbox.exec_stream(sh(script, timeout=60)) as events:
-        async for event in events:
-            if isinstance(event, ExecResult):
-                final = event
-                break
-            seen[event.stream] += event.data
-            if seen == {OutputStream.STDOUT: b"early", OutputStream.STDERR: b"warn"}:
-                await sandbox.write_file("gate", b"")
-    assert not final.timed_out, f"the gate was never opened; saw {seen}"
-    assert (seen[OutputStream.STDOUT], final.exit_code) == (b"earlylate", 5)
-    assert (final.stdout, final.stderr) == (b"", b"")
 
 
 async def test_slow_consumer_holds_the_command_back(
@@ -56,39 +34,11 @@ async def test_slow_consumer_holds_the_command_back(
     try:
         sandbox = await provider.create(session_key, SandboxSpec(timeout=60.0))
         try:
-            await _slow_consumer(sandbox)
+            await assert_slow_consumer_bounded(sandbox, BIG_CAP)
         finally:
             await sandbox.destroy()
     finally:
         await provider.aclose()
-
-
-async def _slow_consumer(sandbox: DockerSandbox) -> None:
-    blocks = 2 * BIG_CAP // MIB
-    async with sandbox.exec_stream(sh(FLOOD_WITH_PROGRESS, str(blocks), timeout=120)) as events:
-        assert isinstance(events, ExecChannel)
-        first = await anext(events)
-        assert isinstance(first, OutputChunk)
-        # Without backpressure the command would print everything into the queue (up to
-        # the 16 MiB cap) while we do not read; the bound below only ends the wait.
-        peak = 0
-        for _ in range(60):
-            peak = max(peak, events.queued_bytes)
-            assert peak <= DEFAULT_WINDOW_BYTES + MIB, f"{peak} bytes queued for a slow reader"
-            if await _progress(sandbox) >= blocks:
-                break
-            await asyncio.sleep(0.05)
-        result = await collect(events)
-    assert len(first.data) + len(result.stdout) == BIG_CAP
-    assert result.stdout_truncated
-    assert result.exit_code == 0
-
-
-async def _progress(sandbox: DockerSandbox) -> int:
-    try:
-        return int(await sandbox.read_file("progress") or b"0")
-    except (FileNotFoundError, ValueError):
-        return 0
 
 
 async def test_leaving_early_kills_the_tree(sandbox: DockerSandbox) -> None:

@@ -13,16 +13,12 @@ import pytest
 
 from mango.local import LocalProvider, LocalSandbox
 from mango.provider import Command, ExecResult, OutputChunk, OutputStream, SandboxSpec
-from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
+from mango.provider.output import collect
+from mango_conformance.checks.streaming import assert_slow_consumer_bounded
 
 MIB = 1024 * 1024
 BIG_CAP = 16 * MIB
 """A cap far above the channel's window, so that only backpressure can bound the queue."""
-FLOOD_WITH_PROGRESS = (
-    'i=0; while [ "$i" -lt "$1" ]; do head -c 1048576 /dev/zero; i=$((i + 1)); '
-    'echo "$i" > progress; done'
-)
-"""Print ``$1`` MiB, recording after each MiB how many have been written."""
 TREE = 'sleep 300 & printf %s "$!" > child; printf %s "$$" > leader; printf ready; wait'
 """A leader and a sleeping child; writes their pids, then prints ``ready``."""
 
@@ -80,31 +76,7 @@ async def test_output_arrives_while_the_command_waits(sandbox: LocalSandbox) -> 
 async def test_slow_consumer_holds_the_command_back(base: Path) -> None:
     """With a cap far above the window, a consumer that does not read holds the command back."""
     sandbox = await LocalProvider(base, max_output_bytes=BIG_CAP).create("slow", SandboxSpec())
-    blocks = 2 * BIG_CAP // MIB
-    async with sandbox.exec_stream(sh(FLOOD_WITH_PROGRESS, str(blocks), timeout=120)) as events:
-        assert isinstance(events, ExecChannel)
-        first = await anext(events)
-        assert isinstance(first, OutputChunk)
-        # Without backpressure the command would print everything into the queue (up to
-        # the cap) while we do not read; the bound below only ends the wait.
-        peak = 0
-        for _ in range(60):
-            peak = max(peak, events.queued_bytes)
-            assert peak <= DEFAULT_WINDOW_BYTES + MIB, f"{peak} bytes queued for a slow reader"
-            if await _progress(sandbox) >= blocks:
-                break
-            await asyncio.sleep(0.05)
-        result = await collect(events)
-    assert len(first.data) + len(result.stdout) == BIG_CAP
-    assert result.stdout_truncated
-    assert result.exit_code == 0
-
-
-async def _progress(sandbox: LocalSandbox) -> int:
-    try:
-        return int(await sandbox.read_file("progress") or b"0")
-    except (FileNotFoundError, ValueError):
-        return 0
+    await assert_slow_consumer_bounded(sandbox, BIG_CAP)
 
 
 async def test_leaving_early_kills_the_group(sandbox: LocalSandbox) -> None:

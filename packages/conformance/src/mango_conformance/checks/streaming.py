@@ -13,10 +13,13 @@ a file that the check writes only once the first chunk has arrived.
 
 from __future__ import annotations
 
+import asyncio
+
 import attrs
 import pytest
 
 from mango.provider import Command, ExecResult, OutputChunk, OutputStream, Sandbox
+from mango.provider.output import ExecChannel, collect
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.scripts import (
@@ -28,7 +31,7 @@ from mango_conformance.scripts import (
     wait_until_gone,
 )
 
-__all__ = ["StreamChecks", "stream_result"]
+__all__ = ["FLOOD_WITH_PROGRESS", "StreamChecks", "assert_slow_consumer_bounded", "stream_result"]
 
 STREAM_TIMEOUT_SECONDS = 1.5
 """The exec timeout of the timed-out scenario (its command would sleep for minutes)."""
@@ -39,6 +42,14 @@ GATED = (
     "printf late"
 )
 """Print on both streams, wait until ``stream.gate`` exists, print again."""
+
+FLOOD_WITH_PROGRESS = (
+    'i=0; while [ "$i" -lt "$1" ]; do head -c 1048576 /dev/zero; i=$((i + 1)); '
+    'echo "$i" > progress; done'
+)
+"""Print ``$1`` MiB on stdout, recording in ``progress`` after each MiB how many were written."""
+
+_MIB = 1024 * 1024
 
 
 async def stream_result(sandbox: Sandbox, command: Command) -> ExecResult:
@@ -66,6 +77,41 @@ async def stream_result(sandbox: Sandbox, command: Command) -> ExecResult:
         stdout=bytes(joined[OutputStream.STDOUT]),
         stderr=bytes(joined[OutputStream.STDERR]),
     )
+
+
+async def _progress(sandbox: Sandbox) -> int:
+    try:
+        return int(await sandbox.read_file("progress") or b"0")
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+async def assert_slow_consumer_bounded(sandbox: Sandbox, cap: int, *, polls: int = 60) -> None:
+    """On the kit's channel, a consumer that stops reading holds the command back.
+
+    ``cap`` is the sandbox's per-stream cap and should be several MiB above
+    the channel's window, so that only backpressure can keep the queue small.
+    The command prints twice the cap; while the consumer does not read, the
+    channel's queued bytes must stay within the window plus one MiB. The
+    check ends when the command reports it has printed everything (which only
+    a provider without backpressure reaches) or after ``polls`` looks.
+    """
+    blocks = 2 * cap // _MIB
+    command = Command(("sh", "-c", FLOOD_WITH_PROGRESS, "sh", str(blocks)), timeout=120)
+    async with sandbox.exec_stream(command) as events:
+        assert isinstance(events, ExecChannel), "the stream is not the kit's ExecChannel"
+        first = await anext(events)
+        assert isinstance(first, OutputChunk), f"expected output first, got {first!r}"
+        for _ in range(polls):
+            queued = events.queued_bytes
+            assert queued <= events.window + _MIB, f"{queued} bytes queued for a slow reader"
+            if await _progress(sandbox) >= blocks:
+                break
+            await asyncio.sleep(0.05)
+        rest = await collect(events)
+    assert len(first.data) + len(rest.stdout) == cap
+    assert rest.stdout_truncated
+    assert rest.exit_code == 0
 
 
 def _assert_parity(buffered: ExecResult, streamed: ExecResult) -> None:
