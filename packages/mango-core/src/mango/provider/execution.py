@@ -256,7 +256,7 @@ class StreamedExec:
     async def exec(self, command: Command) -> ExecResult:
         """Run ``command``; return its output and exit code (the buffered :meth:`exec_stream`)."""
         check_command(command)
-        await checkpoint()
+        # _produce starts with the checkpoint: a task cancelled before this call runs nothing.
         return await run_buffered(
             lambda channel: self._produce(command, channel), self._max_output_bytes
         )
