@@ -328,3 +328,17 @@ async def test_stream_and_buffered_give_the_same_result() -> None:
     with pytest.raises(InvalidInput):
         async with open_exec_stream(failing, 16) as events:
             await collect(events)
+
+
+async def test_release_window_lets_a_killed_command_drain_up_to_the_cap() -> None:
+    """After release_window, sends no longer wait; the cap still bounds what is queued."""
+    channel = ExecChannel(10, window=4)
+    channel.feed(OUT, b"12345")
+    blocked = asyncio.ensure_future(channel.send(OUT, b"678"))
+    await spin()
+    assert not blocked.done()
+    channel.release_window()
+    await asyncio.wait_for(blocked, 10)
+    await channel.send(OUT, b"9abcdef")
+    assert channel.queued_bytes == 10
+    assert channel.truncated(OUT)

@@ -140,6 +140,8 @@ class _Run:
 
     async def kill_tree(self, pump: asyncio.Future[None]) -> None:
         """Kill the command's process tree, then let the stream drain (bounded)."""
+        # What the command printed before dying is read now, not held back by a slow reader.
+        self._channel.release_window()
         if not self._pump.status_seen.is_set():
             status = asyncio.ensure_future(self._pump.status_seen.wait())
             waiters: set[asyncio.Future[Any]] = {status, pump}

@@ -110,6 +110,10 @@ class _PipeReader:
             self._reading = True
             self._loop.add_reader(self._fd, self._on_readable)
 
+    def read_freely(self) -> None:
+        """After a kill: no more backpressure, read what is left (the cap still applies)."""
+        self._channel.release_window()
+
     def close(self) -> None:
         """Stop reading and close the pipe; idempotent."""
         if self._open:
@@ -177,6 +181,8 @@ def _spawn_failure(program: str, exc: OSError, channel: ExecChannel) -> ExecResu
 async def _reap_and_drain(
     process: asyncio.subprocess.Process, readers: Sequence[_PipeReader]
 ) -> None:
+    for reader in readers:
+        reader.read_freely()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(process.wait(), REAP_TIMEOUT_SECONDS)
     await asyncio.wait([reader.eof for reader in readers], timeout=PIPE_DRAIN_SECONDS)

@@ -71,6 +71,7 @@ class ExecChannel:
         self._end: ExecResult | BaseException | None = None
         self._delivered = False
         self._abandoned = False
+        self._unbounded = False
         self._wakeup: asyncio.Future[None] | None = None
         self._room_callbacks: list[Callable[[], None]] = []
 
@@ -84,7 +85,7 @@ class ExecChannel:
     @property
     def has_room(self) -> bool:
         """True if the producer may feed more now (the queue is below its window)."""
-        return self._queued < self.window or self._abandoned
+        return self._queued < self.window or self._abandoned or self._unbounded
 
     @property
     def abandoned(self) -> bool:
@@ -158,6 +159,16 @@ class ExecChannel:
         if self._end is None:
             self._end = error
             self._wake()
+
+    def release_window(self) -> None:
+        """Stop holding producers back; what is left is queued up to the cap.
+
+        For a command being killed (timeout, cancellation): its remaining
+        output is read now instead of being lost in a full pipe, and memory
+        stays O(cap).
+        """
+        self._unbounded = True
+        self._release()
 
     # ---------------------------------------------------------------- consumer
 
