@@ -7,11 +7,12 @@ passes would mean a check is vacuous. Imported by path from pytester runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,7 +23,15 @@ from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import SandboxNotFound
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
-from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.domain.values import (
+    Command,
+    ExecEvent,
+    ExecResult,
+    OutputChunk,
+    OutputStream,
+    SandboxRef,
+    SandboxSpec,
+)
 from mango.local import LocalProvider
 from mango_conformance import provider_target
 
@@ -239,6 +248,55 @@ class LeaderOnlyKill(WrappedProvider):
     sandbox_class = LeaderOnlySandbox
 
 
+async def _replay(result: ExecResult) -> AsyncIterator[ExecEvent]:
+    for stream, data in (
+        (OutputStream.STDOUT, result.stdout),
+        (OutputStream.STDERR, result.stderr),
+    ):
+        if data:
+            yield OutputChunk(stream, data)
+    yield attrs.evolve(result, stdout=b"", stderr=b"")
+
+
+class ReplayingStreamSandbox(WrappedSandbox):
+    """exec_stream waits until the command has finished, then replays its output."""
+
+    @contextlib.asynccontextmanager
+    async def exec_stream(self, command: Command) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+        yield _replay(await self.inner.exec(command))
+
+
+class StreamAfterExit(WrappedProvider):
+    """Streamed output arrives only once the command has ended."""
+
+    sandbox_class = ReplayingStreamSandbox
+
+
+_orphans: set[asyncio.Task[ExecResult]] = set()
+
+
+class OrphaningStreamSandbox(WrappedSandbox):
+    """Leaving exec_stream early leaves the command running (its task is not cancelled)."""
+
+    @contextlib.asynccontextmanager
+    async def exec_stream(self, command: Command) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+        task = asyncio.ensure_future(self.inner.exec(command))
+        _orphans.add(task)
+        task.add_done_callback(_orphans.discard)
+
+        async def events() -> AsyncIterator[ExecEvent]:
+            async for event in _replay(await asyncio.shield(task)):
+                yield event
+
+        yield events()
+
+
+class StreamLeavesOrphans(WrappedProvider):
+    """Leaving a stream early does not kill the command."""
+
+    sandbox_class = OrphaningStreamSandbox
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -254,6 +312,8 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "escape-allowed": EscapeAllowed,
     "stderr-merged": StderrMerged,
     "leader-only-kill": LeaderOnlyKill,
+    "stream-after-exit": StreamAfterExit,
+    "stream-leaves-orphans": StreamLeavesOrphans,
 }
 """Each mutant's factory, by name."""
 

@@ -56,6 +56,8 @@ CAUGHT_BY: dict[str, set[str]] = {
         "test_timeout_sets_timed_out_and_kills_tree",
         "test_cancel_mid_flight_kills_process_tree",
     },
+    "stream-after-exit": {"test_stream_delivers_output_before_the_command_ends"},
+    "stream-leaves-orphans": {"test_leaving_the_stream_early_kills_the_tree"},
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 

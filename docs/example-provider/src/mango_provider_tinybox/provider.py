@@ -33,6 +33,7 @@ from mango.provider import (
     Command,
     ConfigurationError,
     ExecResult,
+    OutputStream,
     OwnedResource,
     OwnershipError,
     PathEscapeError,
@@ -42,6 +43,8 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
 )
+from mango.provider.execution import StreamedExec
+from mango.provider.output import ExecChannel
 from mango.provider.ownership import NAME_PREFIX, Ownership, derived_namespace
 
 __all__ = [
@@ -193,21 +196,10 @@ def _remove(box: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-class _Capture:
-    """Reads one pipe to the end, keeping the first ``cap`` bytes."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.truncated = False
-
-    async def run(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(65536):
-            room = self.cap - len(self.data)
-            if len(chunk) > room:
-                self.truncated = True
-                chunk = chunk[: max(room, 0)]
-            self.data += chunk
+async def _pump(stream: asyncio.StreamReader, channel: ExecChannel, which: OutputStream) -> None:
+    """Read one pipe to the end into the channel (it keeps the first ``cap`` bytes)."""
+    while chunk := await stream.read(65536):
+        await channel.send(which, chunk)
 
 
 async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
@@ -222,14 +214,19 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-class TinyboxSandbox:
-    """One tinybox: a workspace directory and the commands run in it."""
+class TinyboxSandbox(StreamedExec):
+    """One tinybox: a workspace directory and the commands run in it.
+
+    ``exec`` and ``exec_stream`` come from the kit's :class:`StreamedExec`:
+    this class only says how to run one command into an output channel
+    (``_exec_body``); the kit caps the output, streams it or buffers it.
+    """
 
     def __init__(self, ref: SandboxRef, box: Path, spec: SandboxSpec, cap: int) -> None:
         self._ref = ref
         self._box = box
         self._spec = spec
-        self._cap = cap
+        self._max_output_bytes = cap
 
     @property
     def ref(self) -> SandboxRef:
@@ -241,8 +238,10 @@ class TinyboxSandbox:
         """The host path of the workspace."""
         return str(self._box / _WORKSPACE)
 
-    async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` in its own process group; see the guide for the contract."""
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` in its own process group, feeding its output to ``channel``."""
         cwd = await asyncio.to_thread(self._directory, command.cwd)
         env = {"PATH": _PATH, "HOME": self.root, **command.env_dict}
         try:
@@ -256,19 +255,19 @@ class TinyboxSandbox:
                 start_new_session=True,  # its own process group: one killpg reaches every child
             )
         except FileNotFoundError:
-            return ExecResult(stderr=f"{command.argv[0]}: not found\n".encode(), exit_code=127)
+            channel.feed(OutputStream.STDERR, f"{command.argv[0]}: not found\n".encode())
+            return channel.result(exit_code=127)
         except PermissionError:
-            return ExecResult(stderr=f"{command.argv[0]}: not executable\n".encode(), exit_code=126)
+            channel.feed(OutputStream.STDERR, f"{command.argv[0]}: not executable\n".encode())
+            return channel.result(exit_code=126)
         if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was asked
             raise RuntimeError("the command's output pipes are missing")
-        out, err = _Capture(self._cap), _Capture(self._cap)
         helpers = [
-            asyncio.ensure_future(out.run(process.stdout)),
-            asyncio.ensure_future(err.run(process.stderr)),
+            asyncio.ensure_future(_pump(process.stdout, channel, OutputStream.STDOUT)),
+            asyncio.ensure_future(_pump(process.stderr, channel, OutputStream.STDERR)),
         ]
         if command.stdin and process.stdin is not None:
             helpers.append(asyncio.ensure_future(_feed(process.stdin, command.stdin)))
-        timeout = command.timeout if command.timeout is not None else self._spec.timeout
         timed_out = False
         try:
             try:
@@ -280,20 +279,16 @@ class TinyboxSandbox:
                 await process.wait()
                 await asyncio.wait(helpers, timeout=_DRAIN_SECONDS)
         except BaseException:
-            # Cancellation: the whole group dies before the CancelledError goes on.
+            # Cancellation (or the stream's consumer left): the whole group dies first.
             _kill_group(process.pid)
             raise
         finally:
             for helper in helpers:
                 helper.cancel()
         returncode = process.returncode if process.returncode is not None else -1
-        return ExecResult(
-            stdout=bytes(out.data),
-            stderr=bytes(err.data),
+        return channel.result(
             exit_code=-1 if timed_out else (128 - returncode if returncode < 0 else returncode),
             timed_out=timed_out,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
         )
 
     async def read_file(self, path: str) -> bytes:

@@ -50,6 +50,7 @@ MARKERS = (
     "mango_conformance: a check of the mango provider conformance suite",
     "mango_parity: a check ported from the reference core suite (L-01 to L-05)",
     "mango_gap: a contract clause the reference suite did not check",
+    "mango_stream: streaming exec matches the buffered exec",
     "mango_stateful: the Hypothesis lifecycle state machine",
     "mango_capability(name): runs only if the provider declares the capability",
     "mango_capability_group: a check of the capability groups",

@@ -13,6 +13,7 @@ from mango_conformance.checks.capabilities import CapabilityChecks, declared_cap
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.parity import ParityChecks
 from mango_conformance.checks.stateful import StatefulChecks
+from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
 from mango_conformance.harness import Harness
 from mango_conformance.options import SuiteOptions, live_enabled, live_env_var
@@ -21,7 +22,7 @@ from mango_conformance.targets import as_target
 __all__ = ["ProviderSuite"]
 
 
-class ProviderSuite(ParityChecks, GapChecks, CapabilityChecks, StatefulChecks):
+class ProviderSuite(ParityChecks, GapChecks, StreamChecks, CapabilityChecks, StatefulChecks):
     """Every check of the mango provider contract, in one class.
 
     Subclass it in a test module (the name must start with ``Test``) and

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,16 @@ def run(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
             check=False,
         )
 
+    def popen(*args: str):  # type: ignore[no-untyped-def]
+        return subprocess.Popen(
+            [MANGO, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+
+    invoke.popen = popen  # type: ignore[attr-defined]
     return invoke
 
 
@@ -172,3 +185,63 @@ def test_files_read_never_provisions(run, tmp_path: Path) -> None:  # type: igno
     assert json.loads(listing.stdout) == []
     sandboxes = tmp_path / "state" / "sandboxes"
     assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
+
+
+def _read_until(stream, marker: bytes, limit: float = 60.0) -> bytes:  # type: ignore[no-untyped-def]
+    """Read from a pipe until ``marker`` has arrived (bounded); return everything read."""
+    seen = b""
+    deadline = time.monotonic() + limit
+    while marker not in seen:
+        remaining = deadline - time.monotonic()
+        ready, _, _ = select.select([stream], [], [], max(remaining, 0))
+        assert ready, f"{marker!r} did not arrive; got {seen!r}"
+        data = os.read(stream.fileno(), 4096)
+        assert data, f"end of output before {marker!r}; got {seen!r}"
+        seen += data
+    return seen
+
+
+def test_exec_streams_output_before_the_command_ends(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """stdout and stderr chunks reach the terminal while the command still waits for us."""
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    script = 'printf early; printf warn >&2; read -r _ < "$1"; printf late; exit 3'
+    process = run.popen("exec", "--session", "stream", "--", "sh", "-c", script, "sh", str(gate))
+    try:
+        assert _read_until(process.stdout, b"early") == b"early"
+        assert _read_until(process.stderr, b"warn") == b"warn"
+        # The command is still blocked on the gate: only now may it finish.
+        with gate.open("w") as writer:
+            writer.write("go\n")
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert (process.returncode, out, err) == (3, b"late", b"")
+
+
+def test_exec_interrupt_kills_the_streaming_command(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGINT while output streams ends mango with 130 and kills the command."""
+    pidfile = tmp_path / "pid"
+    script = 'printf %s "$$" > "$1"; printf ready; exec sleep 300'
+    process = run.popen("exec", "--session", "intr", "--", "sh", "-c", script, "sh", str(pidfile))
+    try:
+        _read_until(process.stdout, b"ready")
+        pid = int(pidfile.read_text())
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"command {pid} survived the interrupt"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

@@ -23,9 +23,10 @@ Termination keeps the sandbox usable: only the command's process tree dies.
 * **destroy** of the sandbox while the command runs: the container goes, the
   stream ends, and the result has ``cancelled=True`` and ``exit_code=-1``.
 
-Output: each stream keeps its first ``cap`` bytes, an exact prefix; later
-bytes are read and discarded (aiodocker's flow-controlled queue holds at most
-a few frames), so memory stays O(cap) whatever the command prints.
+Output goes to the exec's :class:`~mango.provider.output.ExecChannel`: each
+stream keeps its first ``cap`` bytes, an exact prefix; later bytes are read
+and discarded (aiodocker's flow-controlled queue holds at most a few frames),
+so memory stays O(cap) whatever the command prints.
 """
 
 from __future__ import annotations
@@ -36,17 +37,19 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-import attrs
 from aiodocker.execs import Exec
 
-from mango.domain.errors import (
+from mango.provider import (
+    Command,
+    ExecResult,
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
+    SandboxNotRunning,
 )
-from mango.domain.values import Command, ExecResult
-from mango.provider import SandboxNotRunning
+from mango.provider.execution import ExecHandle
+from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.scripts import EXEC_WRAPPER, TREE_KILLER
@@ -58,8 +61,6 @@ __all__ = [
     "SETTLE_SECONDS",
     "SHELL",
     "ContainerNotRunning",
-    "ExecHandle",
-    "ExecTracker",
     "run_command",
 ]
 
@@ -80,40 +81,6 @@ ContainerNotRunning = SandboxNotRunning
 """The container exists but is stopped or paused (retryable); the mango error tree's name."""
 
 
-@attrs.define(eq=False)
-class ExecHandle:
-    """One running command, as destroy sees it."""
-
-    destroyed: bool = False
-    """Set when the sandbox was destroyed while the command was pending or running."""
-
-
-@attrs.define
-class ExecTracker:
-    """The commands running per container, so that destroy can mark them cancelled."""
-
-    _runs: dict[str, set[ExecHandle]] = attrs.field(factory=dict, init=False)
-
-    def register(self, container_id: str) -> ExecHandle:
-        """Track a new command of ``container_id``."""
-        handle = ExecHandle()
-        self._runs.setdefault(container_id, set()).add(handle)
-        return handle
-
-    def unregister(self, container_id: str, handle: ExecHandle) -> None:
-        """Forget a finished command."""
-        runs = self._runs.get(container_id)
-        if runs is not None:
-            runs.discard(handle)
-            if not runs:
-                del self._runs[container_id]
-
-    def mark_destroyed(self, container_id: str) -> None:
-        """Flag every running command of ``container_id`` as cancelled by destroy."""
-        for handle in self._runs.get(container_id, ()):
-            handle.destroyed = True
-
-
 class _Run:
     """One started exec: its stream, pump, stdin writer, and the kill path."""
 
@@ -122,7 +89,7 @@ class _Run:
         engine: Engine,
         container_id: str,
         execution: Exec,
-        cap: int,
+        channel: ExecChannel,
         background: set[asyncio.Task[Any]],
     ) -> None:
         self._engine = engine
@@ -130,7 +97,8 @@ class _Run:
         self._execution = execution
         self._background = background
         self._stream = engine.exec_stream(execution)
-        self._pump = OutputPump(engine, self._stream, cap)
+        self._channel = channel
+        self._pump = OutputPump(engine, self._stream, channel)
         self._tasks: list[asyncio.Future[Any]] = []
 
     @property
@@ -172,6 +140,8 @@ class _Run:
 
     async def kill_tree(self, pump: asyncio.Future[None]) -> None:
         """Kill the command's process tree, then let the stream drain (bounded)."""
+        # What the command printed before dying is read now, not held back by a slow reader.
+        self._channel.release_window()
         if not self._pump.status_seen.is_set():
             status = asyncio.ensure_future(self._pump.status_seen.wait())
             waiters: set[asyncio.Future[Any]] = {status, pump}
@@ -211,17 +181,8 @@ class _Run:
     def result(
         self, *, exit_code: int, timed_out: bool = False, cancelled: bool = False
     ) -> ExecResult:
-        """The :class:`ExecResult` from what was read so far."""
-        stdout, stderr = self._pump.stdout, self._pump.stderr
-        return ExecResult(
-            stdout=bytes(stdout.data),
-            stderr=bytes(stderr.data),
-            exit_code=exit_code,
-            timed_out=timed_out,
-            cancelled=cancelled,
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
-        )
+        """The final :class:`ExecResult` (flags from what was read so far)."""
+        return self._channel.result(exit_code=exit_code, timed_out=timed_out, cancelled=cancelled)
 
     def finished(self, info: dict[str, Any] | None, *, destroyed: bool) -> ExecResult:
         """The result of a command that ran to its end (``info``: the exec inspect)."""
@@ -320,11 +281,13 @@ async def run_command(
     command: Command,
     *,
     timeout: float | None,
-    cap: int,
+    channel: ExecChannel,
     handle: ExecHandle,
     background: set[asyncio.Task[Any]],
 ) -> ExecResult:
-    """Run ``command`` in the container and return what it produced (see the module docstring).
+    """Run ``command`` in the container, feeding ``channel`` (see the module docstring).
+
+    Returns the final result (exit code and flags, no output bytes).
 
     Raises :class:`ContainerNotRunning` if the container is stopped or paused,
     :class:`SandboxNotFound` if it is gone (unless destroy removed it while
@@ -346,12 +309,12 @@ async def run_command(
             )
     except TimeoutError:
         # Created at most, never started: nothing runs.
-        return ExecResult(exit_code=_EXIT_TIMED_OUT, timed_out=True)
+        return channel.result(exit_code=_EXIT_TIMED_OUT, timed_out=True)
     except SandboxNotFound:
         if handle.destroyed:
-            return ExecResult(exit_code=-1, cancelled=True)
+            return channel.result(exit_code=-1, cancelled=True)
         raise
     if execution is None:
         raise ContainerNotRunning(f"container {container_id} is not running")
-    run = _Run(engine, container_id, execution, cap, background)
+    run = _Run(engine, container_id, execution, channel, background)
     return await _supervise(run, command.stdin, deadline, handle)

@@ -26,6 +26,7 @@ from mango.provider import (
     admit,
     validate_session_id,
 )
+from mango.provider.execution import ExecTracker
 from mango.provider.hostdirs import remove_dir
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
@@ -35,7 +36,6 @@ from mango_provider_docker.container import (
     resolve_limits,
 )
 from mango_provider_docker.engine import Engine
-from mango_provider_docker.execution import ExecTracker
 from mango_provider_docker.layout import (
     CONTAINER_ID,
     PROVIDER_NAME,

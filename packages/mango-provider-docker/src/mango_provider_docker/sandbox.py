@@ -8,11 +8,20 @@ from typing import Any
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
-from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
+from mango.provider import (
+    Command,
+    ExecResult,
+    InvalidInput,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+)
+from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.hostdirs import remove_dir
+from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
-from mango_provider_docker.execution import ContainerNotRunning, ExecTracker, run_command
+from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
     WORKSPACE_POLICY,
     read_workspace_file,
@@ -39,11 +48,16 @@ async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, A
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DockerSandbox:
+class DockerSandbox(StreamedExec):
     """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
 
-    Commands run inside the container (see :mod:`mango_provider_docker.execution`);
-    files move through the archive API (see :mod:`mango_provider_docker.files`).
+    Commands (``exec``, ``exec_stream``) run inside the container's workspace
+    (see :mod:`mango_provider_docker.execution`). The environment is the
+    image's, with ``PATH`` and ``HOME=/workspace`` fixed, plus
+    ``command.env``. ``command.cwd`` is created if missing; a symlink in it
+    raises :class:`PathEscapeError`. A stopped or paused container is started
+    again first; :class:`SandboxNotFound` if the container is gone.
+    Files move through the archive API (see :mod:`mango_provider_docker.files`).
     The sandbox keeps the spec it was created or attached with; its
     ``timeout`` is the default for commands that give none.
     """
@@ -81,21 +95,10 @@ class DockerSandbox:
         """The provider-owned host directory of this sandbox (removed by destroy)."""
         return self._host_dir
 
-    async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` in the container's workspace; see :mod:`mango_provider_docker.execution`.
-
-        The environment is the image's, with ``PATH`` and ``HOME=/workspace``
-        fixed, plus ``command.env``. ``command.cwd`` is created if missing; a
-        symlink in it raises :class:`PathEscapeError`. A stopped or paused
-        container is started again first. Raises :class:`SandboxNotFound` if
-        the container is gone.
-        """
-        if not isinstance(command, Command):
-            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
-        await asyncio.sleep(0)  # a task cancelled before the call runs nothing
-        timeout = command.timeout if command.timeout is not None else self._spec.timeout
-        handle = self._tracker.register(self.container_id)
-        try:
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
+        with self._tracker.track(self.container_id) as handle:
             for attempt in range(2):
                 try:
                     return await run_command(
@@ -103,7 +106,7 @@ class DockerSandbox:
                         self.container_id,
                         command,
                         timeout=timeout,
-                        cap=self._max_output_bytes,
+                        channel=channel,
                         handle=handle,
                         background=self._background,
                     )
@@ -112,8 +115,6 @@ class DockerSandbox:
                         break
                     await self._revive()
             raise ProviderUnavailable(f"container {self.container_id} stops as soon as it starts")
-        finally:
-            self._tracker.unregister(self.container_id, handle)
 
     async def _revive(self) -> None:
         inspect = await self._engine.inspect_container(self.container_id)

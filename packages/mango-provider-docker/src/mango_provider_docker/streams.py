@@ -2,10 +2,12 @@
 
 The stream multiplexes stdout and stderr (no TTY). :class:`OutputPump`
 reads it to its end: first the wrapper's status line on stdout (see
-:mod:`mango_provider_docker.scripts`), then the command's output into two
-:class:`CappedBuffer` objects that keep an exact prefix of at most ``cap``
-bytes and drop the rest as it arrives. aiodocker's queue pauses the socket
-when a few frames are pending, so memory stays O(cap).
+:mod:`mango_provider_docker.scripts`), then the command's output into the
+exec's :class:`~mango.provider.output.ExecChannel`, which keeps an exact
+prefix of at most the cap per stream and drops the rest as it arrives. The
+pump waits while the channel's queue is full (a slow streaming consumer), and
+aiodocker's queue pauses the socket when a few frames are pending, so memory
+stays O(cap).
 """
 
 from __future__ import annotations
@@ -15,58 +17,36 @@ import asyncio
 import aiohttp
 from aiodocker.stream import Stream
 
+from mango.provider import OutputStream
+from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.scripts import STATUS_ERROR, STATUS_PID
 
-__all__ = ["STDIN_CHUNK", "CappedBuffer", "OutputPump", "close_write_side", "write_stdin"]
+__all__ = ["STDIN_CHUNK", "OutputPump", "close_write_side", "write_stdin"]
 
 STDIN_CHUNK = 64 * 1024
 """Stdin is written in pieces of this size, so a cancellation is noticed between them."""
 _MAX_STATUS = 64
 
 
-class CappedBuffer:
-    """The first ``cap`` bytes of one stream; the rest is counted out and dropped."""
-
-    __slots__ = ("cap", "data", "truncated")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.truncated = False
-
-    def feed(self, chunk: bytes) -> None:
-        """Keep what fits under the cap; flag the rest as dropped."""
-        room = self.cap - len(self.data)
-        if len(chunk) > room:
-            self.truncated = True
-            chunk = chunk[: max(room, 0)]
-        self.data += chunk
-
-
 class OutputPump:
     """Reads the attach stream to its end: the wrapper's status line, then capped output."""
 
-    def __init__(self, engine: Engine, stream: Stream, cap: int) -> None:
+    def __init__(self, engine: Engine, stream: Stream, channel: ExecChannel) -> None:
         self._engine = engine
         self._stream = stream
-        self.stdout = CappedBuffer(cap)
-        self.stderr = CappedBuffer(cap)
+        self._channel = channel
         self.pid: int | None = None
         self.error: str | None = None
         self.status_seen = asyncio.Event()
         self._head = bytearray()
 
-    def _feed_stdout(self, chunk: bytes) -> None:
-        if self.status_seen.is_set():
-            self.stdout.feed(chunk)
-            return
+    def _split_status(self, chunk: bytes) -> bytes:
+        """Consume the status line from the head of stdout; return the command's own bytes."""
         self._head += chunk
         newline = self._head.find(b"\n", 0, _MAX_STATUS)
         if newline < 0:
-            if len(self._head) >= _MAX_STATUS:
-                self._give_up_status()
-            return
+            return self._give_up_status() if len(self._head) >= _MAX_STATUS else b""
         line = bytes(self._head[:newline])
         rest = bytes(self._head[newline + 1 :])
         self._head.clear()
@@ -77,29 +57,31 @@ class OutputPump:
         else:
             # Not our wrapper speaking (the shell could not even start it).
             self._head += line + b"\n"
-            self._give_up_status()
-            self.stdout.feed(rest)
-            return
+            return self._give_up_status() + rest
         self.status_seen.set()
-        self.stdout.feed(rest)
+        return rest
 
-    def _give_up_status(self) -> None:
+    def _give_up_status(self) -> bytes:
         self.status_seen.set()
-        self.stdout.feed(bytes(self._head))
+        head = bytes(self._head)
         self._head.clear()
+        return head
 
     async def run(self) -> None:
         """Read until end of stream."""
+        channel = self._channel
         try:
             with self._engine.errors("read command output"):
                 while (message := await self._stream.read_out()) is not None:
                     if message.stream == 2:
-                        self.stderr.feed(message.data)
+                        await channel.send(OutputStream.STDERR, message.data)
+                    elif self.status_seen.is_set():
+                        await channel.send(OutputStream.STDOUT, message.data)
                     else:
-                        self._feed_stdout(message.data)
+                        await channel.send(OutputStream.STDOUT, self._split_status(message.data))
         finally:
             if not self.status_seen.is_set():
-                self._give_up_status()
+                channel.feed(OutputStream.STDOUT, self._give_up_status())
 
 
 def close_write_side(stream: Stream) -> None:

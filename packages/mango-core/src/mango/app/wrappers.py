@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 
 from mango.domain.ports import Sandbox
-from mango.domain.values import Command, ExecResult, SandboxRef
+from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef
 
 __all__ = ["SandboxWrapper"]
 
@@ -36,6 +38,12 @@ class SandboxWrapper:
     async def exec(self, command: Command) -> ExecResult:
         """Run ``command`` in the wrapped sandbox."""
         return await self.inner.exec(command)
+
+    def exec_stream(
+        self, command: Command
+    ) -> AbstractAsyncContextManager[AsyncIterator[ExecEvent]]:
+        """Stream ``command``'s output from the wrapped sandbox."""
+        return self.inner.exec_stream(command)
 
     async def read_file(self, path: str) -> bytes:
         """Read from the wrapped sandbox."""

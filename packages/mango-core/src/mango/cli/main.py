@@ -21,9 +21,16 @@ from mango.cli.doctor import run_doctor
 from mango.cli.output import echo_json, echo_table
 from mango.cli.worker import worker as worker_command
 from mango.config import Settings
-from mango.domain.errors import InvalidInput, MangoError
+from mango.domain.errors import InvalidInput, MangoError, PermanentError
 from mango.domain.lifecycle import observe
-from mango.domain.values import Command, ExecResult, validate_session_id
+from mango.domain.ports import Sandbox
+from mango.domain.values import (
+    Command,
+    ExecResult,
+    OutputChunk,
+    OutputStream,
+    validate_session_id,
+)
 from mango.runtime import Runtime, open_runtime, select_provider
 
 __all__ = ["cli", "main"]
@@ -190,6 +197,9 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
 ) -> None:
     """Run ARGV in the Session's sandbox and exit with its exit code.
 
+    Output is written as it arrives (with --via-temporal: when the command has
+    finished). Interrupting mango (Ctrl-C) kills the command.
+
     \b
     Example:
       mango exec --session demo -- sh -c 'echo hello > note.txt'
@@ -211,13 +221,31 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     async def run(rt: Runtime) -> int:
         await rt.manager.ensure_session(session_id)
         sandbox = await rt.manager.acquire(session_id, rt.default_spec())
-        return _emit(await sandbox.exec(command))
+        return _emit(await _stream(sandbox, command))
 
     sys.exit(_with_runtime(run))
 
 
+async def _stream(sandbox: Sandbox, command: Command) -> ExecResult:
+    """Write the command's output to ours as it arrives; return the final result.
+
+    Leaving early (Ctrl-C cancels the task) kills the command: that is the
+    stream's contract.
+    """
+    targets = {OutputStream.STDOUT: sys.stdout.buffer, OutputStream.STDERR: sys.stderr.buffer}
+    async with sandbox.exec_stream(command) as events:
+        async for event in events:
+            if isinstance(event, OutputChunk):
+                target = targets[event.stream]
+                target.write(event.data)
+                target.flush()
+            else:
+                return event
+    raise PermanentError("the sandbox's output stream ended without a result")
+
+
 def _emit(result: ExecResult) -> int:
-    """Print a command's output and return the exit code ``mango exec`` exits with."""
+    """Print a command's output (if any is still held) and return ``mango exec``'s exit code."""
     sys.stdout.buffer.write(result.stdout)
     sys.stdout.buffer.flush()
     sys.stderr.buffer.write(result.stderr)

@@ -19,10 +19,12 @@ that escaped the group (``setsid``) and still holds them cannot stall the
 caller. Without a kill, a command is finished when its leader has exited and
 both pipes reached end-of-file (as with ``subprocess.run``); a timeout bounds that.
 
-Output: each pipe is read on the event loop in chunks; the first
-``max_output_bytes`` are kept and the rest is read and discarded, so memory
-stays O(cap) and the child never blocks on a full pipe. The kept bytes are an
-exact prefix; no marker text is appended.
+Output: each pipe is read on the event loop in chunks and fed to the exec's
+:class:`~mango.provider.output.ExecChannel`, which keeps an exact prefix of at
+most the cap per stream and drops the rest (no marker text is appended). While
+the channel's queue is full (a slow streaming consumer) the pipe is not read,
+so the command waits instead of memory growing; past the cap nothing is
+queued, so the pipe drains and the child never blocks on it.
 """
 
 from __future__ import annotations
@@ -34,17 +36,15 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import attrs
-
-from mango.domain.values import ExecResult
+from mango.provider import ExecResult, OutputStream
+from mango.provider.execution import ExecHandle
+from mango.provider.output import ExecChannel
 
 __all__ = [
     "PIPE_DRAIN_SECONDS",
     "REAP_TIMEOUT_SECONDS",
     "SAFE_PATH",
     "TERM_GRACE_SECONDS",
-    "ExecTracker",
-    "RunHandle",
     "kill_group",
     "run_command",
 ]
@@ -69,16 +69,22 @@ def kill_group(pgid: int, signo: signal.Signals) -> None:
         os.killpg(pgid, signo)
 
 
-class _CappedReader:
-    """Reads one pipe on the event loop, keeps the first ``cap`` bytes, discards the rest."""
+class _PipeReader:
+    """Reads one pipe on the event loop into the channel; pauses while its queue is full."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, cap: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fd: int,
+        channel: ExecChannel,
+        stream: OutputStream,
+    ) -> None:
         self._loop = loop
         self._fd = fd
-        self._cap = cap
+        self._channel = channel
+        self._stream = stream
         self._open = True
-        self.data = bytearray()
-        self.truncated = False
+        self._reading = True
         self.eof: asyncio.Future[None] = loop.create_future()
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._on_readable)
@@ -93,17 +99,27 @@ class _CappedReader:
         if not chunk:
             self.close()
             return
-        room = self._cap - len(self.data)
-        if len(chunk) > room:
-            self.truncated = True
-            chunk = chunk[: max(room, 0)]
-        self.data += chunk
+        self._channel.feed(self._stream, chunk)
+        if not self._channel.has_room:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+            self._channel.call_when_room(self._resume)
+
+    def _resume(self) -> None:
+        if self._open and not self._reading:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def read_freely(self) -> None:
+        """After a kill: no more backpressure, read what is left (the cap still applies)."""
+        self._channel.release_window()
 
     def close(self) -> None:
         """Stop reading and close the pipe; idempotent."""
         if self._open:
             self._open = False
-            self._loop.remove_reader(self._fd)
+            if self._reading:
+                self._loop.remove_reader(self._fd)
             os.close(self._fd)
         if not self.eof.done():
             self.eof.set_result(None)
@@ -142,65 +158,6 @@ class _StdinWriter:
             self._pending = memoryview(b"")
 
 
-@attrs.define(eq=False)
-class RunHandle:
-    """One command of a sandbox, as :meth:`ExecTracker.terminate` sees it."""
-
-    destroyed: bool = False
-    """Set when the sandbox was destroyed while the command was pending or running."""
-    pgid: int | None = None
-    """The command's process group, once it is started."""
-    kill_requested: asyncio.Event = attrs.field(factory=asyncio.Event)
-    finished: asyncio.Event = attrs.field(factory=asyncio.Event)
-
-    def destroy(self) -> None:
-        """Kill the command's process group now and tell its exec to finish up."""
-        self.destroyed = True
-        if self.pgid is not None:
-            kill_group(self.pgid, signal.SIGKILL)
-        self.kill_requested.set()
-
-
-@attrs.define
-class ExecTracker:
-    """The commands running per sandbox, so that destroy can terminate them.
-
-    It covers commands started through one provider instance; the local
-    provider keeps no cross-process record (pids are not durable identities).
-    """
-
-    _runs: dict[str, set[RunHandle]] = attrs.field(factory=dict, init=False)
-
-    def register(self, key: str) -> RunHandle:
-        """Track a new command of sandbox ``key``."""
-        handle = RunHandle()
-        self._runs.setdefault(key, set()).add(handle)
-        return handle
-
-    def unregister(self, key: str, handle: RunHandle) -> None:
-        """Forget a command that has finished, and wake whoever waits for it."""
-        runs = self._runs.get(key)
-        if runs is not None:
-            runs.discard(handle)
-            if not runs:
-                del self._runs[key]
-        handle.finished.set()
-
-    async def terminate(self, key: str, timeout: float) -> None:
-        """Kill every command of sandbox ``key`` and wait (bounded) until their execs return."""
-        handles = list(self._runs.get(key, ()))
-        for handle in handles:
-            handle.destroy()
-        if not handles:
-            return
-        waiters = [asyncio.ensure_future(handle.finished.wait()) for handle in handles]
-        try:
-            await asyncio.wait(waiters, timeout=timeout)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-
-
 def _exit_code(returncode: int | None) -> int:
     if returncode is None:
         return -1
@@ -208,20 +165,24 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _spawn_failure(program: str, exc: OSError, cap: int) -> ExecResult:
+def _spawn_failure(program: str, exc: OSError, channel: ExecChannel) -> ExecResult:
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
         code = 127
         reason = "No such file or directory" if "/" in program else "command not found"
     else:
         code = 126
         reason = exc.strerror or type(exc).__name__
-    message = f"mango: {program}: {reason}\n".encode("utf-8", "backslashreplace")
-    return ExecResult(stderr=message[:cap], exit_code=code, stderr_truncated=len(message) > cap)
+    channel.feed(
+        OutputStream.STDERR, f"mango: {program}: {reason}\n".encode("utf-8", "backslashreplace")
+    )
+    return channel.result(exit_code=code)
 
 
 async def _reap_and_drain(
-    process: asyncio.subprocess.Process, readers: Sequence[_CappedReader]
+    process: asyncio.subprocess.Process, readers: Sequence[_PipeReader]
 ) -> None:
+    for reader in readers:
+        reader.read_freely()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(process.wait(), REAP_TIMEOUT_SECONDS)
     await asyncio.wait([reader.eof for reader in readers], timeout=PIPE_DRAIN_SECONDS)
@@ -229,8 +190,8 @@ async def _reap_and_drain(
 
 async def _supervise(
     process: asyncio.subprocess.Process,
-    readers: Sequence[_CappedReader],
-    handle: RunHandle,
+    readers: Sequence[_PipeReader],
+    handle: ExecHandle,
     deadline: float | None,
 ) -> _Outcome:
     """Wait until the command finishes, times out or is killed by destroy."""
@@ -274,10 +235,12 @@ async def run_command(
     env: Mapping[str, str],
     cwd: str,
     timeout: float | None,
-    max_output_bytes: int,
-    handle: RunHandle,
+    channel: ExecChannel,
+    handle: ExecHandle,
 ) -> ExecResult:
-    """Run ``argv`` in ``cwd`` with exactly ``env`` and return what it produced.
+    """Run ``argv`` in ``cwd`` with exactly ``env``, feeding its output to ``channel``.
+
+    Returns the final result (exit code and flags, no output bytes).
 
     A program that cannot be started gives exit code 127 (not found) or 126
     (not executable) with a message on stderr, as a shell would. An
@@ -287,13 +250,13 @@ async def run_command(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     child_fds: list[int] = []
-    readers: list[_CappedReader] = []
+    readers: list[_PipeReader] = []
     writer: _StdinWriter | None = None
     try:
-        for _ in range(2):
+        for stream in (OutputStream.STDOUT, OutputStream.STDERR):
             read_end, write_end = os.pipe()
             child_fds.append(write_end)
-            readers.append(_CappedReader(loop, read_end, max_output_bytes))
+            readers.append(_PipeReader(loop, read_end, channel, stream))
         stdin_target: int = asyncio.subprocess.DEVNULL
         if stdin:
             read_end, write_end = os.pipe()
@@ -313,24 +276,18 @@ async def run_command(
         except OSError as exc:
             if exc.filename == cwd:
                 raise
-            return _spawn_failure(argv[0], exc, max_output_bytes)
+            return _spawn_failure(argv[0], exc, channel)
         finally:
             # The child holds its own copies; ours must go so end-of-file can happen.
             while child_fds:
                 os.close(child_fds.pop())
         # start_new_session: the child called setsid(), so its pgid is its pid.
-        handle.pgid = process.pid
-        if handle.destroyed:
-            kill_group(process.pid, signal.SIGKILL)
+        pgid = process.pid
+        handle.set_kill(lambda: kill_group(pgid, signal.SIGKILL))
         outcome = await _supervise(process, readers, handle, deadline)
-        stdout, stderr = readers
-        return ExecResult(
-            stdout=bytes(stdout.data),
-            stderr=bytes(stderr.data),
+        return channel.result(
             exit_code=_exit_code(process.returncode) if outcome == "finished" else -1,
             timed_out=outcome == "timed_out",
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
             cancelled=outcome != "finished" and handle.destroyed,
         )
     finally:

@@ -10,7 +10,6 @@ from typing import Any
 
 import attrs
 
-from mango.local.execution import ExecTracker
 from mango.local.layout import (
     PROVIDER_NAME,
     check_base_dir,
@@ -31,6 +30,7 @@ from mango.provider import (
     SandboxSpec,
     validate_session_id,
 )
+from mango.provider.execution import ExecTracker
 from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from pathlib import Path
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable, SandboxNotFound
-from mango.domain.values import Command, ExecResult, SandboxRef, SandboxSpec
-from mango.local.execution import SAFE_PATH, ExecTracker, run_command
+from mango.local.execution import SAFE_PATH, run_command
 from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
 from mango.local.layout import remove_session_dir, workspace_root
-from mango.provider import PathPolicy
+from mango.provider import (
+    Command,
+    ExecResult,
+    InvalidInput,
+    PathPolicy,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+)
+from mango.provider.execution import ExecTracker, StreamedExec, checkpoint
+from mango.provider.output import ExecChannel
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -21,28 +29,16 @@ DESTROY_WAIT_SECONDS = 10.0
 """How long destroy waits for killed commands to be reaped before removing the tree."""
 
 
-async def checkpoint() -> None:
-    """Raise :class:`asyncio.CancelledError` now if the current task is being cancelled.
-
-    Called before any side effect, so a task cancelled before the call runs
-    nothing (a thread started by :func:`asyncio.to_thread` would run to the end).
-    """
-    await asyncio.sleep(0)
-
-
-def _effective_timeout(command: Command, spec: SandboxSpec) -> float | None:
-    timeout = command.timeout if command.timeout is not None else spec.timeout
-    if timeout is None or math.isinf(timeout):
-        return None
-    if math.isnan(timeout):
-        # The value objects accept NaN; a NaN deadline would corrupt the loop's timer heap.
-        raise InvalidInput("timeout must be a positive number, got nan")
-    return float(timeout)
-
-
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class LocalSandbox:
+class LocalSandbox(StreamedExec):
     """One local sandbox, obtained from :class:`~mango.local.LocalProvider`.
+
+    ``exec`` and ``exec_stream`` run a command as a host process group in the
+    workspace. The environment is exactly ``PATH``, ``HOME`` (the workspace
+    root) and ``command.env``; stdin is ``command.stdin`` or ``/dev/null``.
+    See :mod:`mango.local.execution` for timeout, cancellation and output
+    caps. :class:`PathEscapeError` if ``command.cwd`` goes through a symlink,
+    :class:`SandboxNotFound` if the sandbox is gone.
 
     Commands run as host processes of the worker's user, in the workspace
     directory: this is **not an isolation boundary** (see :mod:`mango.local`).
@@ -76,22 +72,10 @@ class LocalSandbox:
         """The spec this client was created or attached with."""
         return self._spec
 
-    async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` as a host process group in the workspace.
-
-        The environment is exactly ``PATH``, ``HOME`` (the workspace root) and
-        ``command.env``; stdin is ``command.stdin`` or ``/dev/null``. The
-        timeout is ``command.timeout``, else the spec's, else none. See
-        :mod:`mango.local.execution` for timeout, cancellation and output caps.
-        Raises :class:`PathEscapeError` if ``command.cwd`` goes through a
-        symlink and :class:`SandboxNotFound` if the sandbox is gone.
-        """
-        if not isinstance(command, Command):
-            raise InvalidInput(f"exec() takes a Command, got {type(command).__name__}")
-        await checkpoint()
-        timeout = _effective_timeout(command, self._spec)
-        handle = self._tracker.register(str(self._session_dir))
-        try:
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
+        with self._tracker.track(str(self._session_dir)) as handle:
             # The root needs no walk (a vanished root surfaces as an OSError on
             # start); skipping the thread hop keeps the common exec cheap.
             cwd = (
@@ -100,7 +84,7 @@ class LocalSandbox:
                 else self.root
             )
             if handle.destroyed:
-                return ExecResult(exit_code=-1, cancelled=True)
+                return channel.result(exit_code=-1, cancelled=True)
             env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
             try:
                 return await run_command(
@@ -109,15 +93,13 @@ class LocalSandbox:
                     env=env,
                     cwd=cwd,
                     timeout=timeout,
-                    max_output_bytes=self._max_output_bytes,
+                    channel=channel,
                     handle=handle,
                 )
             except OSError as exc:
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
-        finally:
-            self._tracker.unregister(str(self._session_dir), handle)
 
     async def read_file(self, path: str) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
