@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pluggy
 
-from mango.domain.capabilities import CapabilitySet
-from mango.domain.ports import Provider
-from mango.domain.registry import (
+from mango.provider import (
+    CapabilitySet,
     ConformanceTarget,
     ConformanceTargetRegistry,
+    Provider,
     ProviderContext,
     ProviderRegistration,
     ProviderRegistry,

@@ -27,7 +27,6 @@ import stat
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from mango.domain.paths import split_workspace_path
 from mango.provider import (
     CapabilitySet,
     Command,
@@ -42,6 +41,7 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    split_workspace_path,
 )
 from mango.provider.execution import StreamedExec
 from mango.provider.output import ExecChannel

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from mango.domain.registry import ConformanceTarget
 from mango.plugins import load_plugins
+from mango.provider import ConformanceTarget
 from mango_conformance.options import SuiteOptions
 from mango_conformance.suite import ProviderSuite
 

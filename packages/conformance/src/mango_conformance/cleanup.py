@@ -6,9 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from mango.domain.errors import SandboxNotFound
-from mango.domain.ports import Provider, Sandbox
-from mango.domain.values import SandboxSpec
+from mango.provider import Provider, Sandbox, SandboxNotFound, SandboxSpec
 from mango_conformance.ledger import Leak, LeakLedger
 
 __all__ = ["destroy_or_record", "retire_uncertain"]

@@ -23,9 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from mango.domain.errors import MangoError
-from mango.domain.registry import ConformanceTargetRegistry
 from mango.plugins import load_plugins
+from mango.provider import ConformanceTargetRegistry, MangoError
 from mango_conformance.profiles import PROFILES
 
 __all__ = ["USAGE_ERROR", "build_parser", "main"]

@@ -7,10 +7,15 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
-from mango.domain.errors import is_permanent
-from mango.domain.ports import Provider, Sandbox
-from mango.domain.registry import ConformanceTarget
-from mango.domain.values import Command, ExecResult, SandboxRef
+from mango.provider import (
+    Command,
+    ConformanceTarget,
+    ExecResult,
+    Provider,
+    Sandbox,
+    SandboxRef,
+    is_permanent,
+)
 from mango_conformance.bridge import AsyncBridge
 from mango_conformance.cleanup import destroy_or_record, retire_uncertain
 from mango_conformance.keys import new_session_key

@@ -11,7 +11,7 @@ import threading
 
 import attrs
 
-from mango.domain.values import SandboxRef
+from mango.provider import SandboxRef
 
 __all__ = ["Leak", "LeakLedger", "current_ledger", "set_current_ledger"]
 

@@ -29,8 +29,13 @@ import posixpath
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from mango.domain.errors import OwnershipError, PathEscapeError, SandboxNotFound, is_permanent
-from mango.domain.values import SandboxRef
+from mango.provider import (
+    OwnershipError,
+    PathEscapeError,
+    SandboxNotFound,
+    SandboxRef,
+    is_permanent,
+)
 from mango_conformance.machine_base import MachineBase
 from mango_conformance.model import ALL_PATHS, ESCAPES, MachineLimits, expect
 from mango_conformance.scripts import CAT_ARG, EXIT_WITH, TOUCH, sh_command

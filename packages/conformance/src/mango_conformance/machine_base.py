@@ -23,9 +23,7 @@ from typing import ClassVar, Self, TypeVar, cast
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
-from mango.domain.errors import is_permanent
-from mango.domain.ports import Provider, Sandbox
-from mango.domain.registry import ConformanceTarget
+from mango.provider import ConformanceTarget, Provider, Sandbox, is_permanent
 from mango_conformance.bridge import AsyncBridge
 from mango_conformance.cleanup import destroy_or_record, retire_uncertain
 from mango_conformance.keys import new_session_key, run_id

@@ -9,8 +9,7 @@ import attrs
 from hypothesis import note
 from hypothesis.errors import InvalidArgument
 
-from mango.domain.ports import Sandbox
-from mango.domain.values import SandboxRef
+from mango.provider import Sandbox, SandboxRef
 from mango_conformance.profiles import Profile
 
 __all__ = [

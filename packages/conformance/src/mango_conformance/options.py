@@ -8,9 +8,7 @@ from typing import Any
 
 import attrs
 
-from mango.domain.capabilities import CapabilitySet
-from mango.domain.values import SandboxSpec
-from mango.provider import ProviderRegistration, Quirk
+from mango.provider import CapabilitySet, ProviderRegistration, Quirk, SandboxSpec
 
 __all__ = ["LIVE_TRUE_VALUES", "SuiteOptions", "live_enabled", "live_env_var"]
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from mango.domain.ports import Sandbox
-from mango.domain.values import Command
+from mango.provider import Command, Sandbox
 
 __all__ = [
     "CAT_ARG",

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mango.domain.capabilities import Capability
-from mango.domain.registry import ConformanceTarget
+from mango.provider import Capability, ConformanceTarget
 from mango_conformance.checks.capabilities import CapabilityChecks, declared_capabilities
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.parity import ParityChecks

@@ -14,8 +14,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from mango.domain.ports import Provider
-from mango.domain.registry import ConformanceTarget
+from mango.provider import ConformanceTarget, Provider
 
 __all__ = ["as_target", "provider_target"]
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import attrs
 
-from mango.domain.errors import InvalidInput
-from mango.domain.values import NetworkMode, SandboxSpec
+from mango.provider import InvalidInput, NetworkMode, SandboxSpec
 from mango_provider_docker.execution import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
 

@@ -30,7 +30,7 @@ import attrs
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 
-from mango.domain.errors import ConfigurationError, ProviderUnavailable, SandboxNotFound
+from mango.provider import ConfigurationError, ProviderUnavailable, SandboxNotFound
 from mango_provider_docker.errors import DAEMON_HINT, engine_errors, translate_docker_error
 
 __all__ = [

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from mango.domain.capabilities import Capability, CapabilitySet
-from mango.domain.ports import (
+from mango.provider import (
+    Capability,
+    CapabilitySet,
     FileResourceSandbox,
     LimitedNetworkSandbox,
     MemoryStoreSandbox,

@@ -17,16 +17,18 @@ import time
 import attrs
 import pytest
 
-from mango.domain.errors import (
+from mango.provider import (
+    Command,
+    ExecResult,
     InvalidInput,
     MangoError,
     PathEscapeError,
     PermanentError,
+    Quirk,
     SandboxNotFound,
+    SandboxRef,
     is_permanent,
 )
-from mango.domain.values import Command, ExecResult, SandboxRef
-from mango.provider import Quirk
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.keys import run_id

@@ -13,14 +13,16 @@ import asyncio
 
 import pytest
 
-from mango.domain.errors import (
+from mango.provider import (
+    Command,
     OwnershipError,
     PathEscapeError,
+    Sandbox,
     SandboxNotFound,
+    SandboxRef,
     is_permanent,
+    validate_provider_name,
 )
-from mango.domain.ports import Sandbox
-from mango.domain.values import Command, SandboxRef, validate_provider_name
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.scripts import TOUCH

@@ -44,7 +44,11 @@ from mango.domain.errors import (
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
-from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
+from mango.domain.paths import (
+    normalize_workspace_dir,
+    normalize_workspace_path,
+    split_workspace_path,
+)
 from mango.domain.ports import (
     FileResourceSandbox,
     KeepAliveSandbox,
@@ -77,6 +81,7 @@ from mango.domain.values import (
     PackagePlan,
     SandboxRef,
     SandboxSpec,
+    validate_provider_name,
     validate_session_id,
 )
 from mango.provider.paths import (
@@ -153,7 +158,9 @@ __all__ = [
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "session_key_hash",
+    "split_workspace_path",
     "state_dir",
+    "validate_provider_name",
     "validate_session_id",
 ]
 
