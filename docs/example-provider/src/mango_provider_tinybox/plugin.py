@@ -7,8 +7,6 @@ and only when ``MANGO_SANDBOX=tinybox`` selects this provider.
 
 from __future__ import annotations
 
-import pluggy
-
 from mango.provider import (
     CapabilitySet,
     ConformanceTarget,
@@ -19,11 +17,10 @@ from mango.provider import (
     ProviderRegistry,
     SettingSpec,
     SupportLevel,
+    hookimpl,
 )
 
 __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
-
-hookimpl = pluggy.HookimplMarker("mango")
 
 
 def _open_provider(context: ProviderContext) -> Provider:
@@ -35,7 +32,7 @@ def _open_provider(context: ProviderContext) -> Provider:
 
 @hookimpl
 def mango_register_providers(registry: ProviderRegistry) -> None:
-    """Register ``tinybox``: no optional capabilities, experimental."""
+    """Register ``tinybox``: no optional capabilities, preview."""
     registry.add(
         ProviderRegistration(
             name="tinybox",

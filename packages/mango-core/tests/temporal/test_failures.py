@@ -44,6 +44,8 @@ SAMPLES: dict[str, Any] = {
     "status": 503,
     "retry_after": 2.5,
     "excerpt": "quota exceeded",
+    "size": 8 * 1024**3,
+    "limit": 16 * 1024**2,
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 

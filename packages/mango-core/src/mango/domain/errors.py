@@ -16,6 +16,7 @@ message text::
     ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
     └── PermanentError             a retry on the same worker cannot fix it
         ├── RemoteRejected         a remote API refused the request with a 4xx; has status, excerpt
+        ├── FileTooLarge           a file is larger than the read bound; has size, limit
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
         │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
@@ -55,6 +56,7 @@ __all__ = [
     "AdmissionRejected",
     "CapabilityNotSupported",
     "ConfigurationError",
+    "FileTooLarge",
     "InvalidInput",
     "InvalidPathError",
     "InvalidTransition",
@@ -204,6 +206,21 @@ class PermanentError(MangoError):
     """
 
     permanent = True
+
+
+class FileTooLarge(PermanentError):
+    """A file is larger than the bound a buffered read accepts.
+
+    Permanent for that bound: the same read fails the same way. ``size`` is
+    the file's size when it was checked (or the bytes seen so far, for a file
+    that grew), ``limit`` the bound; stream the file with ``open_file``
+    instead, or raise the bound.
+    """
+
+    def __init__(self, message: str, *, size: int, limit: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.size = size
+        self.limit = limit
 
 
 class RemoteRejected(PermanentError):

@@ -93,12 +93,26 @@ class Sandbox(Protocol):
         """
         ...
 
-    async def read_file(self, path: str) -> bytes:
-        """Return the bytes of a regular file.
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Return the bytes of a regular file of at most ``max_bytes``.
 
-        Raises :class:`FileNotFoundError` if it does not exist, a
+        Bounded at the source: the size is checked first and the content is
+        read in chunks, stopping past the bound, so memory stays O(bound) even
+        for a sparse or growing file. ``max_bytes=None`` means the provider's
+        read cap (``MANGO_MAX_READ_BYTES``). Raises :class:`FileTooLarge`
+        (with ``size`` and ``limit``) past the bound: use :meth:`open_file` for
+        large files. Raises :class:`FileNotFoundError` if it does not exist, a
         :class:`PermanentError` if it is not a regular file, and
         :class:`PathEscapeError` for escapes.
+        """
+        ...
+
+    def open_file(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Stream a regular file's bytes in chunks, whatever its size.
+
+        ``async with sandbox.open_file(path) as chunks: async for chunk in chunks``.
+        Memory stays O(chunk); leaving the block early releases the transfer.
+        The same path rules and errors as :meth:`read_file` (raised on entry).
         """
         ...
 

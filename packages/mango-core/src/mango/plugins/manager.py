@@ -13,6 +13,7 @@ import pluggy
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import ConformanceTargetRegistry, ProviderRegistry
 from mango.plugins import hookspecs
+from mango.provider import hookimpl as provider_hookimpl
 
 __all__ = [
     "DISABLE_PLUGINS_ENV",
@@ -29,7 +30,8 @@ DISABLE_PLUGINS_ENV = "MANGO_DISABLE_PLUGINS"
 _ALL = frozenset({"1", "true", "yes", "all"})
 
 hookspec = hookspecs.hookspec
-hookimpl = pluggy.HookimplMarker("mango")
+hookimpl = provider_hookimpl
+"""The marker of the provider surface (:data:`mango.provider.hookimpl`), re-exported."""
 
 
 def _builtin_plugins() -> list[ModuleType]:

@@ -31,6 +31,7 @@ from mango.config import (
 from mango.domain.capabilities import Capability, CapabilitySet, admit
 from mango.domain.errors import (
     ConfigurationError,
+    FileTooLarge,
     InvalidInput,
     InvalidPathError,
     MangoError,
@@ -113,6 +114,7 @@ __all__ = [
     "ExecResult",
     "ExtraRoot",
     "FileResourceSandbox",
+    "FileTooLarge",
     "InvalidInput",
     "InvalidPathError",
     "KeepAliveSandbox",

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import pluggy
 
 from mango.domain.registry import (
     ConformanceTarget,
@@ -25,10 +24,9 @@ from mango.domain.registry import (
     ProviderRegistration,
     ProviderRegistry,
 )
+from mango.provider import hookimpl
 
 __all__ = ["ProviderPlugin"]
-
-_hookimpl = pluggy.HookimplMarker("mango")
 
 
 @attrs.frozen
@@ -42,12 +40,12 @@ class ProviderPlugin:
         """``(mango_register_providers, mango_register_conformance_targets)`` for a module."""
         return self.mango_register_providers, self.mango_register_conformance_targets
 
-    @_hookimpl
+    @hookimpl
     def mango_register_providers(self, registry: ProviderRegistry) -> None:
         """Add the registration."""
         registry.add(self.registration)
 
-    @_hookimpl
+    @hookimpl
     def mango_register_conformance_targets(self, registry: ConformanceTargetRegistry) -> None:
         """Add the conformance target, if there is one."""
         if self.target is not None:
