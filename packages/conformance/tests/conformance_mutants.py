@@ -297,6 +297,35 @@ class StreamLeavesOrphans(WrappedProvider):
     sandbox_class = OrphaningStreamSandbox
 
 
+def _exit_zero(result: ExecResult) -> ExecResult:
+    if result.timed_out or result.cancelled:
+        return result  # -1 by mango's own rule, not an exit status the backend read
+    return attrs.evolve(result, exit_code=0)
+
+
+class ExitZeroSandbox(WrappedSandbox):
+    """Every command that ran to its end reports exit code 0, on both exec paths."""
+
+    async def exec(self, command: Command) -> ExecResult:
+        return _exit_zero(await self.inner.exec(command))
+
+    @contextlib.asynccontextmanager
+    async def exec_stream(self, command: Command) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+        async with self.inner.exec_stream(command) as events:
+
+            async def rewritten() -> AsyncIterator[ExecEvent]:
+                async for event in events:
+                    yield _exit_zero(event) if isinstance(event, ExecResult) else event
+
+            yield rewritten()
+
+
+class ExecIgnoresExitCodes(WrappedProvider):
+    """The backend never reads a command's exit status: every exit is 0."""
+
+    sandbox_class = ExitZeroSandbox
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -314,6 +343,7 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "leader-only-kill": LeaderOnlyKill,
     "stream-after-exit": StreamAfterExit,
     "stream-leaves-orphans": StreamLeavesOrphans,
+    "exec-ignores-exit-codes": ExecIgnoresExitCodes,
 }
 """Each mutant's factory, by name."""
 

@@ -58,6 +58,12 @@ CAUGHT_BY: dict[str, set[str]] = {
     },
     "stream-after-exit": {"test_stream_delivers_output_before_the_command_ends"},
     "stream-leaves-orphans": {"test_leaving_the_stream_early_kills_the_tree"},
+    "exec-ignores-exit-codes": {
+        "test_l02d_non_zero_exit_is_data",
+        "test_missing_program_exits_127",
+        "test_stream_parity_non_zero_exit",
+        MACHINE,
+    },
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 
@@ -114,3 +120,64 @@ def test_declared_quirk_relaxes_exactly_its_checks(
     result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", " or ".join(checks))
     found = outcomes(result)
     assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
+
+
+def _section(result: pytest.RunResult) -> list[str]:
+    """The lines of the ``mango-conformance`` terminal section."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if "= mango-conformance =" in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return lines[start + 1 : end]
+
+
+def test_ignored_exit_codes_fail_only_the_exit_code_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+) -> None:
+    """Every exit reported as 0 fails exactly the exit-code checks, each blaming exit codes."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="exec-ignores-exit-codes"))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "--mango-no-shrink")
+    failed = {name for name, outcome in outcomes(result).items() if outcome == "failed"}
+    assert failed == CAUGHT_BY["exec-ignores-exit-codes"]
+    section = _section(result)
+    reasons = [line for line in section if line.startswith("failed: ")]
+    assert len(reasons) == len(failed)
+    assert all("exit code" in line for line in reasons), reasons
+    assert section[-1] == (
+        "NOT conformant: 4 check(s) failed ("
+        + ", ".join(name for name in (line.split(": ")[1] for line in reasons))
+        + ")"
+    )
+
+
+def test_a_passing_run_ends_with_conformant(
+    suite_pytester: pytest.Pytester,
+) -> None:
+    """A provider that keeps the contract: the section's last line says conformant, and counts."""
+    suite_pytester.makepyfile(
+        test_local="""
+import pytest
+from mango.plugins import load_plugins
+from mango_conformance import ProviderSuite
+
+
+class TestLocal(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return load_plugins(entry_points=False).conformance_targets().get("local")
+"""
+    )
+    result = suite_pytester.runpytest(
+        "--mango-profile=offline-ci", "--mango-max-examples=3", "-k", "l02 or state_machine"
+    )
+    result.assert_outcomes(passed=7)
+    result.stdout.fnmatch_lines(
+        [
+            "mango-conformance: lifecycle machine (local): up to 3 examples of up to 40 steps *",
+            "mango-conformance: lifecycle machine (local): 1 example(s) run, * provider calls, * s",
+            "mango-conformance: lifecycle machine (local): passed after 3 example(s), *",
+        ]
+    )
+    last = _section(result)[-1]
+    assert last.startswith("conformant with 0 waiver(s): 7 check(s) passed, 0 skipped, ")
+    assert last.endswith(" deselected (not a full run)")

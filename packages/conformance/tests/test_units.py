@@ -13,7 +13,7 @@ from hypothesis import Phase
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 import mango_conformance
-from mango.domain.registry import ConformanceTarget
+from mango.domain.registry import ConformanceTarget, TargetCost
 from mango.local import LocalProvider
 from mango_conformance.bridge import AsyncBridge, SlowOperation
 from mango_conformance.keys import MAX_KEY_LENGTH, new_session_key, run_id
@@ -21,6 +21,7 @@ from mango_conformance.ledger import LeakLedger
 from mango_conformance.machine import ALL_PATHS, LifecycleMachine
 from mango_conformance.options import SuiteOptions, live_enabled, live_env_var
 from mango_conformance.profiles import PROFILES, machine_settings
+from mango_conformance.progress import MachineProgress
 from mango_conformance.waivers import WaiverError, match_waiver, parse_waivers
 
 
@@ -91,6 +92,63 @@ def test_machine_settings_overrides() -> None:
     assert (chosen.max_examples, chosen.stateful_step_count) == (2, 3)
     assert Phase.shrink not in chosen.phases
     assert not chosen.report_multiple_bugs
+
+
+@pytest.mark.parametrize(
+    ("profile", "process", "container"),
+    [
+        ("offline-dev", (200, 50), (30, 40)),
+        ("offline-ci", (100, 40), (20, 40)),
+        ("live-smoke", (3, 10), (3, 10)),
+        ("live-nightly", (12, 20), (12, 20)),
+    ],
+)
+def test_the_budget_follows_the_target_cost(
+    profile: str, process: tuple[int, int], container: tuple[int, int]
+) -> None:
+    """A container target gets the profile's container budget; flags still override it."""
+    for cost, expected in ((TargetCost.PROCESS, process), (TargetCost.CONTAINER, container)):
+        chosen = machine_settings(PROFILES[profile], provider="x", database_dir=None, cost=cost)
+        assert (chosen.max_examples, chosen.stateful_step_count) == expected
+    forced = machine_settings(
+        PROFILES[profile],
+        provider="x",
+        database_dir=None,
+        cost=TargetCost.CONTAINER,
+        max_examples=7,
+        stateful_steps=8,
+    )
+    assert (forced.max_examples, forced.stateful_step_count) == (7, 8)
+
+
+def test_docker_registers_a_container_target() -> None:
+    """mango-conformance run docker sizes its run for containers."""
+    from mango_provider_docker.settings import CONFORMANCE_TARGET
+
+    assert CONFORMANCE_TARGET.cost is TargetCost.CONTAINER
+    assert mango_conformance.provider_target("x", LocalProvider).cost is TargetCost.PROCESS
+
+
+def test_progress_prints_the_first_example_then_at_most_one_line_per_interval() -> None:
+    """Start, the first example, then one line per interval, and the end: never silent for long."""
+    lines: list[str] = []
+    now = [100.0]
+    progress = MachineProgress(
+        lines.append, provider="acme", max_examples=30, steps=40, clock=lambda: now[0]
+    )
+    progress.start()
+    for seconds in (0.5, 1.0, 2.0, 6.0, 7.0, 11.5):
+        now[0] = 100.0 + seconds
+        progress.example_done(calls=10)
+    progress.finish("passed")
+    prefix = "mango-conformance: lifecycle machine (acme): "
+    assert lines == [
+        prefix + "up to 30 examples of up to 40 steps (shrinking a failure runs more)",
+        prefix + "1 example(s) run, 10 provider calls, 0 s",
+        prefix + "4 example(s) run, 40 provider calls, 6 s",
+        prefix + "6 example(s) run, 60 provider calls, 12 s",
+        prefix + "passed after 6 example(s), 60 provider calls, 12 s",
+    ]
 
 
 def test_live_gate_reads_the_provider_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mango.domain.registry import ConformanceTarget
+from mango.domain.registry import ConformanceTarget, TargetCost
 from mango.domain.values import SandboxSpec
 from mango.plugins import load_plugins
 from mango_conformance import ProviderSuite, SuiteOptions, provider_target
@@ -17,13 +17,6 @@ from .conftest import make_provider
 pytestmark = pytest.mark.docker
 
 
-STATE_MACHINE_EXAMPLES = 20
-"""Examples of the lifecycle machine per run: every container operation costs tens of
-milliseconds, so the default profile's 200 would take about eight minutes here. Deeper runs:
-``--mango-max-examples 200 --mango-steps 50`` (the command-line flags win)."""
-STATE_MACHINE_STEPS = 40
-
-
 class TestDockerProvider(ProviderSuite):
     """The Docker provider passes every check, with a timeout that keeps the sandbox."""
 
@@ -32,7 +25,11 @@ class TestDockerProvider(ProviderSuite):
         def factory(scratch: Path) -> DockerProvider:
             return make_provider(scratch / "docker", test_image)
 
-        return provider_target("docker", factory, description="test daemon, busybox image")
+        # A container target: the profile gives the lifecycle machine its container budget
+        # (offline-ci: 20 examples of 40 steps). Deeper runs: --mango-max-examples 200.
+        return provider_target(
+            "docker", factory, description="test daemon, busybox image", cost=TargetCost.CONTAINER
+        )
 
     @pytest.fixture
     def conformance_options(self) -> SuiteOptions:
@@ -41,6 +38,4 @@ class TestDockerProvider(ProviderSuite):
             spec=SandboxSpec(timeout=60.0),
             output_cap=DEFAULT_MAX_OUTPUT_BYTES,
             declared_capabilities=registration.capabilities,
-            max_examples=STATE_MACHINE_EXAMPLES,
-            stateful_steps=STATE_MACHINE_STEPS,
         )

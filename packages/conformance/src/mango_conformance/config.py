@@ -34,6 +34,12 @@ class RunConfig:
     """Waived node ids and their reasons."""
     providers: set[str] = attrs.field(factory=set)
     """Provider names the suite ran against."""
+    outcomes: dict[str, str] = attrs.field(factory=dict)
+    """Node id -> ``passed``, ``failed`` or ``skipped`` of every check that ran."""
+    failures: dict[str, str] = attrs.field(factory=dict)
+    """Node id -> the first line of why the check failed."""
+    deselected: int = 0
+    """Checks of the suite that were collected but deselected (``-k``, ``-m``)."""
 
 
 RUN_CONFIG_KEY = pytest.StashKey[RunConfig]()

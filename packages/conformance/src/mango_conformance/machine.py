@@ -38,7 +38,7 @@ from mango.provider import (
 )
 from mango_conformance.machine_base import MachineBase
 from mango_conformance.model import ALL_PATHS, ESCAPES, MachineLimits, expect
-from mango_conformance.scripts import CAT_ARG, EXIT_WITH, TOUCH, sh_command
+from mango_conformance.scripts import CAT_ARG, EXIT_WITH, PATH_STATE, TOUCH, sh_command
 
 __all__ = ["ALL_PATHS", "ESCAPES", "LifecycleMachine", "MachineLimits"]
 
@@ -175,7 +175,7 @@ class LifecycleMachine(MachineBase):
         sandbox = self._draw_handle(data, session).sandbox
         command = sh_command(self.options.shell, EXIT_WITH, token, str(code))
         result = self._call(sandbox.exec(command), f"exec(printf {token}; exit {code})")
-        assert result.exit_code == code, f"exit {result.exit_code}, expected {code}"
+        assert result.exit_code == code, f"exit {code} gave exit code {result.exit_code}"
         assert result.stdout == token.encode(), f"stdout {result.stdout!r}, expected {token!r}"
         assert not result.timed_out
 
@@ -197,9 +197,9 @@ class LifecycleMachine(MachineBase):
             f"write_file({path!r})",
         )
         outside = path if path.startswith("/") else posixpath.join(sandbox.root, path)
-        probe = sh_command(self.options.shell, 'test ! -e "$1"', posixpath.normpath(outside))
-        result = self._call(sandbox.exec(probe), f"exec(test ! -e {outside})")
-        assert result.exit_code == 0, f"the rejected write still created {outside}"
+        probe = sh_command(self.options.shell, PATH_STATE, posixpath.normpath(outside))
+        result = self._call(sandbox.exec(probe), f"exec(test -e {outside})")
+        assert result.stdout == b"absent", f"the rejected write still created {outside}"
 
     @precondition(lambda self: self._can_call() and bool(self._live()))
     @rule(data=st.data(), turns=st.integers(0, 2))

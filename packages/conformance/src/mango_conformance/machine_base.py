@@ -31,6 +31,7 @@ from mango_conformance.ledger import Leak, LeakLedger, current_ledger
 from mango_conformance.model import Handle, MachineLimits, SessionModel, quiet_note
 from mango_conformance.options import SuiteOptions
 from mango_conformance.profiles import DEFAULT_PROFILE, PROFILES
+from mango_conformance.progress import MachineProgress
 
 __all__ = ["MachineBase"]
 
@@ -53,6 +54,8 @@ class MachineBase(RuleBasedStateMachine):
     ledger: ClassVar[LeakLedger | None] = None
     """Where teardown records leaks; ``None`` means the current pytest session's ledger."""
     where: ClassVar[str] = ""
+    progress: ClassVar[MachineProgress | None] = None
+    """Told when each example ends (the suite prints progress from it); None: silent."""
 
     @classmethod
     def bind(
@@ -64,6 +67,7 @@ class MachineBase(RuleBasedStateMachine):
         scratch_dir: Path | None = None,
         ledger: LeakLedger | None = None,
         where: str = "",
+        progress: MachineProgress | None = None,
     ) -> type[Self]:
         """A subclass of this machine bound to ``target``."""
         suffix = "".join(part.capitalize() for part in target.provider.split("-"))
@@ -74,6 +78,7 @@ class MachineBase(RuleBasedStateMachine):
             "scratch_dir": scratch_dir,
             "ledger": ledger,
             "where": where,
+            "progress": progress,
             "__module__": cls.__module__,
         }
         return cast("type[Self]", type(f"{cls.__name__}{suffix}", (cls,), namespace))
@@ -234,6 +239,8 @@ class MachineBase(RuleBasedStateMachine):
             self._bridge.close()
             if len(self._ledger) == self._leaks_before:
                 shutil.rmtree(self._scratch, ignore_errors=True)
+            if self.progress is not None:
+                self.progress.example_done(self._calls)
 
     async def _cleanup(self) -> None:
         limit = self.options.operation_timeout

@@ -25,6 +25,7 @@ Options:
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,9 +42,12 @@ __all__ = [
     "pytest_collection_finish",
     "pytest_collection_modifyitems",
     "pytest_configure",
+    "pytest_deselected",
+    "pytest_runtest_makereport",
     "pytest_sessionfinish",
     "pytest_terminal_summary",
     "pytest_unconfigure",
+    "verdict",
 ]
 
 MARKERS = (
@@ -182,6 +186,55 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_STALE] = tuple(waiver for waiver in run.waivers if waiver not in used)
 
 
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    """Count the suite's deselected checks: a verdict over a subset says so."""
+    suite = [item for item in items if _in_suite(item)]
+    if suite:
+        run_config(suite[0].config).deselected += len(suite)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Record each check's outcome, and why it failed, for the verdict."""
+    report = yield
+    if _in_suite(item):
+        _record(run_config(item.config), report)
+    return report
+
+
+def _record(run: RunConfig, report: pytest.TestReport) -> None:
+    nodeid = report.nodeid
+    if run.outcomes.get(nodeid) == "failed":
+        return  # a teardown after a failed call changes nothing
+    if report.failed:
+        run.outcomes[nodeid] = "failed"
+        run.failures[nodeid] = _reason(report)
+    elif report.skipped:
+        run.outcomes[nodeid] = "skipped"
+    elif report.when == "call":
+        run.outcomes[nodeid] = "passed"
+
+
+_REASON_CHARS = 160
+
+
+def _reason(report: pytest.TestReport) -> str:
+    """The first line of a failure: the check's own assertion message where it has one."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "failed")
+    line = line.removeprefix("AssertionError: ")
+    if report.when != "call":
+        line = f"in {report.when}: {line}"
+    return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 3] + "..."
+
+
+def _check_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Count the selected tests of the suite; zero keeps the plugin silent."""
     run_config(session.config).suite_items = sum(1 for item in session.items if _in_suite(item))
@@ -204,10 +257,35 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def verdict(run: RunConfig, *, leaks: int, stale: int) -> str:
+    """The suite's last line: ``conformant ...`` or ``NOT conformant: <why>``."""
+    reasons = []
+    failed = [_check_name(nodeid) for nodeid in run.failures]
+    if failed:
+        reasons.append(f"{len(failed)} check(s) failed ({', '.join(failed)})")
+    if run.strict and leaks:
+        reasons.append(f"{leaks} sandbox(es) leaked under --mango-strict")
+    if run.strict and stale:
+        reasons.append(f"{stale} stale waiver(s) under --mango-strict")
+    outcomes = list(run.outcomes.values())
+    counts = {outcome: outcomes.count(outcome) for outcome in ("passed", "skipped")}
+    if not reasons and not counts["passed"]:
+        reasons.append(f"no check passed ({counts['skipped']} skipped, none failed)")
+    if reasons:
+        return "NOT conformant: " + "; ".join(reasons)
+    text = f"conformant with {len(run.waived)} waiver(s)"
+    if leaks:
+        text += f" and {leaks} leak(s)"
+    text += f": {counts['passed']} check(s) passed, {counts['skipped']} skipped"
+    if run.deselected:
+        text += f", {run.deselected} deselected (not a full run)"
+    return text
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    """Report the profile, waivers, stale waivers and leaks, if the suite ran."""
+    """Report the profile, waivers, failures, stale waivers and leaks, then one verdict line."""
     run = run_config(config)
     if not run.providers and not len(run.ledger):
         return
@@ -221,14 +299,16 @@ def pytest_terminal_summary(
         write(f"WARNING: stale waiver {waiver.pattern!r} (line {waiver.line}) matches no test")
     for leak in run.ledger.entries:
         write(f"LEAK: {leak.describe()}", red=True)
+    for nodeid, reason in run.failures.items():
+        write(f"failed: {_check_name(nodeid)}: {reason}", red=True)
     leaks, stale = _problems(config)
-    failed = bool(terminalreporter.stats.get("failed")) or bool(terminalreporter.stats.get("error"))
-    if not failed and run.suite_items:
-        verdict = f"conformant with {len(run.waived)} waiver(s)"
-        if leaks:
-            verdict += f" and {leaks} leak(s)"
-        write(verdict, green=not leaks and not run.waived, yellow=bool(leaks or run.waived))
     if run.strict and (leaks or stale):
         write(
             f"--mango-strict: failing the run ({leaks} leak(s), {stale} stale waiver(s))", red=True
         )
+    if not run.suite_items:
+        return
+    line = verdict(run, leaks=leaks, stale=stale)
+    conformant = line.startswith("conformant")
+    warn = bool(leaks or run.waived or run.deselected)
+    write(line, green=conformant and not warn, yellow=conformant and warn, red=not conformant)

@@ -2,14 +2,21 @@
 
 Four profiles, chosen with ``--mango-profile`` or ``MANGO_CONFORMANCE_PROFILE``:
 
-================ ============ ===== ============ =========== ==========================
-profile          max_examples steps derandomize  max live    notes
-================ ============ ===== ============ =========== ==========================
-``offline-dev``  200          50    no           4           deep checks, example DB
-``offline-ci``   100          40    yes          4           deep checks, stable in CI
-``live-smoke``   3            10    yes          2           no shrinking, 64-byte files
-``live-nightly`` 12           20    no           3           shrinking, print_blob
-================ ============ ===== ============ =========== ==========================
+================ ============ =========== ============ =========== ==========================
+profile          examples x   container   derandomize  max live    notes
+                 steps        target
+================ ============ =========== ============ =========== ==========================
+``offline-dev``  200 x 50     30 x 40     no           4           deep checks, example DB
+``offline-ci``   100 x 40     20 x 40     yes          4           deep checks, stable in CI
+``live-smoke``   3 x 10       3 x 10      yes          2           no shrinking, 64-byte files
+``live-nightly`` 12 x 20      12 x 20     no           3           shrinking, print_blob
+================ ============ =========== ============ =========== ==========================
+
+The budget follows the target's cost (``ConformanceTarget.cost``): a
+container operation costs tens of milliseconds, so 200 examples of 50 steps
+would take about eight minutes against Docker; 30 of 40 take about one and
+a half, and the whole default run a little over two. ``--mango-max-examples``
+and ``--mango-steps`` override either budget.
 
 Every profile sets ``deadline=None`` (the whole machine run is one Hypothesis
 example, so a deadline would bound the run, not a step) and suppresses the
@@ -31,6 +38,8 @@ from pathlib import Path
 import attrs
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+
+from mango.provider import TargetCost
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -68,6 +77,14 @@ class Profile:
     """Provider calls per machine run after which provider-touching rules stop."""
     report_multiple_bugs: bool = True
     print_blob: bool = False
+    container_budget: tuple[int, int] | None = None
+    """``(max_examples, steps)`` for a :attr:`TargetCost.CONTAINER` target; None: the same."""
+
+    def budget(self, cost: TargetCost) -> tuple[int, int]:
+        """``(max_examples, steps)`` of the lifecycle machine for a target of ``cost``."""
+        if cost is TargetCost.CONTAINER and self.container_budget is not None:
+            return self.container_budget
+        return self.max_examples, self.stateful_steps
 
 
 _ALL_PHASES = tuple(Phase)
@@ -87,6 +104,7 @@ PROFILES: dict[str, Profile] = {
             deep_checks=True,
             live=False,
             call_budget=None,
+            container_budget=(30, 40),
         ),
         Profile(
             name="offline-ci",
@@ -99,6 +117,7 @@ PROFILES: dict[str, Profile] = {
             deep_checks=True,
             live=False,
             call_budget=None,
+            container_budget=(20, 40),
         ),
         Profile(
             name="live-smoke",
@@ -172,22 +191,25 @@ def machine_settings(
     max_examples: int | None = None,
     stateful_steps: int | None = None,
     shrink: bool = True,
+    cost: TargetCost = TargetCost.PROCESS,
 ) -> settings:
     """Hypothesis settings for one machine run of ``provider`` under ``profile``.
 
     The example database lives in ``database_dir / "<provider>-<profile>"``,
     so examples never leak between providers or between offline and live
-    runs. ``max_examples`` and ``stateful_steps`` override the profile;
-    ``shrink=False`` drops the shrink phase.
+    runs. The budget is the profile's for a target of ``cost``;
+    ``max_examples`` and ``stateful_steps`` override it; ``shrink=False``
+    drops the shrink phase.
     """
     database = None
     if database_dir is not None and not profile.derandomize:
         database = DirectoryBasedExampleDatabase(database_dir / f"{provider}-{profile.name}")
+    examples, steps = profile.budget(cost)
     return settings(
         _base_settings(profile),
         database=database,
-        max_examples=profile.max_examples if max_examples is None else max_examples,
-        stateful_step_count=profile.stateful_steps if stateful_steps is None else stateful_steps,
+        max_examples=examples if max_examples is None else max_examples,
+        stateful_step_count=steps if stateful_steps is None else stateful_steps,
         phases=profile.phases
         if shrink
         else tuple(p for p in profile.phases if p is not Phase.shrink),

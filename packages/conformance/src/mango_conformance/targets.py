@@ -14,7 +14,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from mango.provider import ConformanceTarget, Provider
+from mango.provider import ConformanceTarget, Provider, TargetCost
 
 __all__ = ["as_target", "provider_target"]
 
@@ -24,6 +24,7 @@ def provider_target(
     factory: Callable[[Path], Provider | Awaitable[Provider]],
     *,
     description: str = "",
+    cost: TargetCost = TargetCost.PROCESS,
 ) -> ConformanceTarget:
     """Build a target from a factory ``factory(scratch_dir) -> Provider`` (sync or async).
 
@@ -31,6 +32,8 @@ def provider_target(
     ``aclose()`` on exit. The factory must return providers of the *same
     deployment*: for a local-style provider, one over a directory under
     ``scratch_dir``; for a fake service, one sharing the fake's state.
+    ``cost`` sizes the lifecycle machine's default budget
+    (:class:`~mango.provider.TargetCost`).
     """
 
     @contextlib.asynccontextmanager
@@ -42,7 +45,7 @@ def provider_target(
         finally:
             await provider.aclose()
 
-    return ConformanceTarget(provider=name, open=open_provider, description=description)
+    return ConformanceTarget(provider=name, open=open_provider, description=description, cost=cost)
 
 
 def as_target(value: object) -> ConformanceTarget:

@@ -23,6 +23,7 @@ from mango.provider import (
     ProviderRegistration,
     SettingSpec,
     SupportLevel,
+    TargetCost,
     max_output_bytes,
     state_dir,
 )
@@ -232,5 +233,7 @@ CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=open_conformance_provider,
     description="local Docker Engine, image mango-test-busybox:latest, never pulls",
+    # Each container operation costs tens of milliseconds: the profiles' container budget.
+    cost=TargetCost.CONTAINER,
 )
 """The offline target: the local Docker Engine with the busybox test image."""

@@ -82,7 +82,7 @@ class ParityChecks:
         """L-02d: ``exit 7`` is a result with exit code 7, not an error."""
         sandbox = conformance.create()
         result = conformance.sh(sandbox, "exit 7")
-        assert result.exit_code == 7
+        assert result.exit_code == 7, f"exit 7 gave exit code {result.exit_code}"
         assert not result.timed_out
 
     def test_l02f_escape_is_rejected(self, conformance: Harness) -> None:

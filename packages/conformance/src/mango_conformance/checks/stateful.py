@@ -10,6 +10,7 @@ from mango_conformance.config import effective_profile, run_config
 from mango_conformance.harness import Harness
 from mango_conformance.machine import LifecycleMachine, MachineLimits
 from mango_conformance.profiles import machine_settings
+from mango_conformance.progress import MachineProgress, terminal_writer
 
 __all__ = ["StatefulChecks"]
 
@@ -27,14 +28,6 @@ class StatefulChecks:
         run = run_config(request.config)
         options = conformance.options
         profile = effective_profile(run, options)
-        machine = self.machine_class.bind(
-            conformance.target,
-            options=options,
-            limits=MachineLimits.from_profile(profile),
-            scratch_dir=conformance.scratch_dir / "machine",
-            ledger=conformance.ledger,
-            where=request.node.nodeid,
-        )
         settings = machine_settings(
             profile,
             provider=conformance.name,
@@ -42,8 +35,30 @@ class StatefulChecks:
             max_examples=run.max_examples or options.max_examples,
             stateful_steps=run.stateful_steps or options.stateful_steps,
             shrink=run.shrink,
+            cost=conformance.target.cost,
         )
-        run_state_machine_as_test(machine, settings=settings)
+        progress = MachineProgress(
+            terminal_writer(request.config),
+            provider=conformance.name,
+            max_examples=settings.max_examples,
+            steps=settings.stateful_step_count,
+        )
+        machine = self.machine_class.bind(
+            conformance.target,
+            options=options,
+            limits=MachineLimits.from_profile(profile),
+            scratch_dir=conformance.scratch_dir / "machine",
+            ledger=conformance.ledger,
+            where=request.node.nodeid,
+            progress=progress,
+        )
+        progress.start()
+        try:
+            run_state_machine_as_test(machine, settings=settings)
+        except BaseException:
+            progress.finish("failed")
+            raise
+        progress.finish("passed")
 
 
 mark_checks(StatefulChecks, pytest.mark.mango_stateful)

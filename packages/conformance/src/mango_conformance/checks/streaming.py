@@ -148,7 +148,7 @@ class StreamChecks:
     def test_stream_parity_non_zero_exit(self, conformance: Harness) -> None:
         """A non-zero exit code is the same in the stream's final result."""
         result = self._both(conformance, conformance.command("printf x; exit 7"))
-        assert result.exit_code == 7
+        assert result.exit_code == 7, f"exit 7 gave exit code {result.exit_code} on both paths"
 
     def test_stream_parity_past_the_cap(self, conformance: Harness) -> None:
         """Output past the cap: the same exact prefix and truncation flags on both paths."""

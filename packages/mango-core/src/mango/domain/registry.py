@@ -31,6 +31,7 @@ __all__ = [
     "Quirk",
     "SettingSpec",
     "SupportLevel",
+    "TargetCost",
     "new_namespace",
     "validate_namespace",
 ]
@@ -51,6 +52,21 @@ class SupportLevel(enum.StrEnum):
     """Under evaluation; may never ship."""
     DEVELOPMENT = "development"
     """For development only; not an isolation boundary (the local provider)."""
+
+
+class TargetCost(enum.StrEnum):
+    """What one operation of a conformance target costs: it sizes the suite's default run.
+
+    The lifecycle machine makes thousands of provider calls in a deep run;
+    each profile gives a target the budget of its cost, so a developer's
+    default run of a container provider ends in a few minutes while a cheap
+    target still gets hundreds of examples.
+    """
+
+    PROCESS = "process"
+    """Host processes and directories: about a millisecond per operation (local, tinybox)."""
+    CONTAINER = "container"
+    """A local container engine: tens of milliseconds per operation (Docker)."""
 
 
 class Quirk(enum.StrEnum):
@@ -213,6 +229,8 @@ class ConformanceTarget:
     provider: str = attrs.field(validator=_name)
     open: Callable[[Path], AbstractAsyncContextManager[Provider]] = attrs.field(repr=False)
     description: str = ""
+    cost: TargetCost = attrs.field(default=TargetCost.PROCESS, converter=TargetCost)
+    """What one operation costs; the suite's profiles size the lifecycle machine by it."""
 
 
 @attrs.define

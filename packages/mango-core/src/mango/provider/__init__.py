@@ -70,6 +70,7 @@ from mango.domain.registry import (
     Quirk,
     SettingSpec,
     SupportLevel,
+    TargetCost,
 )
 from mango.domain.values import (
     Command,
@@ -150,6 +151,7 @@ __all__ = [
     "SkillBundleSandbox",
     "StatCallback",
     "SupportLevel",
+    "TargetCost",
     "admit",
     "check_directory",
     "check_regular",
