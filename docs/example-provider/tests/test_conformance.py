@@ -6,7 +6,7 @@ import pytest
 from mango_provider_tinybox import DEFAULT_MAX_OUTPUT_BYTES, open_conformance_provider
 
 import mango_conformance
-from mango.domain.registry import ConformanceTarget
+from mango.provider import ConformanceTarget
 
 
 class TestTinybox(mango_conformance.ProviderSuite):

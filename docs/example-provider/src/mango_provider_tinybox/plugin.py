@@ -17,7 +17,8 @@ from mango.provider import (
     ProviderRegistry,
     SettingSpec,
     SupportLevel,
-    hookimpl,
+    TargetCost,
+    hookimpl,  # the one marker: pluggy.HookimplMarker("mango")
 )
 
 __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
@@ -35,9 +36,9 @@ def mango_register_providers(registry: ProviderRegistry) -> None:
     """Register ``tinybox``: no optional capabilities, preview."""
     registry.add(
         ProviderRegistration(
-            name="tinybox",
-            capabilities=CapabilitySet(),
-            support_level=SupportLevel.PREVIEW,
+            name="tinybox",  # lowercase: [a-z][a-z0-9-]*
+            capabilities=CapabilitySet(),  # declared, checked against the provider
+            support_level=SupportLevel.PREVIEW,  # available | preview | planned | evaluating
             settings=(
                 SettingSpec(
                     env="TINYBOX_DIR",
@@ -45,8 +46,9 @@ def mango_register_providers(registry: ProviderRegistry) -> None:
                     required=True,
                 ),
             ),
-            factory=_open_provider,
+            factory=_open_provider,  # called only when MANGO_SANDBOX=tinybox
             description="example provider: host directories, NOT an isolation boundary",
+            quirks=(),  # contract deviations you cannot avoid, see Quirk
         )
     )
 
@@ -61,5 +63,6 @@ def mango_register_conformance_targets(registry: ConformanceTargetRegistry) -> N
             provider="tinybox",
             open=open_conformance_provider,
             description="tinybox under the run's scratch directory",
+            cost=TargetCost.PROCESS,  # host processes: the profiles' full budget
         )
     )

@@ -103,8 +103,8 @@ class TinyboxProvider:
 
     async def create(self, session_key: str, spec: SandboxSpec) -> TinyboxSandbox:
         """Create-if-absent the directory of ``session_key``; the same key gives the same ref."""
-        external_id = self.ownership.name(session_key)
-        await asyncio.to_thread(self._ensure, external_id, session_key)
+        external_id = self.ownership.name(session_key)  # InvalidInput if the key is empty
+        await asyncio.to_thread(self._ensure, external_id, session_key)  # mkdir -p, owner record
         return self._sandbox(external_id, spec)
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> TinyboxSandbox:
@@ -146,7 +146,7 @@ class TinyboxProvider:
             raise OwnershipError(f"{ref} does not belong to this session")
         labels = await asyncio.to_thread(_read_owner, self.base_dir / ref.external_id)
         if labels is None:
-            return None
+            return None  # gone: attach raises SandboxNotFound, find returns None
         self.ownership.check(labels, session_key, what=f"tinybox {ref.external_id}")
         return ref
 
@@ -272,7 +272,7 @@ class TinyboxSandbox(StreamedExec):
         try:
             try:
                 async with asyncio.timeout(timeout):
-                    await asyncio.gather(process.wait(), *helpers)
+                    await asyncio.gather(process.wait(), *helpers)  # readers, stdin feeder
             except TimeoutError:
                 timed_out = True
                 _kill_group(process.pid)

@@ -14,9 +14,9 @@ profile          examples x   container   derandomize  max live    notes
 
 The budget follows the target's cost (``ConformanceTarget.cost``): a
 container operation costs tens of milliseconds, so 200 examples of 50 steps
-would take about eight minutes against Docker; 30 of 40 take about one and
-a half, and the whole default run a little over two. ``--mango-max-examples``
-and ``--mango-steps`` override either budget.
+would take about eight minutes against Docker; 30 of 40 take about one, and
+the whole default run of ``mango-conformance run docker`` under two.
+``--mango-max-examples`` and ``--mango-steps`` override either budget.
 
 Every profile sets ``deadline=None`` (the whole machine run is one Hypothesis
 example, so a deadline would bound the run, not a step) and suppresses the
