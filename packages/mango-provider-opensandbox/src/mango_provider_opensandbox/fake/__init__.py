@@ -29,8 +29,8 @@ Paths: a sandbox's file system is emulated per sandbox: ``/workspace`` is
 the local sandbox's workspace, any other absolute path lies under a private
 ``fsroot`` beside it. Commands run as host processes, so absolute paths in a
 command line are rewritten for the two prefixes mango uses (``/workspace``
-and ``/var/lib/mango``, when quoted); that is a limit of the fake, not of the
-protocol. ``execd`` runs ``bash -c`` (``sh`` without bash), as the real one.
+and ``/var/lib/mango``, where they start a word or a quoted string); that is a
+limit of the fake, not of the protocol. ``execd`` runs ``bash -c`` (``sh`` without bash), as the real one.
 """
 
 from mango_provider_opensandbox.fake.execd import LineSplitter

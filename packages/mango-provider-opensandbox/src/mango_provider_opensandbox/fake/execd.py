@@ -30,7 +30,7 @@ _SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 _TERMINATOR = re.compile(rb"[\r\n]")
-_REWRITE = re.compile(r"'(/workspace|/var/lib/mango)(?=[/'])")
+_REWRITE = re.compile(r"(?<![\w./-])(/workspace|/var/lib/mango)(?=[/\s'\";|&)]|\Z)")
 
 
 class LineSplitter:
@@ -228,7 +228,7 @@ class ExecdRoutes:
             return error(400, "INVALID_REQUEST_BODY", f"the fake runs commands under {ROOT} only")
         timeout_ms = body.get("timeout")
         timeout = timeout_ms / 1000 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
-        rewritten = _REWRITE.sub(lambda m: "'" + str(self._host_path(record, m.group(1))), line)
+        rewritten = _REWRITE.sub(lambda m: str(self._host_path(record, m.group(1))), line)
         cwd = "" if relative == "." else relative
         return Command((self.shell, "-c", rewritten), cwd=cwd, timeout=timeout)
 
