@@ -10,6 +10,7 @@ __all__ = [
     "ENTRYPOINT",
     "EXECD_PORT",
     "EXECD_TOKEN_HEADER",
+    "NETWORK_LABEL",
     "PROVIDER_NAME",
     "ROOT",
     "STDIN_DIR",
@@ -32,3 +33,5 @@ STDIN_DIR = "/var/lib/mango/stdin"
 """Adapter-owned directory for stdin too large to travel in the command line."""
 ENTRYPOINT = ("tail", "-f", "/dev/null")
 """The idle main process of a sandbox; commands run beside it through execd."""
+NETWORK_LABEL = "io.mango.network"
+"""Metadata with the network mode a sandbox was created with (``none``, ``bridge``, ``limited``)."""

@@ -39,6 +39,7 @@ from mango_provider_opensandbox.layout import (
     EGRESS_PORT,
     ENTRYPOINT,
     EXECD_PORT,
+    NETWORK_LABEL,
     PROVIDER_NAME,
     ROOT,
 )
@@ -159,7 +160,9 @@ class OpenSandboxProvider:
             "image": {"uri": spec.image or self.image},
             "entrypoint": list(ENTRYPOINT),
             "resourceLimits": resource_limits(spec, cpu=self.cpu, memory=self.memory),
-            "metadata": dict(labels),
+            # Recorded so that a later allowlist can refuse a sandbox that has no
+            # egress sidecar at once, instead of failing as unreachable.
+            "metadata": {**labels, NETWORK_LABEL: spec.network.value},
         }
         policy = create_policy(spec)
         if policy is not None:
@@ -310,8 +313,10 @@ class OpenSandboxProvider:
         async def remove() -> None:
             await self._lifecycle.delete(sandbox_id)
 
+        metadata = sandbox.get("metadata") or {}
         return OpenSandboxSandbox(
             ref=SandboxRef(PROVIDER_NAME, sandbox_id),
+            network=str(metadata.get(NETWORK_LABEL, "")) or None,
             spec=spec,
             max_output_bytes=self.max_output_bytes,
             max_read_bytes=self.max_read_bytes,

@@ -15,6 +15,7 @@ from mango.provider import (
     Command,
     ExecResult,
     FileTooLarge,
+    NetworkMode,
     PathPolicy,
     PermanentError,
     SandboxRef,
@@ -78,6 +79,7 @@ class OpenSandboxSandbox(StreamedExec):
     """
 
     _ref: SandboxRef
+    _network: str | None
     _spec: SandboxSpec
     _max_output_bytes: int
     _max_read_bytes: int
@@ -230,6 +232,12 @@ class OpenSandboxSandbox(StreamedExec):
         costs one read; a drifted one is repaired. :class:`PermanentError`
         if the sandbox was not created deny-by-default.
         """
+        if self._network == NetworkMode.BRIDGE.value:
+            raise PermanentError(
+                f"OpenSandbox sandbox {self._ref.external_id} was created with unrestricted "
+                "network (no egress sidecar); an allowlist cannot restrict it",
+                hint="delete the session and create it again with network 'limited'",
+            )
         await reconcile(await self._egress(), list(allowed_hosts))
 
     # ---------------------------------------------------------------- destroy

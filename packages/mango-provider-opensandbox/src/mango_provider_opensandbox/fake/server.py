@@ -49,6 +49,8 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     shell: str = attrs.field(factory=lambda: "bash" if shutil.which("bash") else "sh")
     service: FakeService = attrs.field(init=False)
     _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
+    direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
+    """The API key header of every direct data-plane request (it must never be there)."""
 
     def __attrs_post_init__(self) -> None:
         # execd streams everything a command prints; the client caps it.
@@ -287,6 +289,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         return await self._port(request, record, via_proxy=True)
 
     async def _direct(self, request: web.Request) -> web.StreamResponse:
+        self.direct_api_keys.append(request.headers.get(API_KEY_HEADER))
         record = self._live(request.match_info["id"])
         if record is None:
             # Nothing listens where the sandbox was: what a gateway answers.
