@@ -111,7 +111,9 @@ def test_frames_decode_and_exit_codes_parse() -> None:
     assert exit_code_of({"error": {"evalue": "fork/exec /bin/bash: no such file"}}) is None
 
 
-async def test_direct_endpoints_never_get_the_api_key(fake: FakeOpenSandbox, namespace: str) -> None:
+async def test_direct_endpoints_never_get_the_api_key(
+    fake: FakeOpenSandbox, namespace: str
+) -> None:
     """The API key goes to the server (and through its proxy), never to a sandbox's endpoint."""
     for proxy in (False, True):
         provider = OpenSandboxProvider(

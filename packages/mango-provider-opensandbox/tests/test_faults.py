@@ -64,9 +64,7 @@ async def test_5xx_during_exec_keeps_the_binding(
     manager = _manager(make_provider(), store)
     await manager.ensure_session("exec-5xx")
     sandbox = await manager.acquire("exec-5xx", SPEC)
-    fake.faults.fail(
-        503, method="POST", path=_command_path(sandbox.ref.external_id, server_proxy)
-    )
+    fake.faults.fail(503, method="POST", path=_command_path(sandbox.ref.external_id, server_proxy))
     with pytest.raises(ProviderUnavailable):
         await sandbox.exec(Command(("true",)))
     binding = await store.get_binding("exec-5xx")
@@ -138,7 +136,7 @@ async def test_credentials_absent_or_wrong_are_clear_and_never_echoed(
     fake: FakeOpenSandbox, namespace: str
 ) -> None:
     """No key or a wrong one: ConfigurationError naming neither the key nor a header value."""
-    secret = "wrong-secret-value-1234"
+    secret = "wrong-secret-value-1234"  # noqa: S105 - a made-up key the fake refuses
     for key in (None, secret):
         provider = OpenSandboxProvider(fake.url, api_key=key, namespace=namespace)
         try:

@@ -132,4 +132,3 @@ async def test_sdk_and_mango_share_the_wire(
     result = await sandbox.exec(Command(("cat", "from-mango.txt")))
     assert result.stdout == b"mango wrote this\n"  # the same file, byte-exact through mango
     await sandbox.destroy()
-

@@ -30,7 +30,9 @@ the local sandbox's workspace, any other absolute path lies under a private
 ``fsroot`` beside it. Commands run as host processes, so absolute paths in a
 command line are rewritten for the two prefixes mango uses (``/workspace``
 and ``/var/lib/mango``, where they start a word or a quoted string); that is a
-limit of the fake, not of the protocol. ``execd`` runs ``bash -c`` (``sh`` without bash), as the real one.
+limit of the fake, not of the protocol. Commands run with ``bash -c`` (``sh``
+without bash), as execd runs them. Package commands would run on the host:
+never give the fake a spec with packages.
 """
 
 from mango_provider_opensandbox.fake.execd import LineSplitter
