@@ -25,6 +25,8 @@ from mango.domain.hashing import (
 )
 
 _NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0-", min_size=1, max_size=8)
+_HOSTS = st.from_regex(r"(\*\.)?[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\.[a-z]{1,4})?", fullmatch=True)
+"""Allowlist entries: host names and wildcards that pass the host rule."""
 _NUMBER = st.one_of(
     st.none(),
     st.integers(min_value=1, max_value=10_000),
@@ -47,8 +49,8 @@ SPECS = st.builds(
     cpus=_NUMBER,
     network=st.sampled_from(list(NetworkMode)),
     pids_limit=st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
-    network_allowed_hosts=st.lists(_NAMES, max_size=3),
-    setup_network_allowed_hosts=st.lists(_NAMES, max_size=3),
+    network_allowed_hosts=st.lists(_HOSTS, max_size=3),
+    setup_network_allowed_hosts=st.lists(_HOSTS, max_size=3),
     packages=PLANS,
 )
 

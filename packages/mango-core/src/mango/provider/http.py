@@ -45,7 +45,15 @@ import datetime as dt
 import email.utils
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -363,6 +371,7 @@ class ApiClient:
         sandbox_id: str | None = None,
         idempotent: bool | None = None,
         retry: RetryPolicy | None = None,
+        accept: Collection[int] = (),
         **kwargs: Any,
     ) -> httpx.Response:
         """Send one request (retried if idempotent) and return the successful response.
@@ -371,13 +380,18 @@ class ApiClient:
         ``content``, ``headers``, ``timeout``). ``idempotent`` defaults by
         method (:data:`IDEMPOTENT_METHODS`); pass ``True`` for a POST the API
         makes safe to repeat. A streamed ``content`` (an iterator) is never
-        retried: it cannot be replayed. Errors as in :func:`check_response`.
+        retried: it cannot be replayed. A status in ``accept`` is returned as
+        it is, for the caller to read (a 404 that may mean "no such file" or
+        "no such sandbox" depending on its body). Other errors as in
+        :func:`check_response`.
         """
         secrets = self._secrets
 
         async def once() -> httpx.Response:
             with map_httpx_exceptions(operation, secrets=secrets):
                 response = await self._client.request(method, path, **kwargs)
+            if response.status_code in accept:
+                return response
             return check_response(
                 response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
             )
@@ -397,6 +411,7 @@ class ApiClient:
         idempotent: bool | None = None,
         retry: RetryPolicy | None = None,
         error_body_limit: int = 64 * 1024,
+        accept: Collection[int] = (),
         **kwargs: Any,
     ) -> AsyncIterator[httpx.Response]:
         """Open a streamed response (``async with client.stream(...) as response``).
@@ -404,7 +419,8 @@ class ApiClient:
         Opening is retried like :meth:`request`; once the block has the
         response nothing is retried, and transport errors while reading the
         body raise :class:`RemoteUnavailable`. An error status is read (at
-        most ``error_body_limit`` bytes) and mapped before the block runs.
+        most ``error_body_limit`` bytes) and mapped before the block runs,
+        unless it is in ``accept``: then the block gets it unread.
         The response is closed when the block ends.
         """
         secrets = self._secrets
@@ -413,7 +429,7 @@ class ApiClient:
             with map_httpx_exceptions(operation, secrets=secrets):
                 request = self._client.build_request(method, path, **kwargs)
                 response = await self._client.send(request, stream=True)
-                if response.is_success:
+                if response.is_success or response.status_code in accept:
                     return response
                 try:
                     body = bytearray()
