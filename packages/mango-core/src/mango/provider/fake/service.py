@@ -47,13 +47,18 @@ class FakeService:
     host: str = "127.0.0.1"
     port: int = 0
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+    max_output_bytes: int = 1 << 20
+    """Per-stream cap of the fake sandboxes' commands (a vendor daemon that buffers more
+    than mango's cap, because it wraps the output, needs a larger one)."""
     faults: Faults = attrs.field(factory=Faults)
     sandboxes: FakeSandboxes = attrs.field(init=False)
     _runner: web.AppRunner | None = attrs.field(default=None, init=False, repr=False)
     _url: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.sandboxes = FakeSandboxes(self.scratch_dir / "sandboxes", spec=self.spec)
+        self.sandboxes = FakeSandboxes(
+            self.scratch_dir / "sandboxes", spec=self.spec, max_output_bytes=self.max_output_bytes
+        )
 
     @property
     def url(self) -> str:

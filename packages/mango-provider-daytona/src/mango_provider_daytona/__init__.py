@@ -1,0 +1,1 @@
+"""Daytona provider for mango (preview)."""
