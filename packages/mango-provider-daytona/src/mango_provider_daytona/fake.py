@@ -256,10 +256,11 @@ class DaytonaFake:
         return record
 
     def _allowed(self, record: FakeSandbox, path: str) -> Path | None:
-        if not path.startswith("/"):
+        if not path:
             return None
-        target = os.path.normpath(path)
         root = os.path.normpath(record.local.root)
+        # The daemon resolves a relative path against its working directory, the home.
+        target = os.path.normpath(os.path.join(root, path))
         if target == root or target.startswith(root + "/"):
             return Path(target)
         if any(target == p or target.startswith(p + "/") for p in _TMP_PREFIXES):
