@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -66,3 +66,20 @@ async def sandbox(provider: DaytonaProvider, session_key: str) -> AsyncIterator[
         yield made
     finally:
         await made.destroy()
+
+
+@pytest.fixture
+async def open_provider(service: FakeService) -> AsyncIterator[Callable[..., DaytonaProvider]]:
+    """Make more providers on the fake (fresh workers); all are closed afterwards."""
+    made: list[DaytonaProvider] = []
+
+    def factory(**options: object) -> DaytonaProvider:
+        provider = make_provider(service, **options)
+        made.append(provider)
+        return provider
+
+    try:
+        yield factory
+    finally:
+        for provider in made:
+            await provider.aclose()

@@ -212,7 +212,7 @@ class DaytonaProvider:
 
     async def _diagnose(self, sandbox_id: str, error: MangoError) -> MangoError:
         """What a failed toolbox call means: the sandbox is gone, stopped, or the call failed."""
-        if isinstance(error, SandboxNotFound | SandboxNotRunning) or error.permanent:
+        if isinstance(error, SandboxNotFound | SandboxNotRunning | InvalidInput):
             return error
         try:
             document = await self._api.get(sandbox_id)
