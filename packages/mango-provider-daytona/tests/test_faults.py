@@ -1,4 +1,4 @@
-"""Fault tests against the fake Daytona: lost responses, 5xx, sandboxes changed behind mango's back."""
+"""Fault tests against the fake Daytona: lost responses, 5xx, sandboxes changed behind our back."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import (
     Command,
     ConfigurationError,
+    ProviderContext,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxNotRunning,
@@ -26,7 +27,6 @@ from mango_provider_daytona.settings import (
     open_daytona_provider,
     read_daytona_settings,
 )
-from mango.provider import ProviderContext
 
 from .conftest import NAMESPACE, make_provider
 

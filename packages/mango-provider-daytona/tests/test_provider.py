@@ -53,7 +53,9 @@ def test_settings_defaults_and_validation() -> None:
     settings = read_daytona_settings({"DAYTONA_API_KEY": "k"})
     assert settings.api_url == "https://app.daytona.io/api"
     assert settings.auto_pause_minutes == 15
-    assert read_daytona_settings({"DAYTONA_API_KEY": "k", AUTO_PAUSE_ENV: "0"}).auto_pause_minutes == 0
+    assert (
+        read_daytona_settings({"DAYTONA_API_KEY": "k", AUTO_PAUSE_ENV: "0"}).auto_pause_minutes == 0
+    )
     with pytest.raises(Exception, match=AUTO_PAUSE_ENV):
         read_daytona_settings({"DAYTONA_API_KEY": "k", AUTO_PAUSE_ENV: "soon"})
     with pytest.raises(Exception, match="DAYTONA_API_URL"):
@@ -125,9 +127,7 @@ async def test_create_body_network_pause_and_units(
     await blocked.destroy()
 
 
-async def test_find_list_owned_and_health(
-    provider: DaytonaProvider, session_key: str
-) -> None:
+async def test_find_list_owned_and_health(provider: DaytonaProvider, session_key: str) -> None:
     """find and list_owned see the sandbox (and nothing after destroy); health is a round trip."""
     assert await provider.find(session_key) is None
     sandbox = await provider.create(session_key, SandboxSpec())
@@ -145,7 +145,7 @@ async def test_find_list_owned_and_health(
 
 
 async def test_malformed_refs(provider: DaytonaProvider) -> None:
-    """A reference that cannot be a Daytona id is InvalidInput; another provider's an OwnershipError."""
+    """A reference that is no Daytona id is InvalidInput; another provider's, OwnershipError."""
     with pytest.raises(InvalidInput):
         await provider.attach("k", SandboxRef("daytona", "../../etc"), SandboxSpec())
     with pytest.raises(OwnershipError):
@@ -160,10 +160,8 @@ async def test_read_file_bound_and_open_file_stream(sandbox: DaytonaSandbox) -> 
         await sandbox.read_file("big.bin", max_bytes=1000)
     assert (caught.value.size, caught.value.limit) == (len(data), 1000)
     assert await sandbox.read_file("big.bin", max_bytes=len(data)) == data
-    chunks = []
     async with sandbox.open_file("big.bin") as stream:
-        async for chunk in stream:
-            chunks.append(chunk)
+        chunks = [chunk async for chunk in stream]
     assert b"".join(chunks) == data
     with pytest.raises(FileNotFoundError):
         async with sandbox.open_file("nope.bin"):
@@ -201,7 +199,8 @@ async def test_output_is_capped_inside_the_sandbox(sandbox: DaytonaSandbox) -> N
         Command(("sh", "-c", "head -c 5000000 /dev/zero; head -c 3000000 /dev/zero >&2"))
     )
     assert (len(result.stdout), len(result.stderr)) == (1 << 20, 1 << 20)
-    assert result.stdout_truncated and result.stderr_truncated
+    assert result.stdout_truncated
+    assert result.stderr_truncated
     after = set((await sandbox.exec(listing)).stdout.split())
     # Only the second listing's own files (one token) are new: the flood left nothing.
     assert len({name.split(b".")[0] for name in after - before}) == 1

@@ -26,7 +26,7 @@ async def client(service: FakeService) -> AsyncIterator[AsyncDaytona]:
 async def test_sdk_lifecycle_create_get_stop_start_delete(
     client: AsyncDaytona, service: FakeService
 ) -> None:
-    """create, get by id and by name, stop, start, list by labels and delete work through the SDK."""
+    """create, get by id and by name, stop, start and delete work through the SDK."""
     sandbox = await client.create(timeout=30)
     assert sandbox.state == "started"
     assert (await client.get(sandbox.id)).id == sandbox.id

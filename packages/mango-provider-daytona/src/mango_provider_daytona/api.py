@@ -26,7 +26,7 @@ from mango.provider import (
     ResourceConflict,
     SandboxNotFound,
 )
-from mango.provider.http import ApiClient, RetryPolicy
+from mango.provider.http import DEFAULT_RETRY_POLICY, ApiClient, RetryPolicy
 
 __all__ = [
     "API_TIMEOUT",
@@ -71,7 +71,7 @@ class DaytonaApi:
         api_key: str,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> DaytonaApi:
         """A client for ``api_url`` (``…/api``) sending ``api_key`` as a bearer token."""
         return cls(
@@ -81,7 +81,7 @@ class DaytonaApi:
                 headers={"User-Agent": USER_AGENT, "X-Daytona-Source": USER_AGENT},
                 timeout=API_TIMEOUT,
                 transport=transport,
-                **({"retry": retry} if retry is not None else {}),
+                retry=retry,
             )
         )
 
@@ -89,7 +89,9 @@ class DaytonaApi:
         """``GET /sandbox/{idOrName}``; ``None`` if Daytona does not know it."""
         try:
             response = await self.client.request(
-                "GET", f"/sandbox/{_segment(id_or_name)}", operation="get sandbox",
+                "GET",
+                f"/sandbox/{_segment(id_or_name)}",
+                operation="get sandbox",
                 sandbox_id=id_or_name,
             )
         except SandboxNotFound:
@@ -109,8 +111,11 @@ class DaytonaApi:
     async def start(self, sandbox_id: str) -> dict[str, Any]:
         """``POST /sandbox/{id}/start`` (starting a started sandbox is harmless, so retried)."""
         response = await self.client.request(
-            "POST", f"/sandbox/{_segment(sandbox_id)}/start", operation="start sandbox",
-            sandbox_id=sandbox_id, idempotent=True,
+            "POST",
+            f"/sandbox/{_segment(sandbox_id)}/start",
+            operation="start sandbox",
+            sandbox_id=sandbox_id,
+            idempotent=True,
         )
         return _document(response, "start sandbox")
 
@@ -118,7 +123,9 @@ class DaytonaApi:
         """``DELETE /sandbox/{id}``; ``False`` if it was already gone."""
         try:
             await self.client.request(
-                "DELETE", f"/sandbox/{_segment(sandbox_id)}", operation="delete sandbox",
+                "DELETE",
+                f"/sandbox/{_segment(sandbox_id)}",
+                operation="delete sandbox",
                 sandbox_id=sandbox_id,
             )
         except SandboxNotFound:
@@ -128,11 +135,16 @@ class DaytonaApi:
     async def touch(self, sandbox_id: str) -> None:
         """``POST /sandbox/{id}/last-activity``: restart the idle (auto-pause) clock."""
         await self.client.request(
-            "POST", f"/sandbox/{_segment(sandbox_id)}/last-activity",
-            operation="update sandbox activity", sandbox_id=sandbox_id, idempotent=True,
+            "POST",
+            f"/sandbox/{_segment(sandbox_id)}/last-activity",
+            operation="update sandbox activity",
+            sandbox_id=sandbox_id,
+            idempotent=True,
         )
 
-    async def list(self, labels: Mapping[str, str], *, limit: int | None = None) -> list[dict[str, Any]]:
+    async def list(
+        self, labels: Mapping[str, str], *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         """``GET /sandbox?labels=<json>``, every page (``nextCursor``), or the first ``limit``."""
         items: list[dict[str, Any]] = []
         cursor: str | None = None
@@ -200,8 +212,11 @@ class Toolbox:
         if timeout is not None:
             body["timeout"] = max(1, math.ceil(timeout))
         response = await self.client.request(
-            "POST", f"{self.prefix}/process/execute", operation="execute command",
-            json=body, timeout=_LONG,
+            "POST",
+            f"{self.prefix}/process/execute",
+            operation="execute command",
+            json=body,
+            timeout=_LONG,
         )
         document = _document(response, "execute command")
         code = document.get("exitCode", document.get("code", 0))
@@ -223,17 +238,23 @@ class Toolbox:
     async def make_dir(self, path: str, mode: str = "0755") -> None:
         """``POST /files/folder?path=&mode=`` (``mkdir -p``; repeating it is harmless)."""
         await self.client.request(
-            "POST", f"{self.prefix}/files/folder", operation="create directory",
-            params={"path": path, "mode": mode}, idempotent=True,
+            "POST",
+            f"{self.prefix}/files/folder",
+            operation="create directory",
+            params={"path": path, "mode": mode},
+            idempotent=True,
         )
 
     async def upload(self, path: str, data: bytes) -> None:
         """``POST /files/bulk-upload`` (multipart ``files[0].path``/``files[0].file``)."""
         response = await self.client.request(
-            "POST", f"{self.prefix}/files/bulk-upload", operation="upload file",
+            "POST",
+            f"{self.prefix}/files/bulk-upload",
+            operation="upload file",
             data={"files[0].path": path},
             files={"files[0].file": (path, data, "application/octet-stream")},
-            idempotent=True, timeout=_LONG,
+            idempotent=True,
+            timeout=_LONG,
         )
         try:
             errors = response.json().get("errors")
@@ -246,9 +267,13 @@ class Toolbox:
     async def download(self, path: str) -> AsyncIterator[httpx.Response]:
         """``POST /files/bulk-download`` for one path: the open multipart response."""
         async with self.client.stream(
-            "POST", f"{self.prefix}/files/bulk-download", operation="download file",
-            json={"paths": [path]}, headers={"Accept": "multipart/form-data"},
-            idempotent=True, timeout=_LONG,
+            "POST",
+            f"{self.prefix}/files/bulk-download",
+            operation="download file",
+            json={"paths": [path]},
+            headers={"Accept": "multipart/form-data"},
+            idempotent=True,
+            timeout=_LONG,
         ) as response:
             yield response
 
@@ -261,5 +286,7 @@ def check_api_url(url: str, setting: str) -> str:
     except httpx.InvalidURL:
         raise ConfigurationError(f"{setting} is not a valid URL") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigurationError(f"{setting} must be an http(s) URL such as https://app.daytona.io/api")
+        raise ConfigurationError(
+            f"{setting} must be an http(s) URL such as https://app.daytona.io/api"
+        )
     return url.rstrip("/")

@@ -144,28 +144,22 @@ async def _finish(
     *,
     timed_out: bool,
 ) -> ExecResult:
+    exit_code = -1
     try:
         _code, text = request.result()
-    except RemoteRejected as exc:
-        if exc.status == 408:
-            # The daemon's own deadline fired first: it killed the whole group.
-            return channel.result(exit_code=-1, timed_out=True)
-        raise await diagnose(exc) from exc
-    except MangoError as exc:
-        if handle.destroyed:
-            return channel.result(exit_code=-1, cancelled=True)
-        raise await diagnose(exc) from exc
-    try:
         exit_code = _deliver(channel, text, plan)
-    except ProviderUnavailable as exc:
-        if handle.destroyed:
-            return channel.result(exit_code=-1, cancelled=True)
-        if timed_out:
-            return channel.result(exit_code=-1, timed_out=True)
-        raise await diagnose(exc) from exc
+    except RemoteRejected as exc:
+        if exc.status != 408:
+            raise await diagnose(exc) from exc
+        # The daemon's own deadline fired first: it killed the whole group.
+        timed_out = True
+    except MangoError as exc:
+        # A failed call or a missing frame: the wrapper did not report. After a
+        # destroy or our own kill that is expected; otherwise the sandbox says why.
+        if not (handle.destroyed or (timed_out and isinstance(exc, ProviderUnavailable))):
+            raise await diagnose(exc) from exc
     if handle.destroyed:
         return channel.result(exit_code=-1, cancelled=True)
     if timed_out:
         return channel.result(exit_code=-1, timed_out=True)
     return channel.result(exit_code=exit_code)
-

@@ -48,7 +48,8 @@ FAKE_API_KEY = "fake-daytona-key"
 FAKE_ORGANIZATION = "org-mango-fake"
 _DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 _SHELL_EXEC = ("/bin/sh", "-c", "exec /bin/sh 2>&1")
-_TMP_PREFIXES = ("/tmp/.mango-exec", "/tmp/.mango-stdin")
+# The wrapper's directories (the fake's sandboxes have no TMPDIR, so they land in /tmp).
+_TMP_PREFIXES = ("/tmp/.mango-exec", "/tmp/.mango-stdin")  # noqa: S108
 _PAGE = 100
 
 
@@ -175,9 +176,18 @@ class DaytonaFake:
         extra = {
             key: body[key]
             for key in (
-                "snapshot", "public", "networkBlockAll", "target", "cpu", "memory", "disk",
-                "autoStopInterval", "autoPauseInterval", "autoArchiveInterval",
-                "autoDeleteInterval", "buildInfo",
+                "snapshot",
+                "public",
+                "networkBlockAll",
+                "target",
+                "cpu",
+                "memory",
+                "disk",
+                "autoStopInterval",
+                "autoPauseInterval",
+                "autoArchiveInterval",
+                "autoDeleteInterval",
+                "buildInfo",
             )
             if key in body
         }
@@ -260,7 +270,7 @@ class DaytonaFake:
             return None
         root = os.path.normpath(record.local.root)
         # The daemon resolves a relative path against its working directory, the home.
-        target = os.path.normpath(os.path.join(root, path))
+        target = os.path.normpath(Path(root, path))
         if target == root or target.startswith(root + "/"):
             return Path(target)
         if any(target == p or target.startswith(p + "/") for p in _TMP_PREFIXES):
@@ -406,7 +416,9 @@ class DaytonaFake:
         await response.write_eof()
         return response
 
-    async def _write_part(self, response: web.StreamResponse, record: FakeSandbox, path: str) -> None:
+    async def _write_part(
+        self, response: web.StreamResponse, record: FakeSandbox, path: str
+    ) -> None:
         target = self._allowed(record, path)
         status = None
         if target is None:

@@ -53,12 +53,14 @@ def classified(kinds: Mapping[str, str]) -> Callable[[str], Awaitable[Entry | No
 
 
 def _boundary(response: httpx.Response) -> bytes:
-    content_type = response.headers.get("content-type", "")
+    content_type = str(response.headers.get("content-type", ""))
     for parameter in content_type.split(";")[1:]:
         key, _, value = parameter.strip().partition("=")
         if key.lower() == "boundary" and value:
             return value.strip('"').encode("latin-1")
-    raise ProviderUnavailable(f"download file: the toolbox answered {content_type!r}, not multipart")
+    raise ProviderUnavailable(
+        f"download file: the toolbox answered {content_type!r}, not multipart"
+    )
 
 
 class MultipartReader:

@@ -176,7 +176,9 @@ class DaytonaProvider:
         base = document.get("toolboxProxyUrl")
         sandbox_id = document.get("id")
         if not isinstance(base, str) or not base or not isinstance(sandbox_id, str):
-            raise ProviderUnavailable("the Daytona API returned a sandbox without a toolbox address")
+            raise ProviderUnavailable(
+                "the Daytona API returned a sandbox without a toolbox address"
+            )
         base = base.rstrip("/")
         client = self._toolboxes.get(base)
         if client is None:
@@ -236,13 +238,13 @@ class DaytonaProvider:
         delay = self.poll_interval
         began = time.monotonic()
         last = ""
-        started_once = False
+        waited = False
         while True:
             state = sandbox_state(document)
             if state in GONE_STATES:
                 raise SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
             if state == "started":
-                if started_once:
+                if waited:
                     self._report(f"{what}: started after {time.monotonic() - began:.0f}s")
                 return document
             if state in FAILED_STATES:
@@ -250,19 +252,20 @@ class DaytonaProvider:
                 error = ConfigurationError if state == "build_failed" else ProviderUnavailable
                 raise error(f"daytona sandbox {sandbox_id} is in state {state}: {reason}")
             if state in STOPPED_STATES and state not in ("stopping", "archiving", "pausing"):
-                if not started_once:
+                if not waited:
                     self._report(f"{what}: sandbox is {state}; starting it")
                 document = await self._api.start(sandbox_id)
-                started_once = True
+                waited = True
                 continue
             if state != last:
                 self._report(f"{what}: sandbox is {state}, waiting until it is started")
                 last = state
-            started_once = True
+            waited = True
             if time.monotonic() >= deadline:
                 raise ProviderUnavailable(
-                    f"daytona sandbox {sandbox_id} is still {state} after {self.start_timeout:.0f}s",
-                    hint="raise DAYTONA_START_TIMEOUT, or check the sandbox in the Daytona dashboard",
+                    f"daytona sandbox {sandbox_id} is still {state} "
+                    f"after {self.start_timeout:.0f}s",
+                    hint="raise DAYTONA_START_TIMEOUT, or look at the sandbox in Daytona",
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -347,7 +350,7 @@ class DaytonaProvider:
                 document = await self._api.get(name)
                 if document is None:
                     raise ProviderUnavailable(
-                        f"daytona sandbox name {name} is taken but no such sandbox is visible; retry"
+                        f"daytona sandbox name {name} is taken but no such sandbox is visible"
                     )
         self.ownership.check(document.get("labels"), key, what=f"daytona sandbox {name}")
         document = await self._wait_started(document, what=f"daytona sandbox {name}")

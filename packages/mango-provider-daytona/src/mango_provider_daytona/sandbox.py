@@ -133,9 +133,10 @@ class DaytonaSandbox(StreamedExec):
             raise InvalidInput(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
         target = await self._resolve_read(path)
         try:
-            async with self._toolbox.download(target) as response, file_part(
-                response, path
-            ) as part:
+            async with (
+                self._toolbox.download(target) as response,
+                file_part(response, path) as part,
+            ):
                 return await read_bounded(part, path=path, limit=limit)
         except MangoError as exc:
             if exc.permanent:
@@ -187,5 +188,3 @@ class DaytonaSandbox(StreamedExec):
         await asyncio.sleep(0)
         self._tracker.mark_destroyed(self.sandbox_id)
         await self._api.delete(self.sandbox_id)
-
-

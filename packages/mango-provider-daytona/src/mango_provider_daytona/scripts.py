@@ -59,7 +59,7 @@ SHELL = "/bin/sh"
 """The POSIX shell every image must have; every line runs through it explicitly."""
 CONTROL_DIR = "${TMPDIR:-/tmp}/.mango-exec"
 """Where the wrapper keeps its per-command files (expanded by the sandbox's shell)."""
-STDIN_STAGING_DIR = "/tmp/.mango-stdin"
+STDIN_STAGING_DIR = "/tmp/.mango-stdin"  # noqa: S108 - inside the sandbox, not on the worker
 """Where large stdin is staged through the file API before the command runs."""
 KILL_WAIT_STEPS = 30
 """How many 0.1 s steps the killer waits for a command's pid file to appear."""
@@ -81,7 +81,8 @@ if [ -n "$d" ]; then
 fi
 unset OLDPWD
 cap() {{ head -c "$L" > "$1"; exec cat > /dev/null; }}
-{{ {{ ( [ -e "$F.k" ] && exit 137; {LINE} ) < /dev/null; echo $? > "$F.x"; }} 2>&1 1>&3 3>&- | cap "$F.e"; }} 3>&1 | cap "$F.o"
+{{ {{ ( [ -e "$F.k" ] && exit 137; {LINE} ) < /dev/null; echo $? > "$F.x"; }} \
+    2>&1 1>&3 3>&- | cap "$F.e"; }} 3>&1 | cap "$F.o"
 ec=-1; [ -s "$F.x" ] && read -r ec < "$F.x"
 printf '\n%s %s\n' "$M" "$ec"
 [ -s "$F.o" ] && base64 "$F.o"
@@ -93,7 +94,9 @@ rm -f "$F.o" "$F.e" "$F.x" "$F.p" "$F.k"
 
 _KILLER_PRELUDE = r""": > "$F.k" 2>/dev/null
 i=0
-while [ ! -s "$F.p" ] && [ "$i" -lt {STEPS} ]; do sleep 0.1 2>/dev/null || sleep 1; i=$((i + 1)); done
+while [ ! -s "$F.p" ] && [ "$i" -lt {STEPS} ]; do
+    sleep 0.1 2>/dev/null || sleep 1; i=$((i + 1))
+done
 if [ ! -s "$F.p" ]; then rm -f "$F.k"; exit 0; fi
 read -r pid < "$F.p" || exit 0
 set -- "$pid" spare

@@ -6,6 +6,8 @@ import math
 import os
 import sys
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TextIO
 
 import attrs
@@ -23,7 +25,6 @@ from mango.provider import (
     max_output_bytes,
 )
 from mango_provider_daytona.api import check_api_url
-from mango_provider_daytona.conformance import open_conformance_provider
 from mango_provider_daytona.provider import (
     DEFAULT_AUTO_PAUSE_MINUTES,
     DEFAULT_MAX_READ_BYTES,
@@ -203,9 +204,17 @@ REGISTRATION = ProviderRegistration(
 )
 """``daytona``: core contract only, output at the end of each command."""
 
+
+def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DaytonaProvider]:
+    # Imported on use: the fake pulls in aiohttp and the local provider.
+    from mango_provider_daytona.conformance import open_conformance_provider
+
+    return open_conformance_provider(scratch_dir)
+
+
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
-    open=open_conformance_provider,
+    open=_open_conformance_provider,
     description="a fake Daytona (API and toolbox) on 127.0.0.1",
 )
 """The offline target: the fake Daytona, a fresh one per scratch directory."""
