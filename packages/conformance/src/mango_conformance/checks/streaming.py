@@ -191,10 +191,11 @@ class StreamChecks:
         command = conformance.command(GATED, timeout=max(30.0, conformance.options.prompt_seconds))
         if conformance.options.has_quirk(Quirk.OUTPUT_AT_END):
             # The relaxed clause: output may arrive only at the end, so the gate
-            # opens at once; the stream must still carry all of it, then the result.
+            # is open from the start; the stream must still carry all of it, then
+            # the result.
             async def at_end() -> ExecResult:
+                await sandbox.write_file("stream.gate", b"")
                 async with sandbox.exec_stream(command) as events:
-                    await sandbox.write_file("stream.gate", b"")
                     return await collect(events)
 
             result = conformance.run(at_end(), "gated stream, output at the end")
