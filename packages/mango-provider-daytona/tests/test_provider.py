@@ -204,3 +204,15 @@ async def test_output_is_capped_inside_the_sandbox(sandbox: DaytonaSandbox) -> N
     after = set((await sandbox.exec(listing)).stdout.split())
     # Only the second listing's own files (one token) are new: the flood left nothing.
     assert len({name.split(b".")[0] for name in after - before}) == 1
+
+
+async def test_keep_alive_after_a_recent_command_costs_no_request(
+    service: FakeService, sandbox: DaytonaSandbox
+) -> None:
+    """Right after a command the sandbox is known to run: keep_alive makes no API call."""
+    await sandbox.keep_alive()
+    gets = service.faults.count("GET", "/sandbox/{id}")
+    assert gets >= 1
+    await sandbox.exec(Command(("true",)))
+    await sandbox.keep_alive()
+    assert service.faults.count("GET", "/sandbox/{id}") == gets

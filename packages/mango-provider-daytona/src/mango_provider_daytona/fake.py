@@ -516,3 +516,27 @@ async def open_fake_daytona(
     )
     async with service:
         yield service, fake
+
+
+def main() -> None:
+    """``python -m mango_provider_daytona.fake [SCRATCH]``: serve a fake Daytona until SIGTERM.
+
+    Prints its URL on the first line; the key is :data:`FAKE_API_KEY`.
+    """
+    import asyncio
+    import sys
+    import tempfile
+
+    from mango.provider.fake import serve
+
+    with tempfile.TemporaryDirectory(prefix="mango-daytona-fake-") as default_scratch:
+        scratch = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(default_scratch)
+        fake = DaytonaFake()
+        service = FakeService(
+            scratch, fake.routes, name="daytona", max_output_bytes=FAKE_MAX_OUTPUT_BYTES
+        )
+        asyncio.run(serve(service))
+
+
+if __name__ == "__main__":
+    main()

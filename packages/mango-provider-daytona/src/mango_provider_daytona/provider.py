@@ -57,6 +57,8 @@ DEFAULT_AUTO_PAUSE_MINUTES = 15
 """Minutes of inactivity after which Daytona pauses a sandbox (``DAYTONA_AUTO_PAUSE_MINUTES``)."""
 DEFAULT_START_TIMEOUT = 300.0
 """Seconds to wait for a sandbox to reach ``started`` (an archived one is restored first)."""
+KEEP_ALIVE_FRESH_SECONDS = 30.0
+"""A sandbox whose toolbox answered a command this recently needs no keep-alive request."""
 DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 """The read bound of ``read_file`` when the caller gives none (``MANGO_MAX_READ_BYTES``)."""
 GONE_STATES = frozenset({"destroyed", "destroying"})
@@ -164,6 +166,13 @@ class DaytonaProvider:
         """The control-plane client."""
         return self._api
 
+    @property
+    def _fresh_seconds(self) -> float:
+        # Well inside the auto-pause interval (a minute at least), never more than 30 s.
+        if self.auto_pause_minutes <= 0:
+            return KEEP_ALIVE_FRESH_SECONDS
+        return min(KEEP_ALIVE_FRESH_SECONDS, self.auto_pause_minutes * 60 / 4)
+
     def _report(self, line: str) -> None:
         if self.progress is not None:
             self.progress(line)
@@ -210,6 +219,7 @@ class DaytonaProvider:
             tracker=self._tracker,
             diagnose=self._diagnose,
             resume=self._resume,
+            fresh_seconds=self._fresh_seconds,
         )
 
     async def _diagnose(self, sandbox_id: str, error: MangoError) -> MangoError:

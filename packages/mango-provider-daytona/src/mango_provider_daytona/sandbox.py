@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,6 +53,9 @@ class DaytonaSandbox(StreamedExec):
     _tracker: ExecTracker = attrs.field(repr=False)
     _diagnose: Diagnose = attrs.field(repr=False)
     _resume: Resume = attrs.field(repr=False)
+    _fresh_seconds: float = 30.0
+    _seen: list[float] = attrs.field(factory=lambda: [float("-inf")], repr=False)
+    """When the toolbox last answered a command (monotonic); a one-slot list: attrs is frozen."""
 
     @property
     def ref(self) -> SandboxRef:
@@ -79,13 +83,14 @@ class DaytonaSandbox(StreamedExec):
         return PathPolicy(self._root)
 
     async def _why(self, exc: MangoError) -> MangoError:
+        self._seen[0] = float("-inf")
         return await self._diagnose(self.sandbox_id, exc)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
     ) -> ExecResult:
         with self._tracker.track(self.sandbox_id) as handle:
-            return await run_command(
+            result = await run_command(
                 self._toolbox,
                 command,
                 root=self._root,
@@ -94,13 +99,23 @@ class DaytonaSandbox(StreamedExec):
                 handle=handle,
                 diagnose=self._why,
             )
+        if not result.cancelled:
+            self._seen[0] = time.monotonic()
+        return result
 
     async def keep_alive(self) -> None:
         """Start the sandbox if Daytona paused, stopped or archived it, and restart its idle clock.
 
-        Raises :class:`~mango.provider.SandboxNotFound` if it is gone.
+        A sandbox whose toolbox answered a command less than ``fresh_seconds``
+        ago is running and its idle clock was just restarted by that command
+        (Daytona counts toolbox calls as activity; auto-pause needs at least a
+        minute of idleness), so that case costs no request. Raises
+        :class:`~mango.provider.SandboxNotFound` if it is gone.
         """
+        if time.monotonic() - self._seen[0] < self._fresh_seconds:
+            return
         await self._resume(self.sandbox_id)
+        self._seen[0] = time.monotonic()
 
     # ------------------------------------------------------------------ files
 
