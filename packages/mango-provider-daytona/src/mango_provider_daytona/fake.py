@@ -32,6 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def _error(status: int, message: str) -> web.Response:
         {
             "statusCode": status,
             "message": message,
-            "code": web.HTTPException.empty_body and "",
+            "code": HTTPStatus(status).phrase,
             "timestamp": datetime.now(UTC).isoformat(),
         },
         status=status,
