@@ -27,6 +27,10 @@ rule, so quoting is proven once (reference: remote-protocols.md §1.4):
     exec call fails before the shell ran, the adapter removes the path itself
     (not-found is fine).
 
+The tree killer (:data:`TREE_KILLER`) is the other half of the rule: a
+command that must be stopped (timeout, cancellation) is ended by a second
+call that runs ``sh -c TREE_KILLER mango-kill PID [spare]`` in the sandbox.
+
 Example::
 
     plan = plan_command(command, root="/workspace", staging_dir="/var/lib/mango/stdin")
@@ -49,6 +53,7 @@ from mango.domain.errors import InvalidInput
 
 __all__ = [
     "MAX_INLINE_LINE_BYTES",
+    "TREE_KILLER",
     "CommandPlan",
     "StdinPlan",
     "command_line",
@@ -195,3 +200,52 @@ def plan_command(
     # program leaves it behind.
     staged = f"{{ rm -f -- {quote(path)}; {prefix}{words}; }} < {quote(path)}"
     return CommandPlan(staged, StdinPlan("staged", path=path, data=data))
+
+
+TREE_KILLER = r"""r=$1; spare=$2
+case $r in ''|*[!0-9]*) exit 2;; esac
+[ "$r" -gt 1 ] || exit 2
+kill -STOP "$r" 2>/dev/null
+frozen=" $r "
+more=1
+while [ -n "$more" ]; do
+    more=
+    for f in /proc/[0-9]*/stat; do
+        p=${f#/proc/}; p=${p%/stat}
+        case $frozen in *" $p "*) continue;; esac
+        [ "$p" = "$$" ] && continue
+        IFS= read -r s < "$f" 2>/dev/null || continue
+        s=${s##*) }; s=${s#* }
+        pp=${s%% *}; s=${s#* }
+        pg=${s%% *}; s=${s#* }
+        sid=${s%% *}
+        case $frozen in *" $pp "*) pp=in;; esac
+        if [ "$pg" = "$r" ] || [ "$sid" = "$r" ] || [ "$pp" = in ]; then
+            kill -STOP "$p" 2>/dev/null
+            frozen="$frozen$p "
+            more=1
+        fi
+    done
+done
+if [ "$spare" = spare ]; then
+    for p in $frozen; do [ "$p" = "$r" ] || kill -KILL "$p" 2>/dev/null; done
+    kill -CONT "$r" 2>/dev/null
+else
+    kill -KILL -- "-$r" 2>/dev/null
+    for p in $frozen; do kill -KILL "$p" 2>/dev/null; done
+fi
+exit 0
+"""
+"""``sh -c TREE_KILLER mango-kill PID [spare]``: end the process tree rooted at ``PID``.
+
+POSIX ``sh`` builtins and ``/proc`` only (busybox, dash, bash). It freezes
+(``SIGSTOP``) the root, then repeatedly scans ``/proc`` and freezes every
+process whose process group or session is the root's pid or whose parent is
+already frozen, until a scan finds nothing new; frozen processes cannot fork
+or be re-parented away while the tree is collected. Then it sends
+``SIGKILL`` to the group and every frozen process. With ``spare`` the root
+itself survives: every descendant is killed and the root continued
+(``SIGCONT``), so a wrapper shell can report what its command printed. A
+descendant that called ``setsid`` *and* whose parent exited before the kill
+has left the tree and is not found (the limit of any process-group kill).
+"""

@@ -52,6 +52,8 @@ class FakeService:
     port: int = 0
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
     max_output_bytes: int = 1 << 20
+    """Per-stream cap of the fake sandboxes' commands (a vendor daemon that buffers more
+    than mango's cap, because it wraps the output, needs a larger one)."""
     faults: Faults = attrs.field(factory=Faults)
     sandboxes: FakeSandboxes = attrs.field(init=False)
     _runner: web.AppRunner | None = attrs.field(default=None, init=False, repr=False)
