@@ -105,7 +105,8 @@ def kill_tree_line(pid: int) -> str:
     """
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
         raise InvalidInput(f"refusing to kill process {pid!r}")
-    return f"kill -KILL -- -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null; exit 0"
+    # No "--": dash's kill builtin takes "-<pid>" after a signal but refuses "--".
+    return f"kill -KILL -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null; exit 0"
 
 
 def _env_items(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> list[tuple[str, str]]:
