@@ -83,7 +83,7 @@ _DEPLOYMENTS: dict[tuple[int, str], FakeDeployment] = {}
 @contextlib.asynccontextmanager
 async def shared_fake(scratch_dir: Path, config: FakeConfig) -> AsyncIterator[E2BFakeService]:
     """The fake of ``scratch_dir`` on this loop: the first user starts it, the last stops it."""
-    key = (id(asyncio.get_running_loop()), os.path.abspath(scratch_dir))  # noqa: PTH100 - no I/O
+    key = (id(asyncio.get_running_loop()), os.fspath(scratch_dir))
     deployment = _DEPLOYMENTS.get(key)
     if deployment is None:
         service = E2BFakeService.create(Path(scratch_dir) / "e2b-fake", config, name=config.mode)

@@ -32,7 +32,7 @@ import shutil
 import signal
 import stat as stat_module
 import urllib.parse
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -122,7 +122,8 @@ class E2BFakeService(FakeService):
 
     config: FakeConfig = attrs.field(factory=FakeConfig, kw_only=True)
     _timers: dict[str, asyncio.TimerHandle] = attrs.field(factory=dict, init=False, repr=False)
-    _deleting: set[asyncio.Future[bool]] = attrs.field(factory=set, init=False, repr=False)
+    _deleting: set[asyncio.Future[Any]] = attrs.field(factory=set, init=False, repr=False)
+    _changed: asyncio.Condition = attrs.field(factory=asyncio.Condition, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -151,17 +152,43 @@ class E2BFakeService(FakeService):
         for process in self.processes(sandbox_id).values():
             process.kill_tree()
         self._cancel_timer(sandbox_id)
-        return await self.sandboxes.delete(sandbox_id)
+        deleted = await self.sandboxes.delete(sandbox_id)
+        self._notify()
+        return deleted
 
     def pause_sandbox(self, sandbox_id: str) -> None:
         """Pause a sandbox now (as its idle timeout would)."""
         self._cancel_timer(sandbox_id)
         self.sandboxes.pause(sandbox_id)
+        self._notify()
 
     def state(self, sandbox_id: str) -> str | None:
         """``running``, ``paused``, ``deleted`` or ``None`` (never existed)."""
         record = self.sandboxes.find(sandbox_id)
         return None if record is None else record.state.value
+
+    async def wait_for_state(self, sandbox_id: str, state: str, *, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the sandbox is in ``state``; False if not."""
+        return await self.wait_until(lambda: self.state(sandbox_id) == state, timeout=timeout)
+
+    async def wait_until(self, condition: Callable[[], bool], *, timeout: float) -> bool:
+        """Wait until ``condition()`` holds (re-checked on every lifecycle change and start)."""
+        async with self._changed:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(condition)
+            except TimeoutError:
+                return False
+        return True
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        task = asyncio.ensure_future(notify())
+        self._deleting.add(task)
+        task.add_done_callback(self._deleting.discard)
 
     def end_at(self, sandbox_id: str) -> datetime | None:
         """When the sandbox pauses (or dies) unless someone extends it."""
@@ -198,6 +225,7 @@ class E2BFakeService(FakeService):
             return
         if record.extra.get("auto_pause"):
             self.sandboxes.pause(sandbox_id)
+            self._notify()
         else:
             task = asyncio.ensure_future(self.delete_sandbox(sandbox_id))
             self._deleting.add(task)
@@ -491,6 +519,7 @@ class _Routes:
         record = self._envd_record(request)
         process = await self._spawn(request, record)
         self.service.processes(record.id)[process.pid] = process
+        self.service._notify()
         return await self._stream(request, process)
 
     async def _spawn(self, request: web.Request, record: FakeSandbox) -> FakeProcess:
