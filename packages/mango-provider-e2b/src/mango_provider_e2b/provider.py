@@ -139,10 +139,13 @@ class E2BProvider:
         await sandbox._data_call(lambda: sandbox._envd.make_dir(ROOT))
         return sandbox
 
-    async def _connected(self, sandbox_id: str, spec: SandboxSpec) -> E2BSandbox:
+    async def _connected(
+        self, sandbox_id: str, spec: SandboxSpec, *, ensure_root: bool = True
+    ) -> E2BSandbox:
         started = time.monotonic()
         info = await self._control.connect(sandbox_id, timeout=self.options.idle_timeout)
-        return await self._ready(self._sandbox(info, spec, started))
+        sandbox = self._sandbox(info, spec, started)
+        return await self._ready(sandbox) if ensure_root else sandbox
 
     async def _owned_info(self, session_key: str) -> SandboxInfo | None:
         found = await self._control.list(self.ownership.labels(session_key))
@@ -186,7 +189,8 @@ class E2BProvider:
         ref = self.ownership.check_ref(ref)
         info = await self._control.get(ref.external_id)
         self.ownership.check(info.metadata, key, what=f"{self.name} sandbox {ref.external_id}")
-        return await self._connected(ref.external_id, spec)
+        # Bound sandboxes got their workspace at create: attach is one get and one connect.
+        return await self._connected(ref.external_id, spec, ensure_root=False)
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The ref of the sandbox carrying ``session_key``'s labels, or ``None`` (no resume)."""

@@ -247,8 +247,13 @@ class E2BSandbox(StreamedExec):
                     )
                 line = plan.line
             else:
+                # envd starts the shell in ROOT already: a cd is needed only below it.
                 line = command_line(
-                    command.argv, root=ROOT, cwd=command.cwd, env=command.env, new_session=True
+                    command.argv,
+                    root=ROOT if command.cwd else None,
+                    cwd=command.cwd,
+                    env=command.env,
+                    new_session=True,
                 )
             run = _Run(self, channel, timeout, stdin if rpc_stdin else b"", handle.destroyed)
             opened = False

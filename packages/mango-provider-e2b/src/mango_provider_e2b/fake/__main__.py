@@ -21,11 +21,14 @@ class _Announce:
 
     def __init__(self, config: FakeConfig) -> None:
         self.config = config
+        self.url: str | None = None
 
     def write(self, text: str) -> int:
         sys.stdout.write(text)
-        url = text.strip()
-        if url.startswith("http://"):
+        if text.strip().startswith("http://"):
+            self.url = text.strip()
+        if "\n" in text and self.url is not None:
+            url, self.url = self.url, None
             host, _, port = url.removeprefix("http://").partition(":")
             key = self.config.api_key or ""
             if self.config.mode == CUBE_MODE:
