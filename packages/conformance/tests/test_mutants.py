@@ -104,6 +104,7 @@ class TestMutant(ProviderSuite):
 RELAXED_BY: dict[str, tuple[str, set[str]]] = {
     "stderr-merged": ("stderr-merged", CAUGHT_BY["stderr-merged"]),
     "leader-only-kill": ("timeout-kills-leader-only", CAUGHT_BY["leader-only-kill"]),
+    "stream-after-exit": ("output-at-end", CAUGHT_BY["stream-after-exit"]),
 }
 """For each quirk mutant: the quirk its registration would declare, and the checks it relaxes."""
 

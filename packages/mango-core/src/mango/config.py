@@ -20,7 +20,7 @@ import platformdirs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
 from mango.domain.registry import SettingSpec, validate_namespace
-from mango.domain.values import validate_provider_name
+from mango.domain.values import validate_host, validate_provider_name
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -32,12 +32,14 @@ __all__ = [
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
     "NAMESPACE_ENV",
+    "PACKAGE_MANAGER_HOSTS_ENV",
     "PAYLOAD_KEYS_ENV",
     "ROOT_STATE_DIR",
     "PayloadKey",
     "Settings",
     "max_output_bytes",
     "number_setting",
+    "package_manager_hosts",
     "payload_keys",
     "state_dir",
 ]
@@ -134,6 +136,31 @@ def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
     return DEFAULT_MAX_OUTPUT_BYTES if value is None else int(value)
 
 
+PACKAGE_MANAGER_HOSTS_ENV = "MANGO_PACKAGE_MANAGER_HOSTS"
+
+
+def package_manager_hosts(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The hosts package managers need, from ``MANGO_PACKAGE_MANAGER_HOSTS``.
+
+    A comma- or whitespace-separated list of host names, ``*.`` wildcards or
+    IPv4 addresses (the allowlist rule of
+    :func:`~mango.domain.values.validate_host`), lower-cased, de-duplicated
+    and sorted. A limited-network sandbox may reach them only while its
+    packages are installed. They are deployment configuration: which
+    registries (or mirrors) a deployment uses is its own business, so mango
+    ships no list. Empty when unset.
+    """
+    env = os.environ if env is None else env
+    items = env.get(PACKAGE_MANAGER_HOSTS_ENV, "").replace(",", " ").split()
+    hosts: set[str] = set()
+    for item in items:
+        try:
+            hosts.add(validate_host(item).lower())
+        except InvalidInput as exc:
+            raise ConfigurationError(f"{PACKAGE_MANAGER_HOSTS_ENV}: {exc}") from None
+    return tuple(sorted(hosts))
+
+
 PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
@@ -198,6 +225,8 @@ class Settings:
     """``MANGO_TEMPORAL_PAYLOAD_KEYS``: when set, Temporal payloads are encrypted."""
     namespace: str | None = None
     """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
+    package_manager_hosts: tuple[str, ...] = ()
+    """``MANGO_PACKAGE_MANAGER_HOSTS``: reachable by limited-network sandboxes during setup."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -244,6 +273,7 @@ class Settings:
             or DEFAULT_TEMPORAL_NAMESPACE,
             task_queue_prefix=prefix,
             temporal_payload_keys=payload_keys(env),
+            package_manager_hosts=package_manager_hosts(env),
         )
 
     @property

@@ -89,7 +89,11 @@ async def open_runtime(
         try:
             provider = registry.open(settings.sandbox, await deployment_context(settings, store))
             manager = SessionManager(
-                provider, store, registration.capabilities, registration.quirks
+                provider,
+                store,
+                registration.capabilities,
+                registration.quirks,
+                package_manager_hosts=settings.package_manager_hosts,
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager)

@@ -108,7 +108,7 @@ def test_sessions_list_shows_a_lost_sandbox(run, tmp_path: Path) -> None:  # typ
     import shutil
 
     assert run("exec", "--session", "s1", "--", "true").returncode == 0
-    (session_dir,) = (tmp_path / "state" / "sandboxes").glob("session-*")
+    (session_dir,) = (tmp_path / "state" / "sandboxes").glob("mango-*")
     shutil.rmtree(session_dir)
     failed = run("exec", "--session", "s1", "--", "true")
     assert failed.returncode != 0

@@ -14,13 +14,17 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
+from mango.app import SessionManager
 from mango.config import Settings
 from mango.domain import ConfigurationError, OwnershipError, ProviderUnavailable
+from mango.domain.hashing import spec_hash
 from mango.domain.ports import Provider
-from mango.domain.values import Command, SandboxSpec
+from mango.domain.values import Command, ProvisioningIntent, SandboxSpec
 from mango.plugins import load_plugins
 from mango.postgres import PostgresBindingStore, open_store
 from mango.runtime import deployment_context
@@ -147,3 +151,65 @@ async def test_two_deployments_share_a_backend_without_touching_each_other(
             await provider.aclose()
         await store_a.aclose()
         await store_b.aclose()
+
+
+@attrs.define
+class CountingProvider:
+    """A real provider, with its create/attach calls counted (nothing else changes)."""
+
+    inner: Provider
+    creates: int = 0
+    attaches: int = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def capabilities(self) -> Any:
+        return self.inner.capabilities
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> Any:
+        self.creates += 1
+        return await self.inner.create(session_key, spec)
+
+    async def attach(self, session_key: str, ref: Any, spec: SandboxSpec) -> Any:
+        self.attaches += 1
+        return await self.inner.attach(session_key, ref, spec)
+
+
+async def test_intent_only_release_creates_nothing(
+    provider_name: str, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tearing down Sessions that never got a binding finds and destroys; no create, no attach.
+
+    One Session crashed before create (intent only, nothing at the provider),
+    one after create (intent and a real sandbox); both are deleted on the real
+    store and the real provider, and the counted provider sees no create call.
+    """
+    store, provider = await _deployment(database_url, provider_name, tmp_path, monkeypatch)
+    counted = CountingProvider(provider)
+    manager = SessionManager(counted, store)  # type: ignore[arg-type]
+    empty, made = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("empty", "made"))
+    try:
+        for session in (empty, made):
+            await store.ensure_session(session)
+            await store.put_intent(
+                ProvisioningIntent(session, provider_name, SPEC, spec_hash(SPEC))
+            )
+        orphan = await provider.create(made, SPEC)  # the crash came after create
+        assert await provider.find(made) == orphan.ref
+
+        assert await manager.delete_session(empty) is True
+        assert await manager.delete_session(made) is True
+
+        assert (counted.creates, counted.attaches) == (0, 0)
+        assert await provider.find(made) is None
+        assert await provider.list_owned() == []
+        assert await store.list_sessions() == []
+    finally:
+        await provider.aclose()
+        await store.aclose()

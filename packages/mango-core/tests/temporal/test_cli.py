@@ -119,7 +119,7 @@ async def test_commands_travel_the_durable_path(
         ("temporal", True),
         (f"worker {harness.queue_prefix}-local", True),
     ]
-    assert "provider local answered" in checks[1].detail
+    assert "provider local base directory" in checks[1].detail
 
     code, out, err = await mango(env, "sessions", "delete", session_id, direct, "--json")
     assert code == 0, err

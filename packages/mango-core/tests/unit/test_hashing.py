@@ -25,6 +25,8 @@ from mango.domain.hashing import (
 )
 
 _NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0-", min_size=1, max_size=8)
+_HOSTS = st.from_regex(r"(\*\.)?[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\.[a-z]{1,4})?", fullmatch=True)
+"""Allowlist entries: host names and wildcards that pass the host rule."""
 _NUMBER = st.one_of(
     st.none(),
     st.integers(min_value=1, max_value=10_000),
@@ -47,8 +49,8 @@ SPECS = st.builds(
     cpus=_NUMBER,
     network=st.sampled_from(list(NetworkMode)),
     pids_limit=st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
-    network_allowed_hosts=st.lists(_NAMES, max_size=3),
-    setup_network_allowed_hosts=st.lists(_NAMES, max_size=3),
+    network_allowed_hosts=st.lists(_HOSTS, max_size=3),
+    setup_network_allowed_hosts=st.lists(_HOSTS, max_size=3),
     packages=PLANS,
 )
 
@@ -135,12 +137,12 @@ DOCKER = SandboxSpec(
     cpus=1.5,
     network="limited",
     pids_limit=256,
-    network_allowed_hosts=("PyPI.org", "files.pythonhosted.org"),
+    network_allowed_hosts=("Pkgs.Example.test", "files.example.test"),
 )
 WITH_PACKAGES = SandboxSpec(
     image="debian:bookworm",
     network="bridge",
-    setup_network_allowed_hosts=("deb.debian.org",),
+    setup_network_allowed_hosts=("apt.example.test",),
     packages=PackagePlan(apt=("curl", "git"), pip=("requests",)),
 )
 GOLDEN = [
@@ -156,13 +158,13 @@ GOLDEN = [
     ),
     (
         DOCKER,
-        "sha256:69dcde269f14561bf70e84646c699b7f4f3ec7321d1ce09b5aaa262fc306475f",
-        "sha256v2:9f7f79eacabc21a68c695e914197a97ff566573d582a3ecc7a6253765fbf75c3",
+        "sha256:2d2a925b7b4ca32417a98eea22af3e89267258a9700474bfc3f7086c3542473e",
+        "sha256v2:3ae458747d2e1bc7cf42f5725d0d9d8aaf313d868754dc7c05cf3e562ad17488",
     ),
     (
         WITH_PACKAGES,
-        "sha256:e3a0d852f9f682867a8032724a783527b3310024e60897967e83bfd2649b56c6",
-        "sha256v2:215f7b6e9063def2493f1b977b1c81512637ed79d62ff80de40aa20b60dc6e64",
+        "sha256:e9e73b6d52ebc759f363183e7b32b9afc035845a8ecc109691d0d4df072652c7",
+        "sha256v2:b9ce966100c52ef617f32e703bd82ef12bb4f7aaaf6d4275e022e9eb6c35876f",
     ),
 ]
 
@@ -188,14 +190,14 @@ def test_unknown_versions_never_match() -> None:
 def test_v1_binding_hashes_still_prove_package_setup() -> None:
     """Bindings written by v1 (with or without the package suffix) keep proving their plan."""
     v1_binding = (
-        "sha256:e3a0d852f9f682867a8032724a783527b3310024e60897967e83bfd2649b56c6"
+        "sha256:e9e73b6d52ebc759f363183e7b32b9afc035845a8ecc109691d0d4df072652c7"
         "|packages=sha256:b4bf765c538b7292f74006d5b0967619583b5f77609871a06b17bf4120046a7b"
     )
     assert binding_proves_package_setup(v1_binding, WITH_PACKAGES)
     assert binding_proves_package_setup(v1_binding, attrs.evolve(WITH_PACKAGES, timeout=5))
     changed = attrs.evolve(WITH_PACKAGES, packages=PackagePlan(apt=("curl",)))
     assert not binding_proves_package_setup(v1_binding, changed)
-    legacy = "sha256:e3a0d852f9f682867a8032724a783527b3310024e60897967e83bfd2649b56c6"
+    legacy = "sha256:e9e73b6d52ebc759f363183e7b32b9afc035845a8ecc109691d0d4df072652c7"
     assert binding_proves_package_setup(legacy, WITH_PACKAGES)
     assert not binding_proves_package_setup(legacy, attrs.evolve(WITH_PACKAGES, timeout=5))
     assert binding_proves_package_setup(V1_TIMEOUT_30 + "|packages=" + V1_EMPTY_PLAN, SandboxSpec())

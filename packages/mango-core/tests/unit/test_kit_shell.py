@@ -180,3 +180,25 @@ def test_relative_staging_dir_is_refused() -> None:
     """The staging directory must be absolute (it is opened from any cwd)."""
     with pytest.raises(InvalidInput, match="absolute"):
         plan_command(["true"], stdin=b"x" * 100, staging_dir="rel", max_inline_line_bytes=30)
+
+
+def test_tree_killer_spare_kills_descendants_and_continues_the_root(tmp_path: Path) -> None:
+    """``spare``: every descendant dies, the root shell goes on and reports."""
+    from mango.provider.shell import TREE_KILLER
+
+    done = tmp_path / "done"
+    script = '( sleep 300 & sleep 300 & echo ready; wait ) ; echo "after $?" > "$1"'
+    root = subprocess.Popen(
+        ["/bin/sh", "-c", script, "root", str(done)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert root.stdout is not None
+        assert root.stdout.readline() == "ready\n"  # the descendants are running
+        subprocess.run(
+            ["/bin/sh", "-c", TREE_KILLER, "mango-kill", str(root.pid), "spare"], check=True
+        )
+        assert root.wait(30) == 0
+        assert done.read_text().startswith("after ")
+    finally:
+        root.kill()
+        root.communicate()

@@ -8,13 +8,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
-    CapabilitySet,
     ConfigurationError,
     InvalidInput,
     OwnedResource,
@@ -28,6 +27,7 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecTracker
 from mango.provider.hostdirs import remove_dir
+from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
@@ -96,7 +96,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False)
-class DockerProvider:
+class DockerProvider(ProviderIdentity):
     """Sandboxes as containers on one Docker Engine.
 
     ``create`` is create-if-absent by a container name derived from the
@@ -107,6 +107,8 @@ class DockerProvider:
     carry ``namespace`` (the deployment's), so deployments sharing a daemon
     never see, attach to or remove each other's containers.
     """
+
+    provider_name: ClassVar[str] = PROVIDER_NAME
 
     resource_dir: Path = attrs.field(converter=_as_path)
     """Provider-owned host directory; one ``session-<hash>`` directory per sandbox below it."""
@@ -142,16 +144,6 @@ class DockerProvider:
     def __attrs_post_init__(self) -> None:
         self._defaults = default_limits(self.memory, self.cpus, self.pids_limit)
         self._engine = Engine(self.host, self.api_version)
-
-    @property
-    def name(self) -> str:
-        """Always ``"docker"``."""
-        return PROVIDER_NAME
-
-    @property
-    def capabilities(self) -> CapabilitySet:
-        """The empty set: mounts and package setup arrive with their own capabilities."""
-        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

@@ -31,6 +31,8 @@ not found -- the same limit as the local provider's process-group kill.
 
 from __future__ import annotations
 
+from mango.provider.shell import TREE_KILLER
+
 __all__ = ["EXEC_WRAPPER", "STATUS_ERROR", "STATUS_PID", "TREE_KILLER"]
 
 STATUS_PID = b"mango-exec:"
@@ -57,33 +59,4 @@ exec "$@"
 """
 """``sh -c EXEC_WRAPPER sh CWD ARGV...``: see the module docstring."""
 
-TREE_KILLER = r"""r=$1
-case $r in ''|*[!0-9]*) exit 2;; esac
-[ "$r" -gt 1 ] || exit 2
-kill -STOP "$r" 2>/dev/null
-frozen=" $r "
-more=1
-while [ -n "$more" ]; do
-    more=
-    for f in /proc/[0-9]*/stat; do
-        p=${f#/proc/}; p=${p%/stat}
-        case $frozen in *" $p "*) continue;; esac
-        [ "$p" = "$$" ] && continue
-        IFS= read -r s < "$f" 2>/dev/null || continue
-        s=${s##*) }; s=${s#* }
-        pp=${s%% *}; s=${s#* }
-        pg=${s%% *}; s=${s#* }
-        sid=${s%% *}
-        case $frozen in *" $pp "*) pp=in;; esac
-        if [ "$pg" = "$r" ] || [ "$sid" = "$r" ] || [ "$pp" = in ]; then
-            kill -STOP "$p" 2>/dev/null
-            frozen="$frozen$p "
-            more=1
-        fi
-    done
-done
-kill -KILL -- "-$r" 2>/dev/null
-for p in $frozen; do kill -KILL "$p" 2>/dev/null; done
-exit 0
-"""
-"""``sh -c TREE_KILLER mango-kill PID``: see the module docstring."""
+# The killer is the kit's (shared with every provider that kills through a shell).

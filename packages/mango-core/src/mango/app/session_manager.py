@@ -12,8 +12,12 @@ follow-up commands (``resource-ready`` after setup, ``reference-lost`` when the
 provider no longer knows the resource), which run through the table in turn.
 
 Provisioning order: intent (insert-if-absent) -> create (idempotent by
-session key) -> package setup -> binding (insert-if-absent; the loser's
-resource is destroyed). A failure leaves the intent, never a binding, so a
+session key) -> [limited network: setup allowlist] -> package setup ->
+[limited network: final allowlist] -> binding (insert-if-absent; the loser's
+resource is destroyed). A limited-network sandbox gets its final allowlist
+again whenever a client is attached (the provider re-applies it only if the
+applied policy drifted), and a cached client gets it when the spec's
+allowlist changes. A failure leaves the intent, never a binding, so a
 retry or :meth:`SessionManager.reconcile_provisioning` resumes. Teardown
 never creates or attaches: it destroys through ``Provider.destroy`` the bound
 reference, or what ``Provider.find`` reports for an intent-only Session.
@@ -36,6 +40,7 @@ from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import Capability, CapabilitySet, admit
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    CapabilityNotSupported,
     InvalidInput,
     InvalidTransition,
     MangoError,
@@ -58,13 +63,20 @@ from mango.domain.lifecycle import (
     observe,
     transition,
 )
-from mango.domain.ports import BindingStore, KeepAliveSandbox, Provider, Sandbox
+from mango.domain.ports import (
+    BindingStore,
+    KeepAliveSandbox,
+    LimitedNetworkSandbox,
+    Provider,
+    Sandbox,
+)
 from mango.domain.registry import Quirk
 from mango.domain.values import (
     Binding,
     Command,
     ExecEvent,
     ExecResult,
+    NetworkMode,
     ProvisioningIntent,
     SandboxRef,
     SandboxSpec,
@@ -102,6 +114,10 @@ class ReconcileReport:
 
 def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
     return frozenset(Quirk(value) for value in values)
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 _LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
@@ -182,6 +198,8 @@ class _Cached:
     session_created_at: datetime
     """Creation time of the Session row the client was cached for: a Session
     deleted and re-created elsewhere under the same id never reuses it."""
+    network_hosts: tuple[str, ...] | None = None
+    """The final allowlist last applied through this client (limited network only)."""
 
 
 @attrs.define
@@ -234,7 +252,9 @@ class SessionManager:
 
     ``capabilities`` are the provider's *declared* capabilities (from its
     registration); they default to what the provider reports. ``quirks`` are
-    the contract deviations its registration declares.
+    the contract deviations its registration declares. ``package_manager_hosts``
+    (deployment configuration, ``MANGO_PACKAGE_MANAGER_HOSTS``) join a
+    limited-network sandbox's allowlist while its packages are installed.
 
     Every public operation accepts ``deadline``: an absolute time on the
     running loop's clock (:func:`mango.domain.deadline.deadline_in` makes one
@@ -246,6 +266,9 @@ class SessionManager:
     store: BindingStore
     capabilities: CapabilitySet | None = None
     quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
+    package_manager_hosts: tuple[str, ...] = attrs.field(
+        default=(), kw_only=True, converter=_str_tuple
+    )
     _cache: dict[str, _Cached] = attrs.field(factory=dict, alias="_cache")
     _locks: _SessionLocks = attrs.field(factory=_SessionLocks, alias="_locks")
 
@@ -502,9 +525,28 @@ class SessionManager:
 
     async def _setup_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
         sandbox = self._created(op)
+        limited = op.spec.network is NetworkMode.LIMITED
         if not op.spec.packages.is_empty:
+            if limited:
+                # Widened only while packages install; tools never see this list.
+                setup = {*op.spec.network_allowed_hosts, *op.spec.setup_network_allowed_hosts}
+                setup.update(self.package_manager_hosts)
+                await self._apply_network(op.session_id, sandbox, tuple(sorted(setup)))
             await install_packages(sandbox, op.spec)
+        if limited:
+            # Before the binding: a bound sandbox has its final policy.
+            await self._apply_network(op.session_id, sandbox, op.spec.network_allowed_hosts)
         return (_C.RESOURCE_READY,)
+
+    async def _apply_network(
+        self, session_id: str, sandbox: Sandbox, hosts: tuple[str, ...]
+    ) -> None:
+        if not isinstance(sandbox, LimitedNetworkSandbox):
+            raise CapabilityNotSupported(
+                self.provider.name,
+                [f"the sandbox of session {session_id!r} cannot restrict its network"],
+            )
+        await sandbox.apply_limited_network(hosts)
 
     async def _publish_binding(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
         sandbox = self._created(op)
@@ -520,6 +562,8 @@ class SessionManager:
         if record is None:  # pragma: no cover - the intent's foreign key guarantees the row
             raise MangoError(f"session {op.session_id!r} vanished while it was provisioned")
         op.result = self._remember(op.session_id, sandbox, winner.spec_hash, record)
+        if op.spec.network is NetworkMode.LIMITED:
+            self._cache[op.session_id].network_hosts = op.spec.network_allowed_hosts
         return ()
 
     async def _attach_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
@@ -544,6 +588,16 @@ class SessionManager:
                 await raw.keep_alive()
             except SandboxNotFound as exc:
                 return self._lost(op, raw.ref, exc)
+        if op.spec.network is NetworkMode.LIMITED:
+            entry = self._cache[op.session_id]
+            if entry.network_hosts != op.spec.network_allowed_hosts:
+                # A fresh client (restart) or a changed allowlist: the provider
+                # compares the applied policy and repairs any drift.
+                try:
+                    await self._apply_network(op.session_id, raw, op.spec.network_allowed_hosts)
+                except SandboxNotFound as exc:
+                    return self._lost(op, raw.ref, exc)
+                entry.network_hosts = op.spec.network_allowed_hosts
         op.result = handed_out
         return ()
 

@@ -85,7 +85,11 @@ async def run_worker(
             manager = runtime.manager
             if fault is not None:
                 manager = SessionManager(
-                    provider, store, registration.capabilities, registration.quirks
+                    provider,
+                    store,
+                    registration.capabilities,
+                    registration.quirks,
+                    package_manager_hosts=settings.package_manager_hosts,
                 )
             activities = MangoActivities(
                 manager,

@@ -33,6 +33,7 @@ __all__ = [
     "SandboxRef",
     "SandboxSpec",
     "SessionRecord",
+    "validate_host",
     "validate_provider_name",
     "validate_session_id",
 ]
@@ -95,9 +96,48 @@ def _str_tuple(values: Iterable[str] | None) -> tuple[str, ...]:
     return result
 
 
+MAX_HOST_LENGTH = 253
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+_IPV4 = re.compile(r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\Z")
+_HOST_FORBIDDEN = frozenset("/:#?@[]")
+
+
+def validate_host(host: object) -> str:
+    """Return ``host`` if it may stand in an egress allowlist, else raise :class:`InvalidInput`.
+
+    An allowlist entry is a bare host name (``pkgs.example.test``), a
+    wildcard over one (``*.example.test``) or an IPv4 literal: at most 253
+    characters, no surrounding whitespace, none of ``/:#?@[]`` (so no URL,
+    port, user or IPv6 literal), labels of 1 to 63 letters, digits or ``-``
+    that neither start nor end with ``-``. The rule is the one the API
+    applies before anything reaches a provider.
+    """
+    if not isinstance(host, str) or not host:
+        raise InvalidInput(f"allowlist host must be a non-empty string, got {host!r}")
+    if host != host.strip():
+        raise InvalidInput(f"allowlist host {host!r} has surrounding whitespace")
+    if len(host) > MAX_HOST_LENGTH:
+        raise InvalidInput(f"allowlist host is longer than {MAX_HOST_LENGTH} characters")
+    if _HOST_FORBIDDEN.intersection(host):
+        raise InvalidInput(
+            f"allowlist host {host!r} must be a bare host name, '*.' wildcard or IPv4 "
+            "address (no scheme, port, path, user or IPv6 literal)"
+        )
+    octets = host.split(".")
+    if len(octets) == 4 and all(_IPV4.match(octet) for octet in octets):
+        return host
+    name = host[2:] if host.startswith("*.") else host
+    if not all(_HOST_LABEL.match(label) for label in name.split(".")):
+        raise InvalidInput(
+            f"allowlist host {host!r} is not a host name: labels are 1-63 letters, digits "
+            "or '-', not starting or ending with '-'"
+        )
+    return host
+
+
 def _hosts(values: Iterable[str] | None) -> tuple[str, ...]:
-    """Normalise an allowlist: lower-cased, de-duplicated, sorted."""
-    return tuple(sorted({host.strip().lower() for host in _str_tuple(values)}))
+    """Validate and normalise an allowlist: lower-cased, de-duplicated, sorted."""
+    return tuple(sorted({validate_host(host).lower() for host in _str_tuple(values)}))
 
 
 class NetworkMode(enum.StrEnum):

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -23,7 +23,6 @@ from mango.local.layout import (
 from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
-    CapabilitySet,
     InvalidInput,
     OwnedResource,
     SandboxRef,
@@ -31,6 +30,7 @@ from mango.provider import (
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
+from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
@@ -53,7 +53,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.frozen)
-class LocalProvider:
+class LocalProvider(ProviderIdentity):
     """Sandboxes as directories under ``base_dir``, commands as host processes.
 
     **Not an isolation boundary**: commands share the worker's kernel,
@@ -69,6 +69,8 @@ class LocalProvider:
     see or remove each other's directories.
     """
 
+    provider_name: ClassVar[str] = PROVIDER_NAME
+
     base_dir: Path = attrs.field(converter=_as_path)
     """Where session directories live; created on first use."""
     max_output_bytes: int = attrs.field(
@@ -83,16 +85,6 @@ class LocalProvider:
     def ownership(self) -> Ownership:
         """Labels and names of this provider in its namespace."""
         return Ownership(PROVIDER_NAME, self.namespace)
-
-    @property
-    def name(self) -> str:
-        """Always ``"local"``."""
-        return PROVIDER_NAME
-
-    @property
-    def capabilities(self) -> CapabilitySet:
-        """The empty set: the local provider supports only the core contract."""
-        return CapabilitySet()
 
     def _sandbox(self, session_dir: Path, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(

@@ -13,7 +13,8 @@ library are submodules, imported only by the providers that use them:
 
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
-:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host)
+:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host),
+:mod:`mango.provider.identity` (``name`` and ``capabilities`` from class attributes)
 and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
 """
 

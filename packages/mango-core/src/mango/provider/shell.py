@@ -9,6 +9,12 @@ rule, so quoting is proven once (reference: remote-protocols.md §1.4):
 * the working directory is entered first: ``cd '<dir>' &&``;
 * the extra environment is exported before the program runs:
   ``export NAME='value' ... &&`` (names validated as POSIX names);
+* with ``new_session=True`` the program runs as the leader of a new session
+  and process group (``setsid``, when the sandbox has it; the shell that
+  runs the line must not itself lead a process group, which holds for a
+  vendor's process API): one ``kill -KILL -- -<pid>`` then ends the whole
+  tree, which a vendor API that signals only its pid cannot do
+  (:func:`kill_tree_line`);
 * stdin is carried by a :class:`StdinPlan`:
 
   - none: the line as is (the provider gives the process an empty stdin);
@@ -26,6 +32,10 @@ rule, so quoting is proven once (reference: remote-protocols.md §1.4):
     the program starts, so a killed command leaves nothing behind; if the
     exec call fails before the shell ran, the adapter removes the path itself
     (not-found is fine).
+
+The tree killer (:data:`TREE_KILLER`) is the other half of the rule: a
+command that must be stopped (timeout, cancellation) is ended by a second
+call that runs ``sh -c TREE_KILLER mango-kill PID [spare]`` in the sandbox.
 
 Example::
 
@@ -49,9 +59,11 @@ from mango.domain.errors import InvalidInput
 
 __all__ = [
     "MAX_INLINE_LINE_BYTES",
+    "TREE_KILLER",
     "CommandPlan",
     "StdinPlan",
     "command_line",
+    "kill_tree_line",
     "plan_command",
     "quote",
 ]
@@ -75,12 +87,31 @@ def quote(arg: str) -> str:
     return "'" + arg.replace("'", "'\"'\"'") + "'"
 
 
-def _exec_words(argv: Sequence[str]) -> str:
+# ``command -v`` is a builtin: probing costs no fork. Without setsid the program
+# still runs (leader-only kills); ``$mango_setsid`` is unquoted on purpose, so an
+# empty value vanishes.
+_SETSID_PROBE = "{ command -v setsid >/dev/null 2>&1 && mango_setsid=setsid || mango_setsid=; }; "
+
+
+def _exec_words(argv: Sequence[str], *, new_session: bool = False) -> str:
     if isinstance(argv, str | bytes) or not argv:
         raise InvalidInput("argv must be a non-empty sequence of strings")
     if not argv[0]:
         raise InvalidInput("argv[0] (the program) is empty")
-    return "exec " + " ".join(quote(arg) for arg in argv)
+    launcher = "$mango_setsid " if new_session else ""
+    return "exec " + launcher + " ".join(quote(arg) for arg in argv)
+
+
+def kill_tree_line(pid: int) -> str:
+    """The line that kills the process group led by ``pid``, then ``pid`` itself.
+
+    For commands started with ``new_session=True``; harmless if the group or the
+    process is already gone (exit status 0 either way).
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+        raise InvalidInput(f"refusing to kill process {pid!r}")
+    # No "--": dash's kill builtin takes "-<pid>" after a signal but refuses "--".
+    return f"kill -KILL -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null; exit 0"
 
 
 def _env_items(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> list[tuple[str, str]]:
@@ -114,13 +145,16 @@ def command_line(
     root: str | None = None,
     cwd: str = "",
     env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+    new_session: bool = False,
 ) -> str:
     """The line that runs ``argv`` with no stdin: ``[cd ... && ][export ... && ]exec 'a' 'b'``.
 
     ``root`` is the sandbox root on the remote side; ``cwd`` is relative to it
     (mango's :attr:`Command.cwd`). With neither, no ``cd`` is emitted.
+    ``new_session`` runs the program in a new session (see the module docstring).
     """
-    return _prefix(root=root, cwd=cwd, env=env) + _exec_words(argv)
+    head = _SETSID_PROBE if new_session else ""
+    return head + _prefix(root=root, cwd=cwd, env=env) + _exec_words(argv, new_session=new_session)
 
 
 @attrs.frozen
@@ -162,6 +196,7 @@ def plan_command(
     env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
     staging_dir: str,
     max_inline_line_bytes: int = MAX_INLINE_LINE_BYTES,
+    new_session: bool = False,
 ) -> CommandPlan:
     """Plan ``argv`` with ``stdin``, ``env`` and ``cwd`` for a remote shell.
 
@@ -170,12 +205,13 @@ def plan_command(
     at a fresh random path under ``staging_dir`` (an adapter-owned absolute
     directory that exists in the sandbox). Raises :class:`InvalidInput` if
     the line without stdin is already too long for one shell argument.
+    ``new_session`` runs the program in a new session (see the module docstring).
     """
     if not isinstance(stdin, bytes | bytearray | memoryview):
         raise InvalidInput(f"stdin must be bytes, got {type(stdin).__name__}")
     data = bytes(stdin)
-    prefix = _prefix(root=root, cwd=cwd, env=env)
-    words = _exec_words(argv)
+    prefix = (_SETSID_PROBE if new_session else "") + _prefix(root=root, cwd=cwd, env=env)
+    words = _exec_words(argv, new_session=new_session)
     plain = prefix + words
     if len(plain.encode()) > max_inline_line_bytes:
         raise InvalidInput(
@@ -195,3 +231,52 @@ def plan_command(
     # program leaves it behind.
     staged = f"{{ rm -f -- {quote(path)}; {prefix}{words}; }} < {quote(path)}"
     return CommandPlan(staged, StdinPlan("staged", path=path, data=data))
+
+
+TREE_KILLER = r"""r=$1; spare=$2
+case $r in ''|*[!0-9]*) exit 2;; esac
+[ "$r" -gt 1 ] || exit 2
+kill -STOP "$r" 2>/dev/null
+frozen=" $r "
+more=1
+while [ -n "$more" ]; do
+    more=
+    for f in /proc/[0-9]*/stat; do
+        p=${f#/proc/}; p=${p%/stat}
+        case $frozen in *" $p "*) continue;; esac
+        [ "$p" = "$$" ] && continue
+        IFS= read -r s < "$f" 2>/dev/null || continue
+        s=${s##*) }; s=${s#* }
+        pp=${s%% *}; s=${s#* }
+        pg=${s%% *}; s=${s#* }
+        sid=${s%% *}
+        case $frozen in *" $pp "*) pp=in;; esac
+        if [ "$pg" = "$r" ] || [ "$sid" = "$r" ] || [ "$pp" = in ]; then
+            kill -STOP "$p" 2>/dev/null
+            frozen="$frozen$p "
+            more=1
+        fi
+    done
+done
+if [ "$spare" = spare ]; then
+    for p in $frozen; do [ "$p" = "$r" ] || kill -KILL "$p" 2>/dev/null; done
+    kill -CONT "$r" 2>/dev/null
+else
+    kill -KILL -- "-$r" 2>/dev/null
+    for p in $frozen; do kill -KILL "$p" 2>/dev/null; done
+fi
+exit 0
+"""
+"""``sh -c TREE_KILLER mango-kill PID [spare]``: end the process tree rooted at ``PID``.
+
+POSIX ``sh`` builtins and ``/proc`` only (busybox, dash, bash). It freezes
+(``SIGSTOP``) the root, then repeatedly scans ``/proc`` and freezes every
+process whose process group or session is the root's pid or whose parent is
+already frozen, until a scan finds nothing new; frozen processes cannot fork
+or be re-parented away while the tree is collected. Then it sends
+``SIGKILL`` to the group and every frozen process. With ``spare`` the root
+itself survives: every descendant is killed and the root continued
+(``SIGCONT``), so a wrapper shell can report what its command printed. A
+descendant that called ``setsid`` *and* whose parent exited before the kill
+has left the tree and is not found (the limit of any process-group kill).
+"""

@@ -38,7 +38,11 @@ class FakeService:
     :attr:`sandboxes` registry and :attr:`faults`). Use it as
     ``async with FakeService(tmp_path, routes) as service: service.url``;
     stopping deletes every sandbox (killing its commands) and releases held
-    requests. ``spec`` is the default spec of the fake sandboxes.
+    requests. ``spec`` is the default spec of the fake sandboxes and
+    ``max_output_bytes`` their per-stream cap (a vendor whose service streams
+    everything raises it). A client that disconnects cancels its handler, as
+    a Go server's request context does, so a streamed command ends with its
+    client.
     """
 
     scratch_dir: Path = attrs.field(converter=Path)
@@ -47,13 +51,18 @@ class FakeService:
     host: str = "127.0.0.1"
     port: int = 0
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+    max_output_bytes: int = 1 << 20
+    """Per-stream cap of the fake sandboxes' commands (a vendor daemon that buffers more
+    than mango's cap, because it wraps the output, needs a larger one)."""
     faults: Faults = attrs.field(factory=Faults)
     sandboxes: FakeSandboxes = attrs.field(init=False)
     _runner: web.AppRunner | None = attrs.field(default=None, init=False, repr=False)
     _url: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.sandboxes = FakeSandboxes(self.scratch_dir / "sandboxes", spec=self.spec)
+        self.sandboxes = FakeSandboxes(
+            self.scratch_dir / "sandboxes", spec=self.spec, max_output_bytes=self.max_output_bytes
+        )
 
     @property
     def url(self) -> str:
@@ -76,7 +85,9 @@ class FakeService:
         if self._runner is not None:
             return self.url
         self.faults.rearm()
-        runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            self.build_app(), access_log=None, shutdown_timeout=1.0, handler_cancellation=True
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
         try:

@@ -1,0 +1,201 @@
+"""Benchmark: the Daytona provider against the official SDK, on the same fake Daytona.
+
+Prints, in one run (figures are reported, not asserted):
+
+* ``exec true``: median through a warm SessionManager on the Daytona provider
+  against ``sandbox.process.exec("true")`` of the official SDK (target
+  mango/SDK <= 1.0);
+* a command writing 1 GiB to stdout, mango's 1 MiB cap: the peak RSS growth
+  of the client process (target < 32 MiB), and the SDK's for contrast (the
+  fake daemon buffers up to 64 MiB of output, as a real daemon buffers all);
+* create-to-first-exec: ``provider.create`` + ``exec true`` against the SDK's
+  ``create`` + ``process.exec``.
+
+The fake runs in its own process (``python -m mango_provider_daytona.fake``),
+so the clients' memory is measured alone; each RSS figure comes from a fresh
+client process. Needs no network and no account.
+Run: ``uv run python benchmarks/bench_daytona.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from mango.app import InMemoryBindingStore, SessionManager
+from mango.provider import Command, SandboxSpec
+from mango_provider_daytona import DaytonaProvider
+from mango_provider_daytona.fake import FAKE_API_KEY
+
+TRUE = Command(("true",))
+GIB_SCRIPT = "head -c 1073741824 /dev/zero"
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def _median(call: Callable[[], Awaitable[object]], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _sdk(url: str) -> object:
+    from daytona import AsyncDaytona, DaytonaConfig
+
+    return AsyncDaytona(DaytonaConfig(api_key=FAKE_API_KEY, api_url=url))
+
+
+async def exec_true(url: str, runs: int) -> dict[str, float]:
+    """Interleaved medians of exec true: mango (warm manager) and the SDK."""
+    provider = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
+    manager = SessionManager(provider=provider, store=InMemoryBindingStore())
+    session = f"bench-{uuid.uuid4().hex[:8]}"
+    await manager.ensure_session(session)
+    spec = SandboxSpec(timeout=60)
+    async with _sdk(url) as sdk:  # type: ignore[attr-defined]
+        theirs = await sdk.create(timeout=60)
+
+        async def mango_once() -> None:
+            sandbox = await manager.acquire(session, spec)
+            result = await sandbox.exec(TRUE)
+            assert result.exit_code == 0
+
+        async def sdk_once() -> None:
+            response = await theirs.process.exec("true")
+            assert response.exit_code == 0
+
+        for _ in range(5):  # warm both paths
+            await mango_once()
+            await sdk_once()
+        mango_times, sdk_times = [], []
+        for _ in range(runs):
+            mango_times.append(await _median(mango_once, 1))
+            sdk_times.append(await _median(sdk_once, 1))
+        await sdk.delete(theirs)
+    await manager.release(session)
+    await provider.aclose()
+    return {"mango": statistics.median(mango_times), "sdk": statistics.median(sdk_times)}
+
+
+async def create_to_first_exec(url: str, runs: int) -> dict[str, float]:
+    """Medians of create + first exec: mango's provider and the SDK."""
+    provider = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
+    mango_times, sdk_times = [], []
+    async with _sdk(url) as sdk:  # type: ignore[attr-defined]
+        for index in range(runs):
+            started = time.perf_counter()
+            sandbox = await provider.create(
+                f"bench-create-{uuid.uuid4().hex[:8]}-{index}", SandboxSpec()
+            )
+            await sandbox.exec(TRUE)
+            mango_times.append(time.perf_counter() - started)
+            await sandbox.destroy()
+            started = time.perf_counter()
+            theirs = await sdk.create(timeout=60)
+            await theirs.process.exec("true")
+            sdk_times.append(time.perf_counter() - started)
+            await sdk.delete(theirs)
+    await provider.aclose()
+    return {"mango": statistics.median(mango_times), "sdk": statistics.median(sdk_times)}
+
+
+async def flood(url: str, client: str) -> dict[str, float]:
+    """Peak RSS growth of this process while a command prints 1 GiB (run in a fresh process)."""
+    if client == "mango":
+        provider = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
+        sandbox = await provider.create(f"bench-flood-{uuid.uuid4().hex[:8]}", SandboxSpec())
+        await sandbox.exec(TRUE)
+        before = _rss_mib()
+        started = time.perf_counter()
+        result = await sandbox.exec(Command(("sh", "-c", GIB_SCRIPT), timeout=600))
+        elapsed = time.perf_counter() - started
+        kept, truncated = len(result.stdout), result.stdout_truncated
+        await sandbox.destroy()
+        await provider.aclose()
+    else:
+        async with _sdk(url) as sdk:  # type: ignore[attr-defined]
+            theirs = await sdk.create(timeout=60)
+            await theirs.process.exec("true")
+            before = _rss_mib()
+            started = time.perf_counter()
+            response = await theirs.process.exec(GIB_SCRIPT, timeout=600)
+            elapsed = time.perf_counter() - started
+            kept, truncated = len(response.result.encode()), False
+            await sdk.delete(theirs)
+    return {
+        "growth_mib": _rss_mib() - before,
+        "seconds": elapsed,
+        "kept": kept,
+        "truncated": truncated,
+    }
+
+
+def _start_fake() -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mango_provider_daytona.fake"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def main() -> None:
+    """Run every measurement against one fake and print the table."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--create-runs", type=int, default=10)
+    parser.add_argument("--flood", choices=["mango", "sdk"], help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.flood:
+        print(json.dumps(asyncio.run(flood(args.url, args.flood))))
+        return
+    fake, url = _start_fake()
+    try:
+        print(f"fake Daytona at {url}; load average {os.getloadavg()[0]:.1f}")
+        times = asyncio.run(exec_true(url, args.runs))
+        ratio = times["mango"] / times["sdk"]
+        print(
+            f"exec true: mango {times['mango'] * 1e3:.2f} ms, SDK {times['sdk'] * 1e3:.2f} ms, "
+            f"ratio {ratio:.2f} (target <= 1.0 {'✔' if ratio <= 1.0 else '✘'})"
+        )
+        for client in ("mango", "sdk"):
+            output = subprocess.run(
+                [sys.executable, __file__, "--flood", client, "--url", url],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            figures = json.loads(output.strip().splitlines()[-1])
+            print(
+                f"1 GiB stdout, {client}: peak RSS growth {figures['growth_mib']:.1f} MiB, "
+                f"{figures['seconds']:.1f} s, kept {figures['kept']} bytes, "
+                f"truncated {figures['truncated']}"
+            )
+        created = asyncio.run(create_to_first_exec(url, args.create_runs))
+        print(
+            f"create to first exec: mango {created['mango'] * 1e3:.1f} ms, "
+            f"SDK {created['sdk'] * 1e3:.1f} ms, ratio {created['mango'] / created['sdk']:.2f}"
+        )
+    finally:
+        fake.terminate()
+        fake.wait(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""mango's e2b provider against the official e2b SDK, on the same fake E2B service.
+
+Run: ``uv run python benchmarks/bench_e2b.py`` (no credentials, no network).
+
+* exec of ``true``: mango ``sandbox.exec`` vs the SDK's ``AsyncSandbox.commands.run``,
+  interleaved rounds on one warm sandbox each, medians;
+* 1 GiB of stdout: the client's peak RSS growth (``ru_maxrss``) while a command
+  prints 1 GiB, mango under its 1 MiB cap vs the SDK (``retain_output=False``,
+  output consumed by a callback, and its default, which keeps everything);
+  each client runs in its own process against a fake in yet another process;
+* create-to-first-exec and attach-after-restart (a fresh provider / a fresh
+  ``AsyncSandbox.connect``) followed by one exec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROUNDS = 60
+GIB = 1 << 30
+FLOOD = f"head -c {GIB} /dev/zero"
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+async def _latency() -> None:  # noqa: PLR0915 - one scripted scenario
+    from e2b import AsyncSandbox
+
+    from mango.provider import Command, SandboxSpec
+    from mango_provider_e2b import E2BProvider
+    from mango_provider_e2b.conformance import e2b_fake_options
+    from mango_provider_e2b.fake import E2BFakeService, FakeConfig
+
+    with tempfile.TemporaryDirectory() as scratch:
+        config = FakeConfig()
+        async with E2BFakeService.create(Path(scratch), config) as fake:
+            os.environ.update(
+                E2B_API_URL=fake.url, E2B_SANDBOX_URL=fake.url, E2B_API_KEY=config.api_key or ""
+            )
+
+            def provider() -> E2BProvider:
+                return E2BProvider(e2b_fake_options(fake.url, config), namespace="bench")
+
+            spec = SandboxSpec(timeout=60)
+            mango = provider()
+            sandbox = await mango.create(f"bench-{uuid.uuid4().hex[:8]}", spec)
+            sdk = await AsyncSandbox.create(template="base")
+            true = Command(("true",))
+            for _ in range(5):  # warm both pools
+                await sandbox.exec(true)
+                await sdk.commands.run("true")
+            ours: list[float] = []
+            theirs: list[float] = []
+            for _ in range(ROUNDS):
+                start = time.perf_counter()
+                assert (await sandbox.exec(true)).exit_code == 0
+                ours.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                assert (await sdk.commands.run("true")).exit_code == 0
+                theirs.append(time.perf_counter() - start)
+            mine, sdks = _median_ms(ours), _median_ms(theirs)
+            print(f"exec true: mango {mine:.2f} ms, SDK {sdks:.2f} ms, ratio {mine / sdks:.3f}")
+
+            creates: list[float] = []
+            attaches: list[float] = []
+            sdk_creates: list[float] = []
+            sdk_attaches: list[float] = []
+            for _ in range(10):
+                key = f"bench-{uuid.uuid4().hex[:8]}"
+                start = time.perf_counter()
+                made = await mango.create(key, spec)
+                await made.exec(true)
+                creates.append(time.perf_counter() - start)
+                restarted = provider()
+                start = time.perf_counter()
+                again = await restarted.attach(key, made.ref, spec)
+                await again.exec(true)
+                attaches.append(time.perf_counter() - start)
+                await restarted.aclose()
+                await made.destroy()
+
+                start = time.perf_counter()
+                theirs_box = await AsyncSandbox.create(template="base")
+                await theirs_box.commands.run("true")
+                sdk_creates.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                connected = await AsyncSandbox.connect(theirs_box.sandbox_id)
+                await connected.commands.run("true")
+                sdk_attaches.append(time.perf_counter() - start)
+                await theirs_box.kill()
+            print(
+                f"create to first exec: mango {_median_ms(creates):.1f} ms, "
+                f"SDK {_median_ms(sdk_creates):.1f} ms"
+            )
+            print(
+                f"attach after restart + exec: mango {_median_ms(attaches):.1f} ms, "
+                f"SDK {_median_ms(sdk_attaches):.1f} ms"
+            )
+            await sandbox.destroy()
+            await sdk.kill()
+            await mango.aclose()
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def _flood_client(kind: str, url: str) -> None:
+    """One client in its own process: print the peak RSS growth of a 1 GiB exec."""
+    os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY="e2b_fake_key")
+    from e2b import AsyncSandbox
+
+    from mango.provider import Command, SandboxSpec
+    from mango_provider_e2b import E2BProvider
+    from mango_provider_e2b.conformance import e2b_fake_options
+    from mango_provider_e2b.fake import FakeConfig
+
+    if kind == "mango":
+        provider = E2BProvider(e2b_fake_options(url, FakeConfig()), namespace="bench")
+        sandbox = await provider.create(f"flood-{uuid.uuid4().hex[:8]}", SandboxSpec(timeout=600))
+        await sandbox.exec(Command(("true",)))
+        before = _rss_mib()
+        start = time.perf_counter()
+        result = await sandbox.exec(Command(("sh", "-c", FLOOD)))
+        took = time.perf_counter() - start
+        assert len(result.stdout) == 1 << 20
+        assert result.stdout_truncated
+        await sandbox.destroy()
+        await provider.aclose()
+    else:
+        box = await AsyncSandbox.create(template="base")
+        await box.commands.run("true")
+        seen = 0
+
+        def count(text: str) -> None:
+            nonlocal seen
+            seen += len(text)
+
+        before = _rss_mib()
+        start = time.perf_counter()
+        if kind == "sdk-streaming":
+            await box.commands.run(FLOOD, on_stdout=count, retain_output=False, timeout=600)
+        else:
+            result = await box.commands.run(FLOOD, timeout=600)
+            seen = len(result.stdout)
+        took = time.perf_counter() - start
+        await box.kill()
+    print(f"{kind}: peak RSS growth {_rss_mib() - before:.1f} MiB in {took:.1f} s")
+
+
+def _memory() -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        fake = subprocess.Popen(
+            [sys.executable, "-m", "mango_provider_e2b.fake", "--scratch", scratch],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert fake.stdout is not None
+            url = fake.stdout.readline().strip()
+            for kind in ("mango", "sdk-streaming", "sdk-default"):
+                subprocess.run(
+                    [sys.executable, __file__, "--flood-client", kind, url],
+                    check=False,
+                    timeout=900,
+                )
+        finally:
+            fake.terminate()
+            fake.wait(30)
+
+
+def main() -> None:
+    """Run every measurement and print the figures."""
+    if len(sys.argv) == 4 and sys.argv[1] == "--flood-client":
+        asyncio.run(_flood_client(sys.argv[2], sys.argv[3]))
+        return
+    asyncio.run(_latency())
+    _memory()
+
+
+if __name__ == "__main__":
+    main()

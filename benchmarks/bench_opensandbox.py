@@ -1,0 +1,206 @@
+"""OpenSandbox provider vs the official SDK, on the same fake server (reported, not asserted).
+
+The fake runs in a child process, so the RSS figures are the client's alone.
+
+1. ``exec(["true"])`` latency, mango vs ``SandboxSync.commands.run("true")``, with the
+   fake's execd grace period at 1 s (as the real server) and at 0 (protocol cost only);
+2. peak RSS growth of the client while a command prints 1 GiB under mango's 1 MiB
+   cap, and the SDK's for contrast on a smaller flood (it keeps every line);
+3. create-to-first-exec, mango vs the SDK.
+
+Run: ``uv run python benchmarks/bench_opensandbox.py [--flood-mib 1024] [--rounds 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+from mango.provider import Command, SandboxSpec
+from mango_provider_opensandbox import OpenSandboxProvider
+
+_SERVE = """
+import asyncio, sys
+from mango_provider_opensandbox.fake import FakeOpenSandbox
+
+async def main():
+    fake = FakeOpenSandbox(sys.argv[1], grace_seconds=float(sys.argv[2]))
+    async with fake:
+        print(fake.url, flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Fake:
+    """The fake server in a child process; stops when its stdin closes."""
+
+    def __init__(self, scratch: Path, grace: float) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(scratch), str(grace)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _sdk(url: str) -> object:
+    from opensandbox.config.connection_sync import ConnectionConfigSync
+    from opensandbox.sync.sandbox import SandboxSync
+
+    config = ConnectionConfigSync(
+        domain=url.removeprefix("http://"),
+        api_key="fake-opensandbox-key",
+        disable_metrics=True,
+        request_timeout=timedelta(seconds=120),
+    )
+    return SandboxSync.create(
+        "python:3.12-slim",
+        entrypoint=["tail", "-f", "/dev/null"],
+        resource={"cpu": "1", "memory": "1Gi"},
+        connection_config=config,
+    )
+
+
+async def _median(rounds: int, call: Callable[[], Awaitable[object]]) -> float:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+async def exec_latency(url: str, rounds: int) -> tuple[float, float]:
+    provider = OpenSandboxProvider(url, api_key="fake-opensandbox-key")
+    try:
+        sandbox = await provider.create("bench-exec", SandboxSpec(timeout=60))
+        await sandbox.exec(Command(("true",)))
+        mango_ms = await _median(rounds, lambda: sandbox.exec(Command(("true",))))
+        sdk = await asyncio.to_thread(_sdk, url)
+        await asyncio.to_thread(sdk.commands.run, "true")  # type: ignore[attr-defined]
+        sdk_ms = await _median(
+            rounds,
+            lambda: asyncio.to_thread(sdk.commands.run, "true"),  # type: ignore[attr-defined]
+        )
+        await asyncio.to_thread(sdk.kill)  # type: ignore[attr-defined]
+        await sandbox.destroy()
+    finally:
+        await provider.aclose()
+    return mango_ms, sdk_ms
+
+
+async def flood(url: str, mib: int) -> tuple[float, float, bool, int]:
+    provider = OpenSandboxProvider(url, api_key="fake-opensandbox-key")
+    try:
+        sandbox = await provider.create("bench-flood", SandboxSpec(timeout=3600))
+        before = _rss_mib()
+        start = time.perf_counter()
+        result = await sandbox.exec(
+            Command(("sh", "-c", f"head -c {mib * 1024 * 1024} /dev/zero"), timeout=3600)
+        )
+        seconds = time.perf_counter() - start
+        growth = _rss_mib() - before
+        await sandbox.destroy()
+    finally:
+        await provider.aclose()
+    return growth, seconds, result.stdout_truncated, len(result.stdout)
+
+
+def sdk_flood(url: str, mib: int) -> tuple[float, float]:
+    sandbox = _sdk(url)
+    before = _rss_mib()
+    start = time.perf_counter()
+    # Lines of 1 KiB: execd sends one event per line, the SDK keeps them all.
+    sandbox.commands.run(  # type: ignore[attr-defined]
+        f"head -c {mib * 1024 * 1024} /dev/zero | tr '\\\\0' 'a' | fold -w 1023"
+    )
+    seconds = time.perf_counter() - start
+    growth = _rss_mib() - before
+    sandbox.kill()  # type: ignore[attr-defined]
+    return growth, seconds
+
+
+async def create_to_first_exec(url: str, rounds: int) -> tuple[float, float]:
+    provider = OpenSandboxProvider(url, api_key="fake-opensandbox-key")
+    counter = iter(range(10**6))
+
+    async def mango_once() -> None:
+        sandbox = await provider.create(f"bench-create-{next(counter)}", SandboxSpec(timeout=60))
+        await sandbox.exec(Command(("true",)))
+
+    def sdk_once() -> None:
+        sandbox = _sdk(url)
+        sandbox.commands.run("true")  # type: ignore[attr-defined]
+
+    try:
+        mango_ms = await _median(rounds, mango_once)
+        sdk_ms = await _median(rounds, lambda: asyncio.to_thread(sdk_once))
+    finally:
+        await provider.aclose()
+    return mango_ms, sdk_ms
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--flood-mib", type=int, default=1024)
+    parser.add_argument("--sdk-flood-mib", type=int, default=64)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mango-bench-osb-") as scratch:
+        for grace in (1.0, 0.0):
+            fake = Fake(Path(scratch) / f"g{grace}", grace)
+            try:
+                mango_ms, sdk_ms = await exec_latency(fake.url, args.rounds)
+                print(
+                    f"exec true, execd grace {grace:.0f}s: mango {mango_ms:.1f} ms, "
+                    f"SDK {sdk_ms:.1f} ms, ratio {mango_ms / sdk_ms:.2f}"
+                )
+                if grace == 0.0:
+                    mango_ms, sdk_ms = await create_to_first_exec(
+                        fake.url, max(5, args.rounds // 4)
+                    )
+                    print(
+                        f"create-to-first-exec: mango {mango_ms:.1f} ms, SDK {sdk_ms:.1f} ms, "
+                        f"ratio {mango_ms / sdk_ms:.2f}"
+                    )
+                    growth, seconds, truncated, kept = await flood(fake.url, args.flood_mib)
+                    print(
+                        f"{args.flood_mib} MiB stdout under a 1 MiB cap: mango RSS growth "
+                        f"{growth:.1f} MiB in {seconds:.1f} s (kept {kept} bytes, "
+                        f"truncated={truncated})"
+                    )
+                    growth, seconds = await asyncio.to_thread(
+                        sdk_flood, fake.url, args.sdk_flood_mib
+                    )
+                    print(
+                        f"{args.sdk_flood_mib} MiB stdout through the SDK: RSS growth "
+                        f"{growth:.1f} MiB in {seconds:.1f} s"
+                    )
+            finally:
+                fake.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,13 @@
+"""Entry point of the mango plugin ``cube``: its pluggy hook implementations only."""
+
+from __future__ import annotations
+
+from mango.provider import hookimpl
+from mango.provider.plugin import ProviderPlugin
+from mango_provider_cube.settings import CONFORMANCE_TARGET, REGISTRATION
+
+__all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
+
+mango_register_providers, mango_register_conformance_targets = ProviderPlugin(
+    REGISTRATION, CONFORMANCE_TARGET
+).hooks()

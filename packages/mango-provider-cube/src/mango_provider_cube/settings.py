@@ -1,0 +1,168 @@
+"""Settings of the ``cube`` provider, read from the environment only when it is opened."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from mango.provider import (
+    MAX_OUTPUT_BYTES_SETTING,
+    CapabilitySet,
+    ConfigurationError,
+    ConformanceTarget,
+    ProviderContext,
+    ProviderRegistration,
+    SettingSpec,
+    SupportLevel,
+    max_output_bytes,
+)
+from mango_provider_e2b import CUBE, E2BProvider, EnvdOptions, parse_duration
+from mango_provider_e2b.options import MAX_READ_BYTES_ENV, api_url_setting, max_read_bytes
+
+__all__ = [
+    "API_KEY_ENV",
+    "API_URL_ENV",
+    "CONFORMANCE_TARGET",
+    "DEFAULT_DOMAIN",
+    "DOMAIN_ENV",
+    "IDLE_TIMEOUT_ENV",
+    "PROXY_NODE_IP_ENV",
+    "PROXY_PORT_ENV",
+    "PROXY_SCHEME_ENV",
+    "REGISTRATION",
+    "SETTINGS",
+    "TEMPLATE_ENV",
+    "open_cube_conformance_target",
+    "open_cube_provider",
+    "read_cube_options",
+]
+
+API_URL_ENV = "CUBE_API_URL"
+TEMPLATE_ENV = "CUBE_TEMPLATE_ID"
+API_KEY_ENV = "CUBE_API_KEY"
+DOMAIN_ENV = "CUBE_SANDBOX_DOMAIN"
+PROXY_NODE_IP_ENV = "CUBE_PROXY_NODE_IP"
+PROXY_PORT_ENV = "CUBE_PROXY_PORT_HTTP"
+PROXY_SCHEME_ENV = "CUBE_PROXY_SCHEME"
+IDLE_TIMEOUT_ENV = "CUBE_IDLE_TIMEOUT"
+DEFAULT_DOMAIN = "cube.app"
+
+SETTINGS = (
+    SettingSpec(
+        env=API_URL_ENV, description="CubeAPI URL, e.g. http://10.0.0.2:3000", required=True
+    ),
+    SettingSpec(
+        env=TEMPLATE_ENV, description="template of new sandboxes (needs bash)", required=True
+    ),
+    SettingSpec(
+        env=API_KEY_ENV,
+        description="API key (Authorization: Bearer; X-API-Key on the data plane), if CubeAPI "
+        "checks one",
+        secret=True,
+    ),
+    SettingSpec(
+        env=DOMAIN_ENV,
+        description="sandbox domain: envd is <scheme>://49983-<id>.<domain>",
+        default=DEFAULT_DOMAIN,
+    ),
+    SettingSpec(
+        env=PROXY_NODE_IP_ENV,
+        description="dial every data-plane connection to this CubeProxy node, keeping the "
+        "sandbox's virtual host (default: DNS for *.<domain>)",
+    ),
+    SettingSpec(env=PROXY_PORT_ENV, description="the proxy node's port", default="80"),
+    SettingSpec(env=PROXY_SCHEME_ENV, description="http or https to the proxy", default="http"),
+    SettingSpec(
+        env=IDLE_TIMEOUT_ENV,
+        description="idle time after which a sandbox pauses (300, 90s, 5m, 1h)",
+        default="5m",
+    ),
+    MAX_OUTPUT_BYTES_SETTING,
+    SettingSpec(
+        env=MAX_READ_BYTES_ENV,
+        description="bound of read_file without max_bytes, in bytes",
+        default=str(64 * 1024 * 1024),
+    ),
+)
+"""The settings the ``cube`` provider reads, as its registration declares them."""
+
+
+def _port(text: str) -> int:
+    value = text.strip() or "80"
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ConfigurationError(f"{PROXY_PORT_ENV} must be a port number 1-65535, got {value!r}")
+    return int(value)
+
+
+def _scheme(text: str, port: int) -> str:
+    value = text.strip().lower() or "http"
+    if value in ("http", "https"):
+        return value
+    # As Cube's SDK: anything else means https on 443, http elsewhere.
+    return "https" if port == 443 else "http"
+
+
+def read_cube_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
+    """Read and validate the Cube settings; :class:`ConfigurationError` names the variable at fault.
+
+    ``CUBE_API_URL`` and ``CUBE_TEMPLATE_ID`` are required; the API key is
+    optional (CubeAPI without an auth callback checks none) and never echoed.
+    """
+    env = os.environ if environ is None else environ
+    missing = [name for name in (API_URL_ENV, TEMPLATE_ENV) if not env.get(name, "").strip()]
+    if missing:
+        raise ConfigurationError(
+            f"the cube provider needs {' and '.join(missing)}",
+            hint="point CUBE_API_URL at CubeAPI and CUBE_TEMPLATE_ID at a template with bash",
+        )
+    port = _port(env.get(PROXY_PORT_ENV, ""))
+    proxy = env.get(PROXY_NODE_IP_ENV, "").strip() or None
+    return EnvdOptions(
+        dialect=CUBE,
+        api_url=api_url_setting(API_URL_ENV, env[API_URL_ENV]),
+        api_key=env.get(API_KEY_ENV, "").strip() or None,
+        template=env[TEMPLATE_ENV].strip(),
+        domain=env.get(DOMAIN_ENV, "").strip() or DEFAULT_DOMAIN,
+        envd_scheme=_scheme(env.get(PROXY_SCHEME_ENV, ""), port),
+        proxy_host=proxy,
+        proxy_port=port,
+        idle_timeout=parse_duration(IDLE_TIMEOUT_ENV, env.get(IDLE_TIMEOUT_ENV, "") or "5m"),
+        max_output_bytes=max_output_bytes(env),
+        max_read_bytes=max_read_bytes(env),
+    )
+
+
+def open_cube_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> E2BProvider:
+    """The registration's factory: validates the settings now, contacts CubeAPI on first use."""
+    return E2BProvider(read_cube_options(environ), namespace=context.namespace)
+
+
+def open_cube_conformance_target(
+    scratch_dir: Path,
+) -> contextlib.AbstractAsyncContextManager[E2BProvider]:
+    """A fresh provider over the fake service of ``scratch_dir`` in Cube mode."""
+    from mango_provider_e2b.conformance import open_cube_conformance_provider
+
+    return open_cube_conformance_provider(scratch_dir)
+
+
+REGISTRATION = ProviderRegistration(
+    name="cube",
+    capabilities=CapabilitySet(),
+    support_level=SupportLevel.PREVIEW,
+    settings=SETTINGS,
+    factory=open_cube_provider,
+    description="one Tencent CubeSandbox microVM per Session (E2B protocol, proxy-node routing)",
+)
+"""``cube``: the core contract (no optional capabilities yet)."""
+
+CONFORMANCE_TARGET = ConformanceTarget(
+    provider="cube",
+    open=open_cube_conformance_target,
+    description="the fake E2B service in Cube mode (Bearer auth, proxy routing), no credentials",
+)
+"""The offline target: the fake shipped in mango-provider-e2b, in Cube mode."""

@@ -1,0 +1,292 @@
+"""The two HTTP planes of Daytona: the control-plane API and a sandbox's toolbox.
+
+Both go through the kit's :class:`~mango.provider.http.ApiClient` (one error
+map, retries of idempotent calls, credentials blanked from messages). The
+wire facts are the Daytona API's and daemon's (``GET/POST/DELETE /sandbox``,
+``POST /sandbox/{id}/start``, ``{toolboxProxyUrl}/{id}/process/execute``,
+``/files/bulk-upload``, ``/files/bulk-download``, ``/files/folder``,
+``/user-home-dir``); the SDK is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import httpx
+
+from mango.provider import (
+    ConfigurationError,
+    ProviderUnavailable,
+    ResourceConflict,
+    SandboxNotFound,
+)
+from mango.provider.http import DEFAULT_RETRY_POLICY, ApiClient, RetryPolicy
+
+__all__ = [
+    "API_TIMEOUT",
+    "USER_AGENT",
+    "DaytonaApi",
+    "Toolbox",
+    "sandbox_state",
+]
+
+USER_AGENT = "mango-provider-daytona"
+API_TIMEOUT = 60.0
+"""Seconds an API call may take (the SDKs' default)."""
+_PAGE = 100
+_MAX_PAGES = 1000
+
+
+def sandbox_state(sandbox: Mapping[str, Any]) -> str:
+    """The ``state`` of a sandbox document, lower case (``"unknown"`` if absent)."""
+    return str(sandbox.get("state") or "unknown").lower()
+
+
+def _document(response: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise ProviderUnavailable(f"{what}: the Daytona API answered with no JSON") from exc
+    if not isinstance(body, dict):
+        raise ProviderUnavailable(f"{what}: the Daytona API answered with {type(body).__name__}")
+    return body
+
+
+@attrs.define(eq=False)
+class DaytonaApi:
+    """The control plane: sandboxes by id or name, labels, start, delete, list."""
+
+    client: ApiClient
+
+    @classmethod
+    def open(
+        cls,
+        api_url: str,
+        api_key: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+    ) -> DaytonaApi:
+        """A client for ``api_url`` (``…/api``) sending ``api_key`` as a bearer token."""
+        return cls(
+            ApiClient(
+                api_url.rstrip("/"),
+                auth_headers={"Authorization": f"Bearer {api_key}"},
+                headers={"User-Agent": USER_AGENT, "X-Daytona-Source": USER_AGENT},
+                timeout=API_TIMEOUT,
+                transport=transport,
+                retry=retry,
+            )
+        )
+
+    async def get(self, id_or_name: str) -> dict[str, Any] | None:
+        """``GET /sandbox/{idOrName}``; ``None`` if Daytona does not know it."""
+        try:
+            response = await self.client.request(
+                "GET",
+                f"/sandbox/{_segment(id_or_name)}",
+                operation="get sandbox",
+                sandbox_id=id_or_name,
+            )
+        except SandboxNotFound:
+            return None
+        return _document(response, "get sandbox")
+
+    async def create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``POST /sandbox``; ``None`` if the name is taken (HTTP 409), never retried."""
+        try:
+            response = await self.client.request(
+                "POST", "/sandbox", operation="create sandbox", json=dict(body)
+            )
+        except ResourceConflict:
+            return None
+        return _document(response, "create sandbox")
+
+    async def start(self, sandbox_id: str) -> dict[str, Any]:
+        """``POST /sandbox/{id}/start`` (starting a started sandbox is harmless, so retried)."""
+        response = await self.client.request(
+            "POST",
+            f"/sandbox/{_segment(sandbox_id)}/start",
+            operation="start sandbox",
+            sandbox_id=sandbox_id,
+            idempotent=True,
+        )
+        return _document(response, "start sandbox")
+
+    async def delete(self, sandbox_id: str) -> bool:
+        """``DELETE /sandbox/{id}``; ``False`` if it was already gone."""
+        try:
+            await self.client.request(
+                "DELETE",
+                f"/sandbox/{_segment(sandbox_id)}",
+                operation="delete sandbox",
+                sandbox_id=sandbox_id,
+            )
+        except SandboxNotFound:
+            return False
+        return True
+
+    async def touch(self, sandbox_id: str) -> None:
+        """``POST /sandbox/{id}/last-activity``: restart the idle (auto-pause) clock."""
+        await self.client.request(
+            "POST",
+            f"/sandbox/{_segment(sandbox_id)}/last-activity",
+            operation="update sandbox activity",
+            sandbox_id=sandbox_id,
+            idempotent=True,
+        )
+
+    async def list(
+        self, labels: Mapping[str, str], *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET /sandbox?labels=<json>``, every page (``nextCursor``), or the first ``limit``."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params: dict[str, str | int] = {
+                "labels": json.dumps(dict(labels), sort_keys=True),
+                "limit": min(limit or _PAGE, _PAGE),
+            }
+            if cursor:
+                params["cursor"] = cursor
+            response = await self.client.request(
+                "GET", "/sandbox", operation="list sandboxes", params=params
+            )
+            body = response.json()
+            page = body.get("items") if isinstance(body, dict) else body
+            if not isinstance(page, list):
+                raise ProviderUnavailable("list sandboxes: the Daytona API answered no item list")
+            items.extend(item for item in page if isinstance(item, dict))
+            cursor = body.get("nextCursor") if isinstance(body, dict) else None
+            if not cursor or (limit is not None and len(items) >= limit):
+                return items
+        raise ProviderUnavailable("list sandboxes: the Daytona API kept returning more pages")
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()
+
+
+def _segment(value: str) -> str:
+    # The provider validates ids and names first; quoting keeps any value one path segment.
+    return urllib.parse.quote(value, safe="")
+
+
+def toolbox_url(sandbox: Mapping[str, Any]) -> str:
+    """``{toolboxProxyUrl}/{id}``: the toolbox base of a sandbox document."""
+    base = sandbox.get("toolboxProxyUrl")
+    sandbox_id = sandbox.get("id")
+    if not isinstance(base, str) or not base or not isinstance(sandbox_id, str):
+        raise ProviderUnavailable("the Daytona API returned a sandbox without a toolbox address")
+    return f"{base.rstrip('/')}/{sandbox_id}"
+
+
+_LONG = httpx.Timeout(connect=API_TIMEOUT, read=None, write=API_TIMEOUT, pool=API_TIMEOUT)
+
+
+@attrs.define(eq=False)
+class Toolbox:
+    """The data plane of one sandbox: ``{toolboxProxyUrl}/{sandboxId}/...``.
+
+    ``client`` is shared by every sandbox behind the same proxy; ``prefix`` is
+    the path of this sandbox below it.
+    """
+
+    client: ApiClient
+    prefix: str
+    sandbox_id: str
+
+    async def execute(self, line: str, *, timeout: float | None) -> tuple[int, str]:
+        """``POST /process/execute``: run ``line``; return the exit code and the merged text.
+
+        ``timeout`` (seconds) is sent to the daemon, which kills the command's
+        process group when it expires (HTTP 408). Never retried: it runs a command.
+        """
+        body: dict[str, Any] = {"command": line}
+        if timeout is not None:
+            body["timeout"] = max(1, math.ceil(timeout))
+        response = await self.client.request(
+            "POST",
+            f"{self.prefix}/process/execute",
+            operation="execute command",
+            json=body,
+            timeout=_LONG,
+        )
+        document = _document(response, "execute command")
+        code = document.get("exitCode", document.get("code", 0))
+        result = document.get("result", "")
+        if not isinstance(code, int) or not isinstance(result, str):
+            raise ProviderUnavailable("execute command: the toolbox answered a malformed result")
+        return code, result
+
+    async def home_dir(self) -> str:
+        """``GET /user-home-dir``: the sandbox user's home (mango's workspace root)."""
+        response = await self.client.request(
+            "GET", f"{self.prefix}/user-home-dir", operation="get home directory"
+        )
+        directory = _document(response, "get home directory").get("dir")
+        if not isinstance(directory, str) or not directory.startswith("/"):
+            raise ProviderUnavailable("the toolbox reported no absolute home directory")
+        return directory
+
+    async def make_dir(self, path: str, mode: str = "0755") -> None:
+        """``POST /files/folder?path=&mode=`` (``mkdir -p``; repeating it is harmless)."""
+        await self.client.request(
+            "POST",
+            f"{self.prefix}/files/folder",
+            operation="create directory",
+            params={"path": path, "mode": mode},
+            idempotent=True,
+        )
+
+    async def upload(self, path: str, data: bytes) -> None:
+        """``POST /files/bulk-upload`` (multipart ``files[0].path``/``files[0].file``)."""
+        response = await self.client.request(
+            "POST",
+            f"{self.prefix}/files/bulk-upload",
+            operation="upload file",
+            data={"files[0].path": path},
+            files={"files[0].file": (path, data, "application/octet-stream")},
+            idempotent=True,
+            timeout=_LONG,
+        )
+        try:
+            errors = response.json().get("errors")
+        except (ValueError, AttributeError):
+            errors = None
+        if errors:
+            raise ProviderUnavailable(f"upload file: the toolbox reported {str(errors)[:200]}")
+
+    @asynccontextmanager
+    async def download(self, path: str) -> AsyncIterator[httpx.Response]:
+        """``POST /files/bulk-download`` for one path: the open multipart response."""
+        async with self.client.stream(
+            "POST",
+            f"{self.prefix}/files/bulk-download",
+            operation="download file",
+            json={"paths": [path]},
+            headers={"Accept": "multipart/form-data"},
+            idempotent=True,
+            timeout=_LONG,
+        ) as response:
+            yield response
+
+
+def check_api_url(url: str, setting: str) -> str:
+    """``url`` without a trailing slash if it is an absolute http(s) URL; else a
+    :class:`ConfigurationError` naming ``setting`` (never echoing the value's query)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise ConfigurationError(f"{setting} is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigurationError(
+            f"{setting} must be an http(s) URL such as https://app.daytona.io/api"
+        )
+    return url.rstrip("/")

@@ -1,0 +1,220 @@
+"""Settings of the Daytona provider, read from the environment only when it is opened."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+
+from mango.provider import (
+    MAX_OUTPUT_BYTES_SETTING,
+    CapabilitySet,
+    ConfigurationError,
+    ConformanceTarget,
+    ProviderContext,
+    ProviderRegistration,
+    Quirk,
+    SettingSpec,
+    SupportLevel,
+    max_output_bytes,
+)
+from mango_provider_daytona.api import check_api_url
+from mango_provider_daytona.provider import (
+    DEFAULT_AUTO_PAUSE_MINUTES,
+    DEFAULT_MAX_READ_BYTES,
+    DEFAULT_START_TIMEOUT,
+    PROVIDER_NAME,
+    DaytonaProvider,
+)
+
+__all__ = [
+    "API_KEY_ENV",
+    "API_URL_ENV",
+    "AUTO_PAUSE_ENV",
+    "CONFORMANCE_TARGET",
+    "DEFAULT_API_URL",
+    "IMAGE_ENV",
+    "MAX_READ_BYTES_ENV",
+    "QUIRKS",
+    "REGISTRATION",
+    "SETTINGS",
+    "SNAPSHOT_ENV",
+    "START_TIMEOUT_ENV",
+    "TARGET_ENV",
+    "DaytonaSettings",
+    "StderrProgress",
+    "open_daytona_provider",
+    "read_daytona_settings",
+]
+
+API_KEY_ENV = "DAYTONA_API_KEY"
+API_URL_ENV = "DAYTONA_API_URL"
+TARGET_ENV = "DAYTONA_TARGET"
+SNAPSHOT_ENV = "DAYTONA_SNAPSHOT"
+IMAGE_ENV = "DAYTONA_IMAGE"
+AUTO_PAUSE_ENV = "DAYTONA_AUTO_PAUSE_MINUTES"
+START_TIMEOUT_ENV = "DAYTONA_START_TIMEOUT"
+MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
+DEFAULT_API_URL = "https://app.daytona.io/api"
+
+SETTINGS = (
+    SettingSpec(env=API_KEY_ENV, description="Daytona API key", secret=True, required=True),
+    SettingSpec(env=API_URL_ENV, description="Daytona API URL", default=DEFAULT_API_URL),
+    SettingSpec(env=TARGET_ENV, description="region to create sandboxes in (e.g. us, eu)"),
+    SettingSpec(
+        env=IMAGE_ENV,
+        description="image Daytona builds for sandboxes whose spec names none "
+        "(only then are CPU and memory limits honoured)",
+    ),
+    SettingSpec(
+        env=SNAPSHOT_ENV,
+        description="snapshot of sandboxes when no image is set (default: the account's)",
+    ),
+    SettingSpec(
+        env=AUTO_PAUSE_ENV,
+        description="idle minutes before Daytona pauses a sandbox (0: never)",
+        default=str(DEFAULT_AUTO_PAUSE_MINUTES),
+    ),
+    SettingSpec(
+        env=START_TIMEOUT_ENV,
+        description="seconds to wait for a sandbox to start (an archived one is restored first)",
+        default=str(int(DEFAULT_START_TIMEOUT)),
+    ),
+    SettingSpec(
+        env=MAX_READ_BYTES_ENV,
+        description="largest file read_file returns without a bound of its own",
+        default=str(DEFAULT_MAX_READ_BYTES),
+    ),
+    MAX_OUTPUT_BYTES_SETTING,
+)
+"""The settings the Daytona provider reads, as its registration declares them."""
+
+QUIRKS = frozenset({Quirk.OUTPUT_AT_END})
+"""The toolbox answers a command when it ends: streaming delivers the output at the end."""
+
+
+@attrs.frozen
+class DaytonaSettings:
+    """The Daytona provider's settings, validated. The key never appears in ``repr``."""
+
+    api_key: str = attrs.field(repr=False)
+    api_url: str
+    target: str | None
+    snapshot: str | None
+    image: str | None
+    auto_pause_minutes: int
+    start_timeout: float
+    max_output_bytes: int
+    max_read_bytes: int
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    text = env.get(name, "").strip() or str(default)
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be a whole number >= {minimum}, got {text!r}")
+    return value
+
+
+def read_daytona_settings(environ: Mapping[str, str] | None = None) -> DaytonaSettings:
+    """Read and validate the settings from ``environ`` (default: ``os.environ``).
+
+    Raises :class:`ConfigurationError` naming the variable at fault; the key's
+    value never appears in a message. Empty values count as unset.
+    """
+    env = os.environ if environ is None else environ
+    api_key = env.get(API_KEY_ENV, "").strip()
+    if not api_key:
+        raise ConfigurationError(
+            f"{API_KEY_ENV} is not set: the daytona provider needs an API key",
+            hint=f"create one in the Daytona dashboard and export {API_KEY_ENV}",
+        )
+    timeout_text = env.get(START_TIMEOUT_ENV, "").strip() or str(DEFAULT_START_TIMEOUT)
+    try:
+        start_timeout = float(timeout_text)
+    except ValueError:
+        start_timeout = -1.0
+    if not math.isfinite(start_timeout) or start_timeout <= 0:
+        raise ConfigurationError(f"{START_TIMEOUT_ENV} must be a positive number of seconds")
+    return DaytonaSettings(
+        api_key=api_key,
+        api_url=check_api_url(env.get(API_URL_ENV, "").strip() or DEFAULT_API_URL, API_URL_ENV),
+        target=env.get(TARGET_ENV, "").strip() or None,
+        snapshot=env.get(SNAPSHOT_ENV, "").strip() or None,
+        image=env.get(IMAGE_ENV, "").strip() or None,
+        auto_pause_minutes=_whole(env, AUTO_PAUSE_ENV, DEFAULT_AUTO_PAUSE_MINUTES, minimum=0),
+        start_timeout=start_timeout,
+        max_output_bytes=max_output_bytes(env),
+        max_read_bytes=_whole(env, MAX_READ_BYTES_ENV, DEFAULT_MAX_READ_BYTES, minimum=1),
+    )
+
+
+@attrs.define
+class StderrProgress:
+    """Prints progress (a sandbox being started or restored) on the command line."""
+
+    stream: TextIO | None = None
+
+    def __call__(self, line: str) -> None:
+        """Report one line of progress."""
+        stream = self.stream if self.stream is not None else sys.stderr
+        print(f"mango: daytona: {line}", file=stream, flush=True)
+
+
+def open_daytona_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> DaytonaProvider:
+    """The registration's factory: a :class:`DaytonaProvider` in ``context``'s namespace.
+
+    It does no I/O; Daytona is contacted on first use.
+    """
+    settings = read_daytona_settings(environ)
+    return DaytonaProvider(
+        settings.api_url,
+        settings.api_key,
+        namespace=context.namespace,
+        target=settings.target,
+        snapshot=settings.snapshot,
+        image=settings.image,
+        auto_pause_minutes=settings.auto_pause_minutes,
+        start_timeout=settings.start_timeout,
+        max_output_bytes=settings.max_output_bytes,
+        max_read_bytes=settings.max_read_bytes,
+        progress=StderrProgress(),
+    )
+
+
+REGISTRATION = ProviderRegistration(
+    name=PROVIDER_NAME,
+    capabilities=CapabilitySet(),
+    support_level=SupportLevel.PREVIEW,
+    settings=SETTINGS,
+    factory=open_daytona_provider,
+    description="one Daytona sandbox per Session (API and toolbox over httpx)",
+    quirks=QUIRKS,
+)
+"""``daytona``: core contract only, output at the end of each command."""
+
+
+def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DaytonaProvider]:
+    # Imported on use: the fake pulls in aiohttp and the local provider.
+    from mango_provider_daytona.conformance import open_conformance_provider
+
+    return open_conformance_provider(scratch_dir)
+
+
+CONFORMANCE_TARGET = ConformanceTarget(
+    provider=PROVIDER_NAME,
+    open=_open_conformance_provider,
+    description="a fake Daytona (API and toolbox) on 127.0.0.1",
+)
+"""The offline target: the fake Daytona, a fresh one per scratch directory."""

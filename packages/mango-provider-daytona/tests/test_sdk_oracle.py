@@ -1,0 +1,117 @@
+"""The fake Daytona driven by the official SDK (``daytona``, a test-only dependency).
+
+The fake is only worth something if it speaks Daytona's protocol: these
+tests use the SDK exactly as a Daytona user would, against the fake on
+127.0.0.1, for the calls mango relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
+
+from mango.provider.fake import FakeService
+from mango_provider_daytona.fake import FAKE_API_KEY, DaytonaFake
+
+
+@pytest.fixture
+async def client(service: FakeService) -> AsyncIterator[AsyncDaytona]:
+    """The SDK's async client, pointed at the fake."""
+    async with AsyncDaytona(DaytonaConfig(api_key=FAKE_API_KEY, api_url=service.url)) as sdk:
+        yield sdk
+
+
+async def test_sdk_lifecycle_create_get_stop_start_delete(
+    client: AsyncDaytona, service: FakeService
+) -> None:
+    """create, get by id and by name, stop, start and delete work through the SDK."""
+    sandbox = await client.create(timeout=30)
+    assert sandbox.state == "started"
+    assert (await client.get(sandbox.id)).id == sandbox.id
+    assert (await client.get(sandbox.name)).id == sandbox.id
+    await sandbox.stop()
+    assert sandbox.state == "stopped"
+    await sandbox.start()
+    assert sandbox.state == "started"
+    await client.delete(sandbox)
+    with pytest.raises(DaytonaError):
+        await client.get(sandbox.id)
+    assert service.faults.count("DELETE", "/sandbox/{id}") == 1
+
+
+async def test_sdk_labels_and_list(client: AsyncDaytona) -> None:
+    """Labels set at create come back on the sandbox and select it in a list."""
+    from daytona import CreateSandboxFromSnapshotParams, ListSandboxesQuery
+
+    params = CreateSandboxFromSnapshotParams(labels={"io.mango.test": "oracle"})
+    sandbox = await client.create(params, timeout=30)
+    assert sandbox.labels["io.mango.test"] == "oracle"
+    query = ListSandboxesQuery(labels={"io.mango.test": "oracle"})
+    listed = [item.id async for item in client.list(query)]
+    assert listed == [sandbox.id]
+    await client.delete(sandbox)
+
+
+async def test_sdk_commands_with_exit_codes(client: AsyncDaytona) -> None:
+    """process.exec runs a shell line: output (stdout and stderr merged) and exit codes."""
+    sandbox = await client.create(timeout=30)
+    response = await sandbox.process.exec("printf out; printf err >&2; exit 7")
+    assert (response.exit_code, response.result) == (7, "outerr")
+    response = await sandbox.process.exec("echo $((6 * 7))")
+    assert (response.exit_code, response.result) == (0, "42\n")
+    await client.delete(sandbox)
+
+
+async def test_sdk_exec_timeout_is_an_error(client: AsyncDaytona) -> None:
+    """A command past its timeout is killed by the daemon and reported as an error (408)."""
+    sandbox = await client.create(timeout=30)
+    with pytest.raises(DaytonaError):
+        await sandbox.process.exec("sleep 30", timeout=1)
+    response = await sandbox.process.exec("printf alive")
+    assert response.result == "alive"
+    await client.delete(sandbox)
+
+
+async def test_sdk_file_write_and_read(client: AsyncDaytona) -> None:
+    """fs.upload_file and fs.download_file round-trip binary bytes; a missing file is an error."""
+    sandbox = await client.create(timeout=30)
+    payload = bytes(range(256)) * 40
+    await sandbox.fs.upload_file(payload, "data/blob.bin")
+    assert await sandbox.fs.download_file("data/blob.bin") == payload
+    home = await sandbox.get_user_home_dir()
+    assert home is not None
+    await sandbox.fs.upload_file(b"absolute", f"{home}/abs.txt")
+    assert await sandbox.fs.download_file("abs.txt") == b"absolute"
+    info = await sandbox.fs.get_file_info("data/blob.bin")
+    assert (info.size, info.is_dir) == (len(payload), False)
+    with pytest.raises(DaytonaError):
+        await sandbox.fs.download_file("data/missing.bin")
+    await sandbox.fs.create_folder("made/here", "755")
+    assert (await sandbox.fs.get_file_info("made/here")).is_dir
+    await client.delete(sandbox)
+
+
+async def test_sdk_sees_what_mango_made(client: AsyncDaytona, service: FakeService) -> None:
+    """A sandbox mango created is an ordinary sandbox to the SDK, labels and files included."""
+    from mango.provider import SandboxSpec
+
+    from .conftest import make_provider
+
+    provider = make_provider(service)
+    try:
+        made = await provider.create("sdk-oracle", SandboxSpec())
+        await made.write_file("from-mango.txt", b"hello")
+        sandbox = await client.get(made.ref.external_id)
+        assert sandbox.name == provider.ownership.name("sdk-oracle")
+        assert sandbox.labels["io.mango.managed"] == "true"
+        assert await sandbox.fs.download_file("from-mango.txt") == b"hello"
+        await made.destroy()
+    finally:
+        await provider.aclose()
+
+
+def test_fake_is_a_daytona_fake(fake: DaytonaFake) -> None:
+    """The fixture's fake accepts the key the SDK was given."""
+    assert fake.api_key == FAKE_API_KEY

@@ -1,0 +1,299 @@
+"""envd, the agent inside every E2B (and Cube) sandbox: processes and files over HTTP.
+
+* processes: Connect RPCs ``process.Process/Start`` (a server stream of
+  ``start``/``data``/``end``/``keepalive`` events), ``SendInput``,
+  ``CloseStdin``, ``SendSignal`` and ``List``;
+* files: ``filesystem.Filesystem/Stat`` and ``MakeDir`` (Connect unary, JSON),
+  ``GET /files?path=`` (raw bytes, streamed) and ``POST /files?path=``
+  (``application/octet-stream``).
+
+Every request carries the sandbox's ``X-Access-Token`` and the envd user
+(``Authorization: Basic root:``); with one shared sandbox URL (``E2B_SANDBOX_URL``)
+also ``E2b-Sandbox-Id``/``E2b-Sandbox-Port``, with which the proxy routes.
+envd never kills a command whose stream the client left: the sandbox does
+that explicitly (:meth:`Envd.signal`, or a kill line through :meth:`Envd.start`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import re
+import signal as signals
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+import httpx
+
+from mango.provider import Entry, EntryKind, ResourceConflict
+from mango.provider.http import ApiClient, RemoteUnavailable
+from mango_provider_e2b.connect import (
+    CONNECT_CONTENT_TYPE,
+    Envelope,
+    decode_envelopes,
+    encode_envelope,
+)
+
+__all__ = [
+    "ENVD_PORT",
+    "ROOT_USER_AUTH",
+    "Envd",
+    "EnvdAddress",
+    "exit_code_of",
+]
+
+ENVD_PORT = 49983
+"""envd's port inside every sandbox (the ``49983-`` of its host name)."""
+ROOT_USER_AUTH = "Basic " + base64.b64encode(b"root:").decode()
+"""envd runs processes and file operations as the user named here (``root``)."""
+_UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+_STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
+"""A command may print nothing for minutes: no read timeout on its stream."""
+_FILE_TIMEOUT = httpx.Timeout(30.0, read=120.0, write=120.0)
+_STATUS = re.compile(r"exit status (-?\d+)")
+_SIGNAL = re.compile(r"signal: (.+)")
+# Go's names for signals (syscall.Signal.String) as envd's status reports them.
+_SIGNAL_NAMES = {
+    "hangup": signals.SIGHUP,
+    "interrupt": signals.SIGINT,
+    "quit": signals.SIGQUIT,
+    "aborted": signals.SIGABRT,
+    "killed": signals.SIGKILL,
+    "segmentation fault": signals.SIGSEGV,
+    "broken pipe": signals.SIGPIPE,
+    "alarm clock": signals.SIGALRM,
+    "terminated": signals.SIGTERM,
+    "user defined signal 1": signals.SIGUSR1,
+    "user defined signal 2": signals.SIGUSR2,
+}
+
+
+@attrs.frozen
+class EnvdAddress:
+    """Where one sandbox's envd answers and the headers every request carries."""
+
+    url: str
+    headers: Mapping[str, str] = attrs.field(repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        sandbox_id: str,
+        *,
+        domain: str,
+        scheme: str,
+        access_token: str | None,
+        traffic_token: str | None = None,
+        shared_url: str | None = None,
+        api_key_header: str | None = None,
+    ) -> EnvdAddress:
+        """``<scheme>://49983-<id>.<domain>``, or ``shared_url`` routed by header."""
+        headers = {"Authorization": ROOT_USER_AUTH}
+        if access_token:
+            headers["X-Access-Token"] = access_token
+        if traffic_token:
+            headers["E2B-Traffic-Access-Token"] = traffic_token
+        if api_key_header:
+            headers["X-API-Key"] = api_key_header
+        if shared_url:
+            headers["E2b-Sandbox-Id"] = sandbox_id
+            headers["E2b-Sandbox-Port"] = str(ENVD_PORT)
+            return cls(shared_url.rstrip("/"), headers)
+        return cls(f"{scheme}://{ENVD_PORT}-{sandbox_id}.{domain}", headers)
+
+
+def exit_code_of(end: Mapping[str, Any]) -> int:
+    """The exit code of an ``end`` event, shell style (128 + N for a signal)."""
+    code = end.get("exitCode", end.get("exit_code"))
+    status = end.get("status")
+    status = status if isinstance(status, str) else ""
+    if isinstance(code, int) and not isinstance(code, bool) and code >= 0:
+        return code
+    match = _STATUS.fullmatch(status)
+    if match:
+        return int(match.group(1))
+    match = _SIGNAL.fullmatch(status)
+    if match:
+        name = match.group(1).strip().lower()
+        number: int | None = _SIGNAL_NAMES.get(name)
+        if number is None and name.startswith("signal "):
+            tail = name.removeprefix("signal ")
+            number = int(tail) if tail.isdigit() else None
+        return 128 + int(number) if number is not None else -1
+    if code is None and end.get("exited") is True:
+        return 0
+    return -1
+
+
+def _entry(value: object) -> Entry:
+    info = value.get("entry") if isinstance(value, dict) else None
+    if not isinstance(info, dict):
+        raise RemoteUnavailable("envd stat: the answer has no entry")
+    kind = {
+        "FILE_TYPE_FILE": EntryKind.REGULAR,
+        "FILE_TYPE_DIRECTORY": EntryKind.DIRECTORY,
+        "FILE_TYPE_SYMLINK": EntryKind.SYMLINK,
+    }.get(str(info.get("type")), EntryKind.OTHER)
+    size = info.get("size", 0)
+    # int64 travels as a JSON string in proto3 JSON; accept a number too.
+    try:
+        return Entry(kind, int(size))
+    except (TypeError, ValueError):
+        raise RemoteUnavailable(f"envd stat: size {size!r} is not a number") from None
+
+
+@attrs.define(eq=False)
+class Envd:
+    """One sandbox's envd, through the provider's data-plane pool."""
+
+    api: ApiClient
+    address: EnvdAddress
+    provider: str
+
+    def _url(self, route: str) -> str:
+        return self.address.url + route
+
+    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**self.address.headers, **(extra or {})}
+
+    async def _unary(
+        self, service: str, payload: Mapping[str, Any], *, idempotent: bool
+    ) -> httpx.Response:
+        return await self.api.request(
+            "POST",
+            self._url(f"/{service}"),
+            operation=f"{self.provider}: envd {service.rsplit('/', 1)[-1]}",
+            idempotent=idempotent,
+            expected=(404,),
+            json=dict(payload),
+            headers=self._headers(_UNARY_HEADERS),
+        )
+
+    async def stat(self, path: str) -> Entry | None:
+        """The entry at ``path`` without following a final symlink; ``None`` if missing."""
+        response = await self._unary("filesystem.Filesystem/Stat", {"path": path}, idempotent=True)
+        if response.status_code == 404:
+            if "not_found" in response.text or "not found" in response.text:
+                return None
+            raise RemoteUnavailable(f"{self.provider}: envd Stat: HTTP 404 without not_found")
+        return _entry(response.json())
+
+    async def make_dir(self, path: str) -> None:
+        """Create ``path`` and its parents (an existing directory is fine)."""
+        try:
+            response = await self._unary(
+                "filesystem.Filesystem/MakeDir", {"path": path}, idempotent=True
+            )
+        except ResourceConflict:
+            # already_exists: someone made the directory first, which is what we wanted.
+            return
+        if response.status_code == 404:
+            raise RemoteUnavailable(f"{self.provider}: envd MakeDir: HTTP 404")
+
+    @contextlib.asynccontextmanager
+    async def download(self, path: str) -> AsyncIterator[httpx.Response]:
+        """``GET /files?path=``: the open streamed response (404: a vanished file)."""
+        async with self.api.stream(
+            "GET",
+            self._url("/files"),
+            operation=f"{self.provider}: envd read file",
+            expected=(404,),
+            params={"path": path, "username": "root"},
+            headers=self._headers(),
+            timeout=_FILE_TIMEOUT,
+        ) as response:
+            yield response
+
+    async def upload(self, path: str, data: bytes) -> None:
+        """``POST /files?path=`` with the raw bytes (envd truncates or creates)."""
+        await self.api.request(
+            "POST",
+            self._url("/files"),
+            operation=f"{self.provider}: envd write file",
+            idempotent=True,
+            params={"path": path, "username": "root"},
+            content=data,
+            headers=self._headers({"Content-Type": "application/octet-stream"}),
+            timeout=_FILE_TIMEOUT,
+        )
+
+    @contextlib.asynccontextmanager
+    async def start(
+        self,
+        *,
+        cmd: str,
+        args: list[str],
+        cwd: str,
+        stdin: bool,
+        tag: str,
+        timeout_ms: int | None = None,
+    ) -> AsyncIterator[AsyncIterator[Envelope]]:
+        """``process.Process/Start``: open the stream and yield its envelopes.
+
+        Never retried: a lost answer may have started the process.
+        """
+        request = {
+            "process": {"cmd": cmd, "args": args, "envs": {}, "cwd": cwd},
+            "stdin": stdin,
+            "tag": tag,
+        }
+        headers = {
+            "Content-Type": CONNECT_CONTENT_TYPE,
+            "Connect-Protocol-Version": "1",
+            "Connect-Content-Encoding": "identity",
+            "Connect-Accept-Encoding": "identity",
+            "Keepalive-Ping-Interval": "50",
+        }
+        if timeout_ms is not None:
+            headers["Connect-Timeout-Ms"] = str(max(1, timeout_ms))
+        async with self.api.stream(
+            "POST",
+            self._url("/process.Process/Start"),
+            operation=f"{self.provider}: envd start process",
+            idempotent=False,
+            content=encode_envelope(request),
+            headers=self._headers(headers),
+            timeout=_STREAM_TIMEOUT,
+        ) as response:
+            yield decode_envelopes(response.aiter_raw())
+
+    async def send_input(self, pid: int, data: bytes) -> bool:
+        """``SendInput``: bytes for the process's stdin; ``False`` if the process is gone.
+
+        Not retried: a repeat could deliver the bytes twice.
+        """
+        payload = {
+            "process": {"pid": pid},
+            "input": {"stdin": base64.b64encode(data).decode("ascii")},
+        }
+        response = await self._unary("process.Process/SendInput", payload, idempotent=False)
+        return response.status_code != 404
+
+    async def close_stdin(self, pid: int) -> bool:
+        """``CloseStdin``: the process reads end-of-file; ``False`` if it is gone."""
+        response = await self._unary(
+            "process.Process/CloseStdin", {"process": {"pid": pid}}, idempotent=True
+        )
+        return response.status_code != 404
+
+    async def kill(self, pid: int) -> bool:
+        """``SendSignal`` SIGKILL to ``pid`` (the process only); ``False`` if it is gone."""
+        response = await self._unary(
+            "process.Process/SendSignal",
+            {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"},
+            idempotent=True,
+        )
+        return response.status_code != 404
+
+    async def pid_of(self, tag: str) -> int | None:
+        """The pid of the running process started with ``tag`` (``List``), or ``None``."""
+        response = await self._unary("process.Process/List", {}, idempotent=True)
+        if response.status_code == 404:
+            raise RemoteUnavailable(f"{self.provider}: envd List: HTTP 404")
+        processes = response.json().get("processes", [])
+        for process in processes if isinstance(processes, list) else []:
+            if isinstance(process, dict) and process.get("tag") == tag:
+                pid = process.get("pid")
+                return pid if isinstance(pid, int) else None
+        return None

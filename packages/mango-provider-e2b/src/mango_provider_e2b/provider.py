@@ -1,0 +1,232 @@
+"""The envd-based provider: one E2B (or Cube) sandbox per Session key.
+
+* **Identity.** Each sandbox carries the ownership labels as its metadata
+  (``io.mango.managed``, ``io.mango.namespace``, ``io.mango.session_key``).
+  There is no create-if-absent on the service, so ``create`` lists by those
+  labels first, creates only if nothing is there, and after a failed create
+  (a lost answer, a 5xx) lists again: a retry finds the sandbox the lost
+  answer made instead of making a second one.
+* **Attach** reads the sandbox by id, checks its metadata against the key,
+  then connects (which resumes a paused sandbox and gives it the idle
+  timeout again). A 404 is :class:`SandboxNotFound`; nothing is recreated.
+* **Persistence.** Sandboxes are created with ``autoPause``: idle for the
+  idle timeout, they pause (memory and disk kept) instead of dying; the
+  sandbox's keep-alive resumes them on every acquire and extends the timeout
+  before each command, so a busy Session is never paused under a tool step.
+* **Pools.** One httpx pool for the control plane and one for the data plane
+  (envd) per provider instance, shared by all its sandboxes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import attrs
+import httpx
+
+from mango.provider import (
+    CapabilitySet,
+    NetworkMode,
+    OwnedResource,
+    ProviderUnavailable,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+    validate_session_id,
+)
+from mango.provider.execution import checkpoint
+from mango.provider.http import ApiClient, PinnedTransport, RetryPolicy, retrying
+from mango.provider.ownership import Ownership, namespace_field
+from mango_provider_e2b.control import ControlPlane, SandboxInfo
+from mango_provider_e2b.envd import EnvdAddress
+from mango_provider_e2b.options import EnvdOptions
+from mango_provider_e2b.sandbox import ROOT, E2BSandbox, Remote
+
+__all__ = ["CREATE_RETRY", "E2BProvider"]
+
+CREATE_RETRY = RetryPolicy(attempts=3, timeout=60.0)
+"""Budget of create-or-find: safe to repeat, since each attempt looks before it creates."""
+
+
+@attrs.define(eq=False)
+class E2BProvider:
+    """A provider over one E2B-compatible service (see the module docstring).
+
+    ``transport`` replaces httpx's for both pools (tests). Constructing it
+    does no I/O; the service is contacted on first use.
+    """
+
+    options: EnvdOptions
+    namespace: str = namespace_field()
+    transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, kw_only=True, repr=False)
+    ownership: Ownership = attrs.field(init=False)
+    _control: ControlPlane = attrs.field(init=False, repr=False)
+    _remote: Remote = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        options = self.options
+        self.ownership = Ownership(options.provider, self.namespace)
+        control_api = ApiClient(
+            options.api_url,
+            auth_headers=options.dialect.auth_headers(options.api_key),
+            timeout=options.request_timeout,
+            transport=self.transport,
+        )
+        data_transport: httpx.AsyncBaseTransport | None = self.transport
+        if options.proxy_host:
+            data_transport = PinnedTransport(
+                options.proxy_host,
+                options.proxy_port,
+                scheme=options.envd_scheme,
+                transport=self.transport,
+            )
+        data_api = ApiClient(
+            "",
+            timeout=options.request_timeout,
+            secrets=options.secrets,
+            transport=data_transport,
+        )
+        self._control = ControlPlane(control_api, options.dialect)
+        self._remote = Remote(
+            provider=options.provider,
+            control=self._control,
+            data=data_api,
+            address=self._address,
+            idle_timeout=options.idle_timeout,
+            max_output_bytes=options.max_output_bytes,
+            max_read_bytes=options.max_read_bytes,
+        )
+
+    def _address(self, info: SandboxInfo) -> EnvdAddress:
+        options = self.options
+        return EnvdAddress.build(
+            info.sandbox_id,
+            domain=info.domain or options.domain,
+            scheme=options.envd_scheme,
+            access_token=info.envd_access_token,
+            traffic_token=info.traffic_access_token,
+            shared_url=options.shared_envd_url,
+            api_key_header=options.api_key if options.dialect.data_plane_api_key else None,
+        )
+
+    @property
+    def name(self) -> str:
+        """``e2b`` or ``cube``."""
+        return self.options.provider
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None of the optional capabilities yet (resource mounts come with their issue)."""
+        return CapabilitySet()
+
+    @property
+    def control(self) -> ControlPlane:
+        """The control-plane client (for tests and tools)."""
+        return self._control
+
+    def _sandbox(self, info: SandboxInfo, spec: SandboxSpec, alive_since: float) -> E2BSandbox:
+        return E2BSandbox(
+            self._remote,
+            info,
+            spec,
+            self.options.max_output_bytes,
+            alive_until=alive_since + self.options.idle_timeout,
+        )
+
+    async def _ready(self, sandbox: E2BSandbox) -> E2BSandbox:
+        # Idempotent: the workspace of a found or resumed sandbox is made again if missing.
+        await sandbox._data_call(lambda: sandbox._envd.make_dir(ROOT))
+        return sandbox
+
+    async def _connected(
+        self, sandbox_id: str, spec: SandboxSpec, *, ensure_root: bool = True
+    ) -> E2BSandbox:
+        started = time.monotonic()
+        info = await self._control.connect(sandbox_id, timeout=self.options.idle_timeout)
+        sandbox = self._sandbox(info, spec, started)
+        return await self._ready(sandbox) if ensure_root else sandbox
+
+    async def _owned_info(self, session_key: str) -> SandboxInfo | None:
+        found = await self._control.list(self.ownership.labels(session_key))
+        return min(found, key=lambda info: info.sandbox_id) if found else None
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> E2BSandbox:
+        """Create-if-absent the sandbox of ``session_key`` (see the module docstring)."""
+        labels = self.ownership.labels(session_key)  # InvalidInput for an invalid key
+        await checkpoint()
+
+        async def once() -> E2BSandbox:
+            existing = await self._owned_info(session_key)
+            if existing is not None:
+                return await self._connected(existing.sandbox_id, spec)
+            started = time.monotonic()
+            try:
+                info = await self._control.create(
+                    template=spec.image or self.options.template,
+                    metadata=labels,
+                    timeout=self.options.idle_timeout,
+                    internet=spec.network is not NetworkMode.NONE,
+                )
+            except ProviderUnavailable:
+                # The answer may be lost while the sandbox exists: look before trying again.
+                existing = await self._owned_info(session_key)
+                if existing is None:
+                    raise
+                return await self._connected(existing.sandbox_id, spec)
+            sandbox = self._sandbox(info, spec, started)
+            try:
+                return await self._ready(sandbox)
+            except BaseException:
+                await sandbox.destroy()
+                raise
+
+        return await retrying(once, policy=CREATE_RETRY)
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> E2BSandbox:
+        """Connect to ``ref`` after checking it is ``session_key``'s; never creates."""
+        key = validate_session_id(session_key)
+        ref = self.ownership.check_ref(ref)
+        info = await self._control.get(ref.external_id)
+        self.ownership.check(info.metadata, key, what=f"{self.name} sandbox {ref.external_id}")
+        # Bound sandboxes got their workspace at create: attach is one get and one connect.
+        return await self._connected(ref.external_id, spec, ensure_root=False)
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        """The ref of the sandbox carrying ``session_key``'s labels, or ``None`` (no resume)."""
+        validate_session_id(session_key)
+        info = await self._owned_info(session_key)
+        return None if info is None else SandboxRef(self.name, info.sandbox_id)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        """Kill ``ref`` after checking its metadata; gone is success, nothing is resumed."""
+        key = validate_session_id(session_key)
+        ref = self.ownership.check_ref(ref)
+        try:
+            info = await self._control.get(ref.external_id)
+        except SandboxNotFound:
+            return
+        self.ownership.check(info.metadata, key, what=f"{self.name} sandbox {ref.external_id}")
+        self._remote.tracker.mark_destroyed(ref.external_id)
+        await self._control.kill(ref.external_id)
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        """Every running or paused sandbox of this namespace."""
+        owned: list[OwnedResource] = []
+        for info in await self._control.list(self.ownership.selector()):
+            session_hash = self.ownership.owned_hash(info.metadata)
+            if session_hash is not None:
+                owned.append(OwnedResource(SandboxRef(self.name, info.sandbox_id), session_hash))
+        return sorted(owned, key=lambda resource: resource.ref.external_id)
+
+    async def health(self) -> str:
+        """One authenticated list call: reachable and the credentials accepted."""
+        await self._control.probe()
+        return f"{self.name} API at {self.options.api_url}: reachable, credentials accepted"
+
+    async def aclose(self) -> None:
+        """Close both pools; sandboxes stay."""
+        try:
+            await self._control.aclose()
+        finally:
+            await self._remote.data.aclose()

@@ -1,0 +1,152 @@
+"""Settings of the ``e2b`` provider, read from the environment only when it is opened."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from mango.provider import (
+    MAX_OUTPUT_BYTES_SETTING,
+    CapabilitySet,
+    ConfigurationError,
+    ConformanceTarget,
+    ProviderContext,
+    ProviderRegistration,
+    SettingSpec,
+    SupportLevel,
+    max_output_bytes,
+)
+from mango_provider_e2b.control import E2B
+from mango_provider_e2b.options import (
+    MAX_READ_BYTES_ENV,
+    EnvdOptions,
+    api_url_setting,
+    max_read_bytes,
+    parse_duration,
+)
+from mango_provider_e2b.provider import E2BProvider
+
+__all__ = [
+    "API_KEY_ENV",
+    "API_URL_ENV",
+    "CONFORMANCE_TARGET",
+    "DEFAULT_API_URL",
+    "DEFAULT_DOMAIN",
+    "DEFAULT_TEMPLATE",
+    "DOMAIN_ENV",
+    "IDLE_TIMEOUT_ENV",
+    "REGISTRATION",
+    "SANDBOX_URL_ENV",
+    "SETTINGS",
+    "TEMPLATE_ENV",
+    "open_e2b_conformance_target",
+    "open_e2b_provider",
+    "read_e2b_options",
+]
+
+API_KEY_ENV = "E2B_API_KEY"
+API_URL_ENV = "E2B_API_URL"
+TEMPLATE_ENV = "E2B_TEMPLATE_ID"
+DOMAIN_ENV = "E2B_DOMAIN"
+IDLE_TIMEOUT_ENV = "E2B_IDLE_TIMEOUT"
+SANDBOX_URL_ENV = "E2B_SANDBOX_URL"
+DEFAULT_API_URL = "https://api.e2b.app"
+DEFAULT_TEMPLATE = "base"
+DEFAULT_DOMAIN = "e2b.app"
+
+SETTINGS = (
+    SettingSpec(
+        env=API_KEY_ENV, description="E2B API key (sent as X-API-Key)", secret=True, required=True
+    ),
+    SettingSpec(env=API_URL_ENV, description="control-plane URL", default=DEFAULT_API_URL),
+    SettingSpec(
+        env=TEMPLATE_ENV,
+        description="template of sandboxes whose spec names no image (needs bash)",
+        default=DEFAULT_TEMPLATE,
+    ),
+    SettingSpec(
+        env=DOMAIN_ENV,
+        description="sandbox domain: envd is https://49983-<id>.<domain>",
+        default=DEFAULT_DOMAIN,
+    ),
+    SettingSpec(
+        env=IDLE_TIMEOUT_ENV,
+        description="idle time after which a sandbox pauses (300, 90s, 5m, 1h)",
+        default="5m",
+    ),
+    SettingSpec(
+        env=SANDBOX_URL_ENV,
+        description="one URL for every sandbox's envd, routed by the E2b-Sandbox-Id header "
+        "(self-hosted proxies and the offline fake; default: per-sandbox hosts)",
+    ),
+    MAX_OUTPUT_BYTES_SETTING,
+    SettingSpec(
+        env=MAX_READ_BYTES_ENV,
+        description="bound of read_file without max_bytes, in bytes",
+        default=str(64 * 1024 * 1024),
+    ),
+)
+"""The settings the ``e2b`` provider reads, as its registration declares them."""
+
+
+def read_e2b_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
+    """Read and validate the E2B settings; :class:`ConfigurationError` names the variable at fault.
+
+    The API key is required and never echoed. Empty values count as unset.
+    """
+    env = os.environ if environ is None else environ
+    api_key = env.get(API_KEY_ENV, "").strip()
+    if not api_key:
+        raise ConfigurationError(
+            f"{API_KEY_ENV} is not set: the e2b provider needs an API key",
+            hint="create one in the E2B dashboard and export it; it is never printed",
+        )
+    sandbox_url = env.get(SANDBOX_URL_ENV, "").strip()
+    return EnvdOptions(
+        dialect=E2B,
+        api_url=api_url_setting(API_URL_ENV, env.get(API_URL_ENV, "") or DEFAULT_API_URL),
+        api_key=api_key,
+        template=env.get(TEMPLATE_ENV, "").strip() or DEFAULT_TEMPLATE,
+        domain=env.get(DOMAIN_ENV, "").strip() or DEFAULT_DOMAIN,
+        envd_scheme="https",
+        shared_envd_url=api_url_setting(SANDBOX_URL_ENV, sandbox_url) if sandbox_url else None,
+        idle_timeout=parse_duration(IDLE_TIMEOUT_ENV, env.get(IDLE_TIMEOUT_ENV, "") or "5m"),
+        max_output_bytes=max_output_bytes(env),
+        max_read_bytes=max_read_bytes(env),
+    )
+
+
+def open_e2b_provider(
+    context: ProviderContext, environ: Mapping[str, str] | None = None
+) -> E2BProvider:
+    """The registration's factory: validates the settings now, contacts E2B on first use."""
+    return E2BProvider(read_e2b_options(environ), namespace=context.namespace)
+
+
+def open_e2b_conformance_target(
+    scratch_dir: Path,
+) -> contextlib.AbstractAsyncContextManager[E2BProvider]:
+    """A fresh provider over the fake E2B service of ``scratch_dir`` (imported only when used)."""
+    from mango_provider_e2b.conformance import open_e2b_conformance_provider
+
+    return open_e2b_conformance_provider(scratch_dir)
+
+
+REGISTRATION = ProviderRegistration(
+    name="e2b",
+    capabilities=CapabilitySet(),
+    support_level=SupportLevel.PREVIEW,
+    settings=SETTINGS,
+    factory=open_e2b_provider,
+    description="one E2B Firecracker microVM per Session, paused when idle (httpx, no SDK)",
+)
+"""``e2b``: the core contract (no optional capabilities yet)."""
+
+CONFORMANCE_TARGET = ConformanceTarget(
+    provider="e2b",
+    open=open_e2b_conformance_target,
+    description="the fake E2B service on 127.0.0.1 (real local processes), no credentials",
+)
+"""The offline target: the fake E2B service shipped in this distribution."""

@@ -1,0 +1,104 @@
+"""The official ``e2b`` SDK drives the fake: if the SDK and mango disagree, the fake is wrong.
+
+The SDK (``e2b<3``, a test-only dependency) is pointed at the fake with its
+own settings (``E2B_API_URL``, ``E2B_SANDBOX_URL``, ``E2B_API_KEY``), so both
+planes go to 127.0.0.1 and envd calls are routed by ``E2b-Sandbox-Id``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from e2b import AsyncSandbox, CommandExitException, SandboxQuery
+
+from mango.provider import Command
+from mango_provider_e2b import E2BProvider
+from mango_provider_e2b.fake import E2BFakeService
+
+from .conftest import SPEC
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def sdk_env(fake: E2BFakeService, monkeypatch: pytest.MonkeyPatch) -> E2BFakeService:
+    """Point the SDK at the fake through its documented environment variables."""
+    monkeypatch.setenv("E2B_API_URL", fake.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", fake.url)
+    monkeypatch.setenv("E2B_API_KEY", fake.config.api_key or "")
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    return fake
+
+
+async def test_sdk_lifecycle_against_the_fake(sdk_env: E2BFakeService) -> None:
+    """Create with metadata, list by metadata, connect, commands, files and kill via the SDK."""
+    sandbox = await AsyncSandbox.create(template="base", metadata={"who": "sdk", "run": "1"})
+    try:
+        assert sdk_env.state(sandbox.sandbox_id) == "running"
+
+        listed = await AsyncSandbox.list(query=SandboxQuery(metadata={"who": "sdk"})).next_items()
+        assert [info.sandbox_id for info in listed] == [sandbox.sandbox_id]
+        assert listed[0].metadata == {"who": "sdk", "run": "1"}
+        none = await AsyncSandbox.list(query=SandboxQuery(metadata={"who": "other"})).next_items()
+        assert none == []
+
+        again = await AsyncSandbox.connect(sandbox.sandbox_id)
+        result = await again.commands.run("echo hello; echo oops >&2")
+        assert (result.stdout, result.stderr, result.exit_code) == ("hello\n", "oops\n", 0)
+
+        with pytest.raises(CommandExitException) as failed:
+            await sandbox.commands.run("printf partial; exit 7")
+        assert failed.value.exit_code == 7
+        assert failed.value.stdout == "partial"
+
+        handle = await sandbox.commands.run("cat", background=True, stdin=True)
+        await sandbox.commands.send_stdin(handle.pid, "fed through stdin")
+        await sandbox.commands.close_stdin(handle.pid)
+        fed = await handle.wait()
+        assert fed.stdout == "fed through stdin"
+
+        await sandbox.files.write("/workspace/sdk/note.txt", "written by the SDK")
+        assert await sandbox.files.read("/workspace/sdk/note.txt") == "written by the SDK"
+        assert (await sandbox.commands.run("cat /workspace/sdk/note.txt")).stdout == (
+            "written by the SDK"
+        )
+        assert await sandbox.files.exists("/workspace/sdk/note.txt")
+        info = await sandbox.files.get_info("/workspace/sdk/note.txt")
+        assert info.size == len("written by the SDK")
+    finally:
+        assert await sandbox.kill()
+    assert sdk_env.state(sandbox.sandbox_id) == "deleted"
+    assert await AsyncSandbox.list(query=SandboxQuery(metadata={"who": "sdk"})).next_items() == []
+
+
+async def test_sdk_and_mango_see_the_same_sandbox(
+    sdk_env: E2BFakeService, provider: E2BProvider, session_key: str
+) -> None:
+    """What mango writes the SDK reads, and the other way round; the SDK lists mango's labels."""
+    mine = await provider.create(session_key, SPEC)
+    try:
+        await mine.write_file("shared/from-mango.bin", b"mango\x00bytes")
+        theirs = await AsyncSandbox.connect(mine.ref.external_id)
+        data = await theirs.files.read("/workspace/shared/from-mango.bin", format="bytes")
+        assert bytes(data) == b"mango\x00bytes"
+        await theirs.files.write("/workspace/shared/from-sdk.txt", "sdk")
+        assert await mine.read_file("shared/from-sdk.txt") == b"sdk"
+        labels = provider.ownership.labels(session_key)
+        listed = await AsyncSandbox.list(query=SandboxQuery(metadata=labels)).next_items()
+        assert [info.sandbox_id for info in listed] == [mine.ref.external_id]
+        result = await mine.exec(Command(("sh", "-c", "cat shared/from-sdk.txt; exit 4")))
+        assert (result.stdout, result.exit_code) == (b"sdk", 4)
+    finally:
+        await mine.destroy()
+
+
+async def test_sdk_is_refused_without_the_key(
+    fake: E2BFakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong API key is an authentication error for the SDK too."""
+    from e2b import AuthenticationException
+
+    monkeypatch.setenv("E2B_API_URL", fake.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", fake.url)
+    monkeypatch.setenv("E2B_API_KEY", "not-the-key")
+    with pytest.raises(AuthenticationException):
+        await AsyncSandbox.create(template="base")

@@ -1,0 +1,270 @@
+"""execd and the egress sidecar: the data plane of one sandbox.
+
+Both are reached at an :class:`~mango_provider_opensandbox.lifecycle.Endpoint`
+(directly, or through the lifecycle server's proxy) with the headers the
+endpoint came with. One :class:`ApiClient` (no base URL) serves every sandbox
+of a provider, so they share one connection pool.
+
+A 404 from the data plane means "no such file" when execd says so
+(``FILE_NOT_FOUND``); any other 404 (the proxy's "no such sandbox", a
+gateway's) is checked against the lifecycle API before it becomes
+:class:`SandboxNotFound`, so a vanished sandbox is never reported as a
+missing file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import httpx
+
+from mango.provider import Entry, EntryKind, ProviderUnavailable, SandboxNotFound
+from mango.provider.http import ApiClient, RemoteUnavailable, check_response
+from mango_provider_opensandbox.lifecycle import Endpoint
+
+__all__ = ["DataPlane", "Egress", "Execd"]
+
+_KINDS = {
+    "file": EntryKind.REGULAR,
+    "directory": EntryKind.DIRECTORY,
+    "symlink": EntryKind.SYMLINK,
+}
+
+
+def _mode(mode: int) -> int:
+    """execd's mode: the octal digits written as a decimal number (0o644 -> 644)."""
+    return int(f"{mode:o}")
+
+
+@attrs.define(eq=False)
+class DataPlane:
+    """One sandbox port: requests to its endpoint, with the loss check on odd 404s."""
+
+    client: ApiClient
+    endpoint: Endpoint
+    sandbox_id: str
+    confirm_exists: Callable[[], Awaitable[None]]
+    """Raises :class:`SandboxNotFound` if the sandbox is gone (a lifecycle ``GET``)."""
+    extra_headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+
+    def url(self, path: str) -> str:
+        """The absolute URL of ``path`` on this endpoint."""
+        return self.endpoint.url + path
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The endpoint's headers plus the provider's (the API key through the server proxy)."""
+        return {**self.extra_headers, **self.endpoint.headers}
+
+    async def request(
+        self, method: str, path: str, *, operation: str, accept: tuple[int, ...] = (), **kwargs: Any
+    ) -> httpx.Response:
+        """One request; a 404 not in ``accept`` is checked against the lifecycle API."""
+        headers = {**self.headers, **kwargs.pop("headers", {})}
+        try:
+            response = await self.client.request(
+                method,
+                self.url(path),
+                operation=operation,
+                expected=(404, *accept),
+                headers=headers,
+                **kwargs,
+            )
+        except ProviderUnavailable:
+            await self.unreachable()
+            raise
+        if response.status_code == 404 and 404 not in accept:
+            await self.gone(response, operation)
+        return response
+
+    async def gone(self, response: httpx.Response, operation: str) -> None:
+        """Raise for a 404: :class:`SandboxNotFound` if the sandbox is gone, else the mapped 404."""
+        await self.confirm_exists()
+        check_response(response, operation=operation)
+
+    @asynccontextmanager
+    async def stream(
+        self, method: str, path: str, *, operation: str, accept: tuple[int, ...] = (), **kwargs: Any
+    ) -> AsyncIterator[httpx.Response]:
+        """A streamed response; a 404 not in ``accept`` is checked against the lifecycle API."""
+        headers = {**self.headers, **kwargs.pop("headers", {})}
+        opened = self.client.stream(
+            method,
+            self.url(path),
+            operation=operation,
+            expected=(404, *accept),
+            headers=headers,
+            **kwargs,
+        )
+        try:
+            response = await opened.__aenter__()
+        except ProviderUnavailable:
+            await self.unreachable()
+            raise
+        try:
+            if response.status_code == 404 and 404 not in accept:
+                await response.aread()
+                await self.gone(response, operation)
+            yield response
+        except BaseException as exc:
+            if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await opened.__aexit__(None, None, None)
+
+    async def unreachable(self) -> None:
+        """After a transport failure or 5xx: :class:`SandboxNotFound` if the sandbox is gone.
+
+        Direct endpoints of a deleted sandbox answer with a gateway error or
+        nothing at all; the lifecycle API tells loss from an outage. Any
+        other outcome leaves the original error to the caller.
+        """
+        try:
+            await self.confirm_exists()
+        except SandboxNotFound:
+            raise
+        except Exception:  # noqa: BLE001 - the data-plane error is the one to report
+            return
+
+
+def _file_missing(response: httpx.Response) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("code") == "FILE_NOT_FOUND"
+
+
+@attrs.define(eq=False)
+class Execd:
+    """execd's command and file API for one sandbox."""
+
+    plane: DataPlane
+
+    async def ping(self) -> None:
+        """``GET /ping``: execd answers."""
+        await self.plane.request("GET", "/ping", operation="execd ping")
+
+    async def stat(self, path: str) -> Entry | None:
+        """``GET /files/info``: the entry at ``path`` (links not followed), or None if missing."""
+        response = await self.plane.request(
+            "GET", "/files/info", operation="file info", params={"path": path}, expected=(404,)
+        )
+        if response.status_code == 404:
+            if _file_missing(response):
+                return None
+            await self.plane.gone(response, "file info")
+        body = response.json()
+        info = body.get(path) if isinstance(body, dict) else None
+        if not isinstance(info, dict):
+            # execd keys the answer by the path asked; a missing key means missing.
+            return None
+        size = info.get("size")
+        return Entry(
+            _KINDS.get(str(info.get("type")), EntryKind.OTHER), size if isinstance(size, int) else 0
+        )
+
+    async def make_dirs(self, paths: Mapping[str, int]) -> None:
+        """``POST /directories`` (``mkdir -p`` and chmod for each path -> mode)."""
+        if not paths:
+            return
+        await self.plane.request(
+            "POST",
+            "/directories",
+            operation="make directories",
+            json={path: {"mode": _mode(mode)} for path, mode in paths.items()},
+            idempotent=True,
+        )
+
+    async def upload(self, path: str, data: bytes, *, mode: int) -> None:
+        """``POST /files/upload``: metadata part, then the file part; creates or truncates."""
+        metadata = json.dumps({"path": path, "mode": _mode(mode)})
+        await self.plane.request(
+            "POST",
+            "/files/upload",
+            operation="upload file",
+            files=[
+                ("metadata", ("metadata", metadata.encode(), "application/json")),
+                ("file", (path.rsplit("/", 1)[-1] or "file", data, "application/octet-stream")),
+            ],
+            idempotent=True,
+        )
+
+    async def delete_file(self, path: str) -> None:
+        """``DELETE /files`` (a missing file is fine)."""
+        await self.plane.request(
+            "DELETE", "/files", operation="delete file", params={"path": path}, expected=(404,)
+        )
+
+    @asynccontextmanager
+    async def download(self, path: str) -> AsyncIterator[httpx.Response]:
+        """``GET /files/download``, streamed; :class:`FileNotFoundError` if it vanished."""
+        async with self.plane.stream(
+            "GET",
+            "/files/download",
+            operation="download file",
+            params={"path": path},
+            expected=(404,),
+        ) as response:
+            if response.status_code == 404:
+                await response.aread()
+                if _file_missing(response):
+                    raise FileNotFoundError(f"{path}: no such file")
+                await self.plane.gone(response, "download file")
+            yield response
+
+    @asynccontextmanager
+    async def command(
+        self, body: Mapping[str, Any], *, timeout: float
+    ) -> AsyncIterator[httpx.Response]:
+        """``POST /command`` with an event stream back; never retried (it runs the command).
+
+        The read timeout is off: a command may be silent for as long as it
+        runs (execd pings every few seconds), and mango bounds it itself.
+        """
+        async with self.plane.stream(
+            "POST",
+            "/command",
+            operation="run command",
+            json=dict(body),
+            headers={"Accept": "text/event-stream", "Cache-Control": "no-cache"},
+            timeout=httpx.Timeout(timeout, read=None),
+            idempotent=False,
+        ) as response:
+            yield response
+
+    async def interrupt(self, command_id: str) -> None:
+        """``DELETE /command?id=``: stop a running command (best effort by the caller)."""
+        await self.plane.request(
+            "DELETE", "/command", operation="interrupt command", params={"id": command_id}
+        )
+
+
+@attrs.define(eq=False)
+class Egress:
+    """The egress sidecar's policy API for one sandbox."""
+
+    plane: DataPlane
+
+    async def policy(self) -> dict[str, Any] | None:
+        """``GET /policy``: the enforced policy (``None`` if the sidecar reports none)."""
+        response = await self.plane.request("GET", "/policy", operation="get egress policy")
+        body = response.json()
+        if not isinstance(body, dict):
+            raise RemoteUnavailable("get egress policy: the answer is not an object")
+        policy = body.get("policy")
+        return policy if isinstance(policy, dict) else None
+
+    async def remove(self, targets: list[str]) -> None:
+        """``DELETE /policy`` with the targets whose rules go (unknown ones are ignored)."""
+        await self.plane.request("DELETE", "/policy", operation="remove egress rules", json=targets)
+
+    async def add(self, rules: list[dict[str, str]]) -> None:
+        """``PATCH /policy``: merge rules (the incoming rule wins for its target)."""
+        await self.plane.request(
+            "PATCH", "/policy", operation="add egress rules", json=rules, idempotent=True
+        )

@@ -1,0 +1,41 @@
+"""A protocol-faithful fake OpenSandbox: lifecycle API, server proxy, execd and egress sidecar.
+
+Built on the kit's :class:`~mango.provider.fake.FakeService` (aiohttp on
+127.0.0.1, real local process sandboxes, fault injection). What it speaks,
+from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
+``specs/egress-api.yaml`` and the execd/egress sources:
+
+* lifecycle under ``/v1`` (and the root): list (``metadata`` filter, pages),
+  create (``202``, state ``Pending``; ``Running`` from the first ``GET``),
+  get, delete (``204``; ``404`` when gone), pause/resume, endpoints with
+  ``use_server_proxy``; ``OPEN-SANDBOX-API-KEY`` required when the fake has a
+  key (``401`` with ``MISSING_API_KEY``/``INVALID_API_KEY`` otherwise);
+* the server proxy ``/v1/sandboxes/{id}/proxy/{port}/...`` (no API key
+  needed, as on the server) and direct endpoints ``/direct/{id}/{port}/...``
+  that want the endpoint's ``X-EXECD-ACCESS-TOKEN``;
+* execd: ``/ping``, ``POST /command`` as execd streams it (bare JSON frames
+  separated by a blank line; ``init``, one ``stdout``/``stderr`` event per
+  *line with its terminator stripped*, ``ping`` every few seconds, then
+  ``error`` with the exit code or ``execution_complete``, then a grace
+  period before the stream ends), ``DELETE /command?id=`` (interrupt),
+  ``files/info`` (links not followed), ``files/upload`` (multipart
+  metadata + file, chunked bodies accepted), ``files/download``,
+  ``directories``, ``DELETE /files``; ``FILE_NOT_FOUND`` on a missing path;
+* the egress sidecar: ``GET``/``PATCH``/``DELETE /policy`` with
+  ``OPENSANDBOX-EGRESS-AUTH``, the sidecar's merge rule (incoming first,
+  first rule per target wins) and case-insensitive removal.
+
+Paths: a sandbox's file system is emulated per sandbox: ``/workspace`` is
+the local sandbox's workspace, any other absolute path lies under a private
+``fsroot`` beside it. Commands run as host processes, so absolute paths in a
+command line are rewritten for the two prefixes mango uses (``/workspace``
+and ``/var/lib/mango``, where they start a word or a quoted string); that is a
+limit of the fake, not of the protocol. Commands run with ``bash -c`` (``sh``
+without bash), as execd runs them. Package commands would run on the host:
+never give the fake a spec with packages.
+"""
+
+from mango_provider_opensandbox.fake.execd import LineSplitter
+from mango_provider_opensandbox.fake.server import DEFAULT_FAKE_API_KEY, FakeOpenSandbox
+
+__all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox", "LineSplitter"]

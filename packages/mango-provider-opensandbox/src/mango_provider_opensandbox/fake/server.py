@@ -1,0 +1,339 @@
+"""The fake server: lifecycle API, server proxy and direct endpoints (see the package)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+from aiohttp import web
+
+from mango.provider import SandboxNotFound
+from mango.provider.fake import FakeSandbox, FakeService, SandboxState
+from mango_provider_opensandbox.fake.common import error, iso
+from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
+from mango_provider_opensandbox.fake.execd import ExecdRoutes
+from mango_provider_opensandbox.layout import (
+    API_KEY_HEADER,
+    EGRESS_AUTH_HEADER,
+    EGRESS_PORT,
+    EXECD_PORT,
+    EXECD_TOKEN_HEADER,
+)
+
+__all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox"]
+
+DEFAULT_FAKE_API_KEY = "fake-opensandbox-key"
+_UNLIMITED = 1 << 62
+
+
+@attrs.define(eq=False)
+class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
+    """A fake OpenSandbox server; ``async with FakeOpenSandbox(tmp) as fake: fake.url``.
+
+    ``api_key`` is the key the lifecycle API wants (``None``: no auth).
+    ``grace_seconds`` is how long execd keeps a finished command's stream
+    open (1 s on the real server), ``ping_seconds`` its keep-alive interval.
+    """
+
+    scratch_dir: Path = attrs.field(converter=Path)
+    api_key: str | None = DEFAULT_FAKE_API_KEY
+    grace_seconds: float = 1.0
+    ping_seconds: float = 3.0
+    shell: str = attrs.field(factory=lambda: "bash" if shutil.which("bash") else "sh")
+    service: FakeService = attrs.field(init=False)
+    _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
+    direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
+    """The API key header of every direct data-plane request (it must never be there)."""
+
+    def __attrs_post_init__(self) -> None:
+        # execd streams everything a command prints; the client caps it.
+        self.service = FakeService(
+            self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=_UNLIMITED
+        )
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` (``OPEN_SANDBOX_DOMAIN``)."""
+        return self.service.url
+
+    @property
+    def faults(self) -> Any:
+        """The service's :class:`~mango.provider.fake.Faults`."""
+        return self.service.faults
+
+    async def start(self) -> str:
+        """Serve; return :attr:`url`."""
+        return await self.service.start()
+
+    async def stop(self) -> None:
+        """Delete every sandbox and stop serving."""
+        await self.service.stop()
+
+    async def __aenter__(self) -> FakeOpenSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ test helpers
+
+    def sandbox(self, sandbox_id: str) -> FakeSandbox:
+        """The record of a sandbox (any state)."""
+        record = self.service.sandboxes.find(sandbox_id)
+        if record is None:
+            raise SandboxNotFound(f"fake OpenSandbox has no sandbox {sandbox_id!r}")
+        return record
+
+    def policy(self, sandbox_id: str) -> dict[str, Any] | None:
+        """The egress policy the sidecar of ``sandbox_id`` enforces (``None``: no sidecar)."""
+        policy = self.sandbox(sandbox_id).extra.get("policy")
+        return policy if isinstance(policy, dict) else None
+
+    def set_policy(self, sandbox_id: str, policy: dict[str, Any]) -> None:
+        """Change the enforced policy behind the client's back (drift)."""
+        self.sandbox(sandbox_id).extra["policy"] = json.loads(json.dumps(policy))
+
+    async def delete(self, sandbox_id: str) -> bool:
+        """Delete a sandbox behind the client's back."""
+        return await self.service.sandboxes.delete(sandbox_id)
+
+    # ------------------------------------------------------------------ routes
+
+    def _routes(self, _service: FakeService) -> Iterable[web.AbstractRouteDef]:
+        routes: list[web.AbstractRouteDef] = []
+        for prefix in ("/v1", ""):
+            routes += [
+                web.get(f"{prefix}/sandboxes", self._list),
+                web.post(f"{prefix}/sandboxes", self._create),
+                web.get(f"{prefix}/sandboxes/{{id}}", self._get),
+                web.delete(f"{prefix}/sandboxes/{{id}}", self._delete),
+                web.post(f"{prefix}/sandboxes/{{id}}/pause", self._pause),
+                web.post(f"{prefix}/sandboxes/{{id}}/resume", self._resume),
+                web.get(f"{prefix}/sandboxes/{{id}}/endpoints/{{port}}", self._endpoint),
+                web.route(
+                    "*", f"{prefix}/sandboxes/{{id}}/proxy/{{port:\\d+}}/{{tail:.*}}", self._proxy
+                ),
+            ]
+        routes.append(web.route("*", "/direct/{id}/{port:\\d+}/{tail:.*}", self._direct))
+        return routes
+
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        given = request.headers.get(API_KEY_HEADER)
+        if not given:
+            return error(401, "MISSING_API_KEY", f"Provide API key via {API_KEY_HEADER} header.")
+        if not secrets.compare_digest(given, self.api_key):
+            return error(401, "INVALID_API_KEY", "Authentication credentials are invalid.")
+        return None
+
+    def _live(self, sandbox_id: str) -> FakeSandbox | None:
+        try:
+            return self.service.sandboxes.get(sandbox_id)
+        except SandboxNotFound:
+            return None
+
+    @staticmethod
+    def _document(record: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
+        extra = record.extra
+        status = state or ("Paused" if record.state is SandboxState.PAUSED else "Running")
+        return {
+            "id": record.id,
+            "image": extra.get("image"),
+            "status": {
+                "state": status,
+                "reason": status.lower(),
+                "message": f"sandbox is {status.lower()}",
+                "lastTransitionAt": iso(record.created_at),
+            },
+            "metadata": dict(record.metadata),
+            "entrypoint": list(extra.get("entrypoint") or []),
+            "createdAt": iso(record.created_at),
+        }
+
+    async def _list(self, request: web.Request) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        wanted = dict(parse_qsl(request.query.get("metadata", ""), keep_blank_values=True))
+        states = set(request.query.getall("state", []))
+        try:
+            page = int(request.query.get("page", "1"))
+            size = int(request.query.get("pageSize", "20"))
+        except ValueError:
+            return error(400, "INVALID_REQUEST", "page and pageSize must be integers")
+        if page < 1 or size < 1:
+            return error(400, "INVALID_REQUEST", "page and pageSize must be at least 1")
+        records = [
+            self._document(record)
+            for record in self.service.sandboxes.list(wanted)
+            if not states or self._document(record)["status"]["state"] in states
+        ]
+        total_pages = (len(records) + size - 1) // size
+        items = records[(page - 1) * size : page * size]
+        pagination = {
+            "page": page,
+            "pageSize": size,
+            "totalItems": len(records),
+            "totalPages": total_pages,
+            "hasNextPage": page < total_pages,
+        }
+        return web.json_response({"items": items, "pagination": pagination})
+
+    async def _create(self, request: web.Request) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(400, "INVALID_REQUEST", "the body is not JSON")
+        problem = _create_problem(body)
+        if problem is not None:
+            return error(400, "INVALID_REQUEST", problem)
+        policy = body.get("networkPolicy")
+        if policy is not None:
+            policy = {
+                "defaultAction": str(policy.get("defaultAction") or "deny").lower(),
+                "egress": [dict(rule) for rule in policy.get("egress") or []],
+            }
+        record = await self.service.sandboxes.create(
+            body.get("metadata") or {},
+            extra={
+                "image": body.get("image"),
+                "entrypoint": body.get("entrypoint"),
+                "resourceLimits": body.get("resourceLimits"),
+                "policy": policy,
+                "egress_token": secrets.token_urlsafe(16),
+            },
+        )
+        document = self._document(record, state="Pending")
+        document.pop("image")
+        return web.json_response(document, status=202)
+
+    async def _get(self, request: web.Request) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        record = self._live(request.match_info["id"])
+        if record is None:
+            return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+        return web.json_response(self._document(record))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        if not await self.service.sandboxes.delete(request.match_info["id"]):
+            return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+        return web.Response(status=204)
+
+    async def _pause(self, request: web.Request) -> web.Response:
+        return await self._transition(request, self.service.sandboxes.pause)
+
+    async def _resume(self, request: web.Request) -> web.Response:
+        return await self._transition(request, self.service.sandboxes.resume)
+
+    async def _transition(
+        self, request: web.Request, action: Callable[[str], FakeSandbox]
+    ) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        try:
+            action(request.match_info["id"])
+        except SandboxNotFound:
+            return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+        return web.Response(status=202)
+
+    async def _endpoint(self, request: web.Request) -> web.Response:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        sandbox_id = request.match_info["id"]
+        record = self._live(sandbox_id)
+        if record is None:
+            return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+        try:
+            port = int(request.match_info["port"])
+        except ValueError:
+            return error(400, "INVALID_REQUEST", "port must be a number")
+        if not 1 <= port <= 65535:
+            return error(400, "INVALID_REQUEST", "port out of range")
+        proxy = request.query.get("use_server_proxy", "false").lower() == "true"
+        headers: dict[str, str] = {}
+        if port == EGRESS_PORT:
+            headers[EGRESS_AUTH_HEADER] = str(record.extra["egress_token"])
+        if proxy:
+            endpoint = f"{request.host}/v1/sandboxes/{sandbox_id}/proxy/{port}"
+        else:
+            endpoint = f"{request.host}/direct/{sandbox_id}/{port}"
+            if port == EXECD_PORT:
+                headers[EXECD_TOKEN_HEADER] = record.token
+        return web.json_response({"endpoint": endpoint, "headers": headers})
+
+    async def _proxy(self, request: web.Request) -> web.StreamResponse:
+        record = self._live(request.match_info["id"])
+        if record is None:
+            return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+        return await self._port(request, record, via_proxy=True)
+
+    async def _direct(self, request: web.Request) -> web.StreamResponse:
+        self.direct_api_keys.append(request.headers.get(API_KEY_HEADER))
+        record = self._live(request.match_info["id"])
+        if record is None:
+            # Nothing listens where the sandbox was: what a gateway answers.
+            return web.Response(status=502, text="bad gateway")
+        return await self._port(request, record, via_proxy=False)
+
+    async def _port(
+        self, request: web.Request, record: FakeSandbox, *, via_proxy: bool
+    ) -> web.StreamResponse:
+        if record.state is SandboxState.PAUSED:
+            return web.Response(status=502, text="sandbox is paused")
+        port = int(request.match_info["port"])
+        tail = request.match_info["tail"].strip("/")
+        if port == EGRESS_PORT:
+            return await self._egress(request, record, tail)
+        if port != EXECD_PORT:
+            return web.Response(status=502, text=f"nothing listens on port {port}")
+        if not via_proxy and request.headers.get(EXECD_TOKEN_HEADER) != record.token:
+            return web.Response(status=401, text="unauthorized")
+        return await self._execd(request, record, tail)
+
+
+def _create_problem(body: object) -> str | None:  # noqa: PLR0911 - one return per rule
+    """Why a create request is invalid, or None (the spec's required fields)."""
+    if not isinstance(body, dict):
+        return "the body must be an object"
+    image = body.get("image")
+    if not isinstance(image, dict) or not isinstance(image.get("uri"), str) or not image["uri"]:
+        return "image.uri is required"
+    entrypoint = body.get("entrypoint")
+    if not isinstance(entrypoint, list) or not entrypoint:
+        return "entrypoint is required when image is provided"
+    limits = body.get("resourceLimits")
+    if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
+        return "resourceLimits is required (string values)"
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        return "metadata must map strings to strings"
+    policy = body.get("networkPolicy")
+    if policy is not None:
+        if not isinstance(policy, dict):
+            return "networkPolicy must be an object"
+        if rules_of(policy.get("egress") or []) is None:
+            return "networkPolicy.egress has an invalid rule"
+    return None

@@ -1,0 +1,37 @@
+"""Fixed names of the OpenSandbox wire protocol and of mango's layout inside a sandbox."""
+
+from __future__ import annotations
+
+__all__ = [
+    "API_KEY_HEADER",
+    "API_PREFIX",
+    "EGRESS_AUTH_HEADER",
+    "EGRESS_PORT",
+    "ENTRYPOINT",
+    "EXECD_PORT",
+    "EXECD_TOKEN_HEADER",
+    "NETWORK_LABEL",
+    "PROVIDER_NAME",
+    "ROOT",
+    "STDIN_DIR",
+]
+
+PROVIDER_NAME = "opensandbox"
+API_PREFIX = "/v1"
+"""The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
+API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
+"""The lifecycle API's credential header (never sent to a sandbox directly)."""
+EXECD_PORT = 44772
+"""execd, the in-sandbox command and file daemon."""
+EGRESS_PORT = 18080
+"""The egress sidecar that enforces a sandbox's network policy."""
+EXECD_TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"  # noqa: S105 - a header name, not a secret
+EGRESS_AUTH_HEADER = "OPENSANDBOX-EGRESS-AUTH"
+ROOT = "/workspace"
+"""The workspace root inside every sandbox (commands' working directory)."""
+STDIN_DIR = "/var/lib/mango/stdin"
+"""Adapter-owned directory for stdin too large to travel in the command line."""
+ENTRYPOINT = ("tail", "-f", "/dev/null")
+"""The idle main process of a sandbox; commands run beside it through execd."""
+NETWORK_LABEL = "io.mango.network"
+"""Metadata with the network mode a sandbox was created with (``none``, ``bridge``, ``limited``)."""

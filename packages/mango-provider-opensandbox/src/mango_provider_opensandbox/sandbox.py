@@ -1,0 +1,263 @@
+"""The client for one OpenSandbox sandbox: exec through execd, files, egress allowlist."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+
+from mango.provider import (
+    Command,
+    ExecResult,
+    FileTooLarge,
+    NetworkMode,
+    PathPolicy,
+    PermanentError,
+    SandboxRef,
+    SandboxSpec,
+)
+from mango.provider.execution import ExecTracker, StreamedExec
+from mango.provider.http import RemoteUnavailable
+from mango.provider.output import ExecChannel
+from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
+from mango_provider_opensandbox.execd import Egress, Execd
+from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
+from mango_provider_opensandbox.network import reconcile
+from mango_provider_opensandbox.wire import (
+    STREAMS,
+    WRAPPER_OVERHEAD,
+    ExecEnd,
+    FrameDecoder,
+    exit_code_of,
+    sse_events,
+    wrap,
+)
+
+__all__ = ["INTERRUPT_SECONDS", "SERVER_TIMEOUT_GRACE", "OpenSandboxSandbox"]
+
+SERVER_TIMEOUT_GRACE = 5.0
+"""Seconds execd's own timeout trails mango's: mango decides (and reports) the timeout,
+execd's kill is the backstop for a client that vanished."""
+INTERRUPT_SECONDS = 5.0
+"""Bound on the best-effort interrupt sent after a timeout."""
+_DOWNLOAD_CHUNK = 64 * 1024
+
+
+async def _stop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait until it is done; a cancellation of ours is re-raised after."""
+    if task.done():
+        return
+    task.cancel()
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+@attrs.define
+class _Run:
+    command_id: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False)
+class OpenSandboxSandbox(StreamedExec):
+    """One OpenSandbox sandbox, from :class:`~mango_provider_opensandbox.OpenSandboxProvider`.
+
+    Commands run through execd as an event stream; their output is framed by
+    :mod:`mango_provider_opensandbox.wire` so it arrives byte-exact. Files go
+    through execd's file API under the kit's path policy (every component
+    stat-ed, links refused). The egress allowlist goes through the sidecar.
+    """
+
+    _ref: SandboxRef
+    _network: str | None
+    _spec: SandboxSpec
+    _max_output_bytes: int
+    _max_read_bytes: int
+    _execd: Execd
+    _egress: Callable[[], Awaitable[Egress]] = attrs.field(repr=False)
+    _remove: Callable[[], Awaitable[None]] = attrs.field(repr=False)
+    _tracker: ExecTracker = attrs.field(repr=False)
+    _request_timeout: float = 30.0
+    _policy: PathPolicy = attrs.field(factory=lambda: PathPolicy(ROOT), repr=False)
+
+    @property
+    def ref(self) -> SandboxRef:
+        """``SandboxRef("opensandbox", <sandbox id>)``."""
+        return self._ref
+
+    @property
+    def root(self) -> str:
+        """``/workspace``: the commands' working directory."""
+        return ROOT
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec this client was created or attached with."""
+        return self._spec
+
+    # ---------------------------------------------------------------- exec
+
+    async def _exec_body(
+        self, command: Command, channel: ExecChannel, timeout: float | None
+    ) -> ExecResult:
+        plan = plan_command(
+            command.argv,
+            stdin=command.stdin,
+            cwd=command.cwd,
+            env=command.env,
+            staging_dir=STDIN_DIR,
+            max_inline_line_bytes=MAX_INLINE_LINE_BYTES - WRAPPER_OVERHEAD,
+        )
+        with self._tracker.track(self._ref.external_id) as handle:
+            if plan.stdin.staged and plan.stdin.path is not None:
+                await self._execd.make_dirs({STDIN_DIR: 0o700})
+                await self._execd.upload(plan.stdin.path, plan.stdin.data, mode=0o600)
+            body: dict[str, object] = {"command": wrap(plan.line), "cwd": ROOT}
+            if timeout is not None:
+                body["timeout"] = math.ceil((timeout + SERVER_TIMEOUT_GRACE) * 1000)
+            state = _Run()
+            run = asyncio.ensure_future(self._stream(body, channel, state))
+            destroyed = asyncio.ensure_future(handle.kill_requested.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {run, destroyed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                destroyed.cancel()
+                # Closing the stream is what ends the command: execd kills its
+                # process group when the client goes away.
+                await _stop(run)
+            if run in done:
+                error = run.exception()
+                if error is None:
+                    return channel.result(exit_code=run.result())
+                if handle.destroyed:
+                    return channel.result(exit_code=-1, cancelled=True)
+                if plan.stdin.staged and plan.stdin.path is not None and state.command_id is None:
+                    await self._forget_stdin(plan.stdin.path)
+                raise error
+            if handle.destroyed:
+                return channel.result(exit_code=-1, cancelled=True)
+            await self._interrupt(state)
+            return channel.result(exit_code=-1, timed_out=True)
+
+    async def _stream(self, body: dict[str, object], channel: ExecChannel, state: _Run) -> int:
+        async with self._execd.command(body, timeout=self._request_timeout) as response:
+            async for event in sse_events(response.aiter_lines()):
+                kind = event.get("type")
+                stream = STREAMS.get(str(kind))
+                if stream is not None:
+                    data = FrameDecoder.decode(str(event.get("text", "")))
+                    if data:
+                        await channel.send(stream, data)
+                elif kind == "init":
+                    text = event.get("text")
+                    state.command_id = text if isinstance(text, str) else None
+                elif kind == ExecEnd.ERROR:
+                    code = exit_code_of(event)
+                    if code is None:
+                        raise PermanentError(
+                            f"execd could not start the command shell: {_reason(event)}"
+                        )
+                    return code
+                elif kind == ExecEnd.COMPLETE:
+                    # execd holds the stream open for a grace period after
+                    # the last event; every output event came before it.
+                    return 0
+        raise RemoteUnavailable("run command: the event stream ended without an exit status")
+
+    async def _interrupt(self, state: _Run) -> None:
+        if state.command_id is None:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(INTERRUPT_SECONDS):
+                await self._execd.interrupt(state.command_id)
+
+    async def _forget_stdin(self, path: str) -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(INTERRUPT_SECONDS):
+                await self._execd.delete_file(path)
+
+    # ---------------------------------------------------------------- files
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of a regular file of at most ``max_bytes`` (default: the read cap).
+
+        The size is checked first and the download stops past the bound (a
+        file that grew): :class:`FileTooLarge` either way, memory O(bound).
+        """
+        limit = self._max_read_bytes if max_bytes is None else max_bytes
+        resolved = await self._policy.resolve_read(path, self._execd.stat)
+        size = resolved.entry.size if resolved.entry is not None else 0
+        if size > limit:
+            raise _too_large(path, size, limit)
+        data = bytearray()
+        async with self._execd.download(resolved.path) as response:
+            async for chunk in response.aiter_bytes(_DOWNLOAD_CHUNK):
+                data += chunk
+                if len(data) > limit:
+                    raise _too_large(path, len(data), limit)
+        return bytes(data)
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a regular file's bytes in chunks of at most 64 KiB, whatever its size."""
+        resolved = await self._policy.resolve_read(path, self._execd.stat)
+        async with self._execd.download(resolved.path) as response:
+            yield response.aiter_bytes(_DOWNLOAD_CHUNK)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate ``path`` with ``data`` (mode 0644), creating parents (0755)."""
+        resolved = await self._policy.resolve_write(path, self._execd.stat)
+        if resolved.missing_dirs:
+            await self._execd.make_dirs(dict.fromkeys(resolved.missing_dirs, 0o755))
+        await self._execd.upload(resolved.path, bytes(data), mode=0o644)
+
+    # ---------------------------------------------------------------- network
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        """Make the egress allowlist exactly ``allowed_hosts`` (deny everything else).
+
+        Compares the sidecar's policy by hash first, so an unchanged policy
+        costs one read; a drifted one is repaired. :class:`PermanentError`
+        if the sandbox was not created deny-by-default.
+        """
+        if self._network == NetworkMode.BRIDGE.value:
+            raise PermanentError(
+                f"OpenSandbox sandbox {self._ref.external_id} was created with unrestricted "
+                "network (no egress sidecar); an allowlist cannot restrict it",
+                hint="delete the session and create it again with network 'limited'",
+            )
+        await reconcile(await self._egress(), list(allowed_hosts))
+
+    # ---------------------------------------------------------------- destroy
+
+    async def destroy(self) -> None:
+        """Delete the sandbox; running commands end with ``cancelled=True``. Idempotent."""
+        self._tracker.mark_destroyed(self._ref.external_id)
+        await self._remove()
+
+
+def _too_large(path: str, size: int, limit: int) -> FileTooLarge:
+    return FileTooLarge(
+        f"{path!r} is {size} bytes or more; the read bound is {limit}",
+        size=size,
+        limit=limit,
+        hint="stream it with open_file, or raise the bound",
+    )
+
+
+def _reason(event: dict[str, object]) -> str:
+    error = event.get("error")
+    value = error.get("evalue") if isinstance(error, dict) else event.get("evalue")
+    return str(value)[:200]

@@ -1,0 +1,134 @@
+"""The official OpenSandbox SDK drives the fake: proof that the fake speaks the vendor's protocol.
+
+Lifecycle (create with metadata, list by metadata, info, kill), commands with
+exit codes and exact output lines, file write/read (chunked uploads in direct
+mode), the egress policy API; both through the server proxy and directly.
+The SDK is synchronous, so it runs in a worker thread while the fake serves
+on the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from opensandbox.config.connection_sync import ConnectionConfigSync
+from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter
+from opensandbox.sync.manager import SandboxManagerSync
+from opensandbox.sync.sandbox import SandboxSync
+
+from mango.provider import Command, SandboxSpec
+from mango_provider_opensandbox.fake import FakeOpenSandbox
+
+IMAGE = "python:3.12-slim"
+
+
+def _config(fake: FakeOpenSandbox, server_proxy: bool) -> ConnectionConfigSync:
+    return ConnectionConfigSync(
+        domain=fake.url.removeprefix("http://"),
+        protocol="http",
+        api_key=fake.api_key,
+        use_server_proxy=server_proxy,
+        disable_metrics=True,
+        request_timeout=timedelta(seconds=30),
+    )
+
+
+def _sdk_session(fake: FakeOpenSandbox, server_proxy: bool) -> dict[str, Any]:
+    """Everything the SDK does, in one synchronous function (run in a thread)."""
+    config = _config(fake, server_proxy)
+    metadata = {"io.mango.managed": "true", "oracle": "yes"}
+    sandbox = SandboxSync.create(
+        IMAGE,
+        metadata=metadata,
+        entrypoint=["tail", "-f", "/dev/null"],
+        resource={"cpu": "1", "memory": "1Gi"},
+        network_policy=NetworkPolicy(
+            defaultAction="deny", egress=[NetworkRule(action="allow", target="a.example.test")]
+        ),
+        connection_config=config,
+    )
+    found: dict[str, Any] = {"id": sandbox.id}
+    try:
+        ok = sandbox.commands.run("printf 'one\\ntwo\\n'; echo err >&2")
+        found["ok"] = (
+            ok.exit_code,
+            [message.text for message in ok.logs.stdout],
+            [message.text for message in ok.logs.stderr],
+        )
+        failed = sandbox.commands.run("exit 7")
+        found["failed"] = (failed.exit_code, failed.error.value if failed.error else None)
+        payload = bytes(range(256)) * 64
+        sandbox.files.write_file("/workspace/sdk/data.bin", payload)
+        found["roundtrip"] = sandbox.files.read_bytes("/workspace/sdk/data.bin") == payload
+        info = sandbox.files.get_file_info(["/workspace/sdk/data.bin"])
+        found["size"] = info["/workspace/sdk/data.bin"].size
+        shell = sandbox.commands.run("cat sdk/data.bin | wc -c")
+        found["shell_sees"] = "".join(message.text for message in shell.logs.stdout).strip()
+        sandbox.patch_egress_rules([NetworkRule(action="allow", target="b.example.test")])
+        sandbox.delete_egress_rules(["a.example.test"])
+        policy = sandbox.get_egress_policy()
+        found["policy"] = (
+            policy.default_action,
+            [(rule.action, rule.target) for rule in policy.egress or []],
+        )
+        manager = SandboxManagerSync.create(connection_config=config)
+        try:
+            listed = manager.list_sandbox_infos(SandboxFilter(metadata=metadata))
+            found["listed"] = [item.id for item in listed.sandbox_infos]
+            found["state"] = manager.get_sandbox_info(sandbox.id).status.state
+        finally:
+            manager.close()
+    finally:
+        sandbox.kill()
+        sandbox.close()
+    return found
+
+
+async def test_sdk_drives_the_fake(fake: FakeOpenSandbox, server_proxy: bool) -> None:
+    """The SDK's lifecycle, commands, files and egress calls all work against the fake."""
+    found = await asyncio.to_thread(_sdk_session, fake, server_proxy)
+    assert found["ok"] == (0, ["one", "two"], ["err"])  # execd: one event per line
+    assert found["failed"] == (7, "7")
+    assert found["roundtrip"] is True
+    assert found["size"] == 256 * 64
+    assert found["shell_sees"] == str(256 * 64)
+    assert found["policy"] == ("deny", [("allow", "b.example.test")])
+    assert found["listed"] == [found["id"]]
+    assert found["state"] == "Running"
+    assert fake.service.sandboxes.find(found["id"]).state.value == "deleted"
+    proxied = fake.faults.count(path="/v1/sandboxes/{id}/proxy/{port}/{tail}")
+    direct = fake.faults.count(path="/direct/{id}/{port}/{tail}")
+    assert (proxied > 0, direct > 0) == (server_proxy, not server_proxy)
+
+
+async def test_sdk_and_mango_share_the_wire(
+    fake: FakeOpenSandbox, server_proxy: bool, make_provider: Any
+) -> None:
+    """A sandbox mango made is listed by the SDK under mango's metadata, and runs SDK commands."""
+    provider = make_provider()
+    sandbox = await provider.create("shared-wire", SandboxSpec(timeout=30))
+    await sandbox.write_file("from-mango.txt", b"mango wrote this\n")
+
+    def sdk_side() -> tuple[list[str], str]:
+        config = _config(fake, server_proxy)
+        manager = SandboxManagerSync.create(connection_config=config)
+        try:
+            labels = provider.ownership.labels("shared-wire")
+            listed = manager.list_sandbox_infos(SandboxFilter(metadata=labels))
+        finally:
+            manager.close()
+        connected = SandboxSync.connect(sandbox.ref.external_id, connection_config=config)
+        try:
+            run = connected.commands.run("cat /workspace/from-mango.txt")
+            return [item.id for item in listed.sandbox_infos], run.logs.stdout[0].text
+        finally:
+            connected.close()
+
+    ids, text = await asyncio.to_thread(sdk_side)
+    assert ids == [sandbox.ref.external_id]
+    assert text == "mango wrote this"
+    result = await sandbox.exec(Command(("cat", "from-mango.txt")))
+    assert result.stdout == b"mango wrote this\n"  # the same file, byte-exact through mango
+    await sandbox.destroy()
