@@ -152,7 +152,7 @@ class Execd:
     async def stat(self, path: str) -> Entry | None:
         """``GET /files/info``: the entry at ``path`` (links not followed), or None if missing."""
         response = await self.plane.request(
-            "GET", "/files/info", operation="file info", params={"path": path}, expected=(404,)
+            "GET", "/files/info", operation="file info", params={"path": path}, accept=(404,)
         )
         if response.status_code == 404:
             if _file_missing(response):
@@ -197,7 +197,7 @@ class Execd:
     async def delete_file(self, path: str) -> None:
         """``DELETE /files`` (a missing file is fine)."""
         await self.plane.request(
-            "DELETE", "/files", operation="delete file", params={"path": path}, expected=(404,)
+            "DELETE", "/files", operation="delete file", params={"path": path}, accept=(404,)
         )
 
     @asynccontextmanager
@@ -208,7 +208,7 @@ class Execd:
             "/files/download",
             operation="download file",
             params={"path": path},
-            expected=(404,),
+            accept=(404,),
         ) as response:
             if response.status_code == 404:
                 await response.aread()
