@@ -19,6 +19,7 @@ from mango.domain.errors import (
 from mango.domain.values import NetworkMode, PackagePlan, SandboxRef, SandboxSpec
 from mango.provider.ownership import LABEL_MANAGED, LABEL_NAMESPACE, LABEL_SESSION
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
+from mango_provider_docker.container import MIN_PIDS_LIMIT
 
 from .conftest import NAMESPACE, OWNERSHIP, RUN_LABELS, make_provider
 from .helpers import sh
@@ -109,10 +110,48 @@ async def test_undeclared_capabilities_are_rejected_before_anything_exists(
 async def test_invalid_limits_are_invalid_input(
     provider: DockerProvider, docker_engine: Engine, session_key: str
 ) -> None:
-    """A malformed memory size is a permanent InvalidInput and creates nothing."""
-    for memory in ("lots", "1k"):
+    """A malformed or absurd limit is a permanent InvalidInput and creates nothing."""
+    for spec in (
+        SandboxSpec(memory="lots"),
+        SandboxSpec(memory="1k"),
+        SandboxSpec(memory="99999999p"),
+        SandboxSpec(cpus=1e300),
+        SandboxSpec(pids_limit=1),
+        SandboxSpec(pids_limit=10**20),
+    ):
         with pytest.raises(InvalidInput):
-            await provider.create(session_key, SandboxSpec(memory=memory))
+            await provider.create(session_key, spec)
+    assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
+
+
+async def test_the_smallest_pids_limit_still_runs_and_stops_commands(
+    provider: DockerProvider, session_key: str
+) -> None:
+    """At MIN_PIDS_LIMIT a pipeline runs, and a timed-out one is killed (the killer fits too)."""
+    sandbox = await provider.create(session_key, SandboxSpec(pids_limit=MIN_PIDS_LIMIT))
+    try:
+        piped = await sandbox.exec(sh("echo fits | cat | cat"))
+        assert (piped.exit_code, piped.stdout) == (0, b"fits\n")
+        stuck = await sandbox.exec(sh("sleep 300 | cat", timeout=1.0))
+        assert stuck.timed_out
+        after = await sandbox.exec(sh("echo still usable"))
+        assert after.stdout == b"still usable\n"
+    finally:
+        await sandbox.destroy()
+
+
+async def test_a_request_the_daemon_cannot_decode_is_permanent(
+    docker_engine: Engine, session_key: str, test_image: str
+) -> None:
+    """A limit past int64 gets a 500 from the daemon: InvalidInput, not a retryable error."""
+    config = {
+        "Image": test_image,
+        "Labels": dict(RUN_LABELS),
+        "HostConfig": {"PidsLimit": 99999999999999999999},
+    }
+    with pytest.raises(InvalidInput) as caught:
+        await docker_engine.create_container(OWNERSHIP.name(session_key), config)
+    assert is_permanent(caught.value)
     assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
 
 

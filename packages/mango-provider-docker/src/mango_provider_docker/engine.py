@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -31,7 +32,12 @@ from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 
 from mango.provider import ConfigurationError, ProviderUnavailable, SandboxNotFound
-from mango_provider_docker.errors import DAEMON_HINT, engine_errors, translate_docker_error
+from mango_provider_docker.errors import (
+    API_VERSION_ENV,
+    DAEMON_HINT,
+    engine_errors,
+    translate_docker_error,
+)
 
 __all__ = [
     "API_TIMEOUT_SECONDS",
@@ -112,10 +118,19 @@ def _where(docker: aiodocker.Docker) -> str:
     return str(getattr(docker, "_connection_info", docker.docker_host))
 
 
+_API_VERSION = re.compile(r"v?\d{1,3}\.\d{1,3}\Z")
+
+
 def _api_version(value: str | None) -> str:
-    if not value:
+    if not value or not value.strip():
         return "auto"
     text = value.strip()
+    if not _API_VERSION.match(text):
+        raise ConfigurationError(
+            f"Docker Engine API version {text[:40]!r} is not a version such as 1.41",
+            hint=f"set {API_VERSION_ENV} to a version such as 1.41, or unset it to use the "
+            "daemon's own",
+        )
     return text if text.startswith("v") else "v" + text
 
 
