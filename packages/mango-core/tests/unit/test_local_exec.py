@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +165,77 @@ async def test_cwd_through_planted_symlink_is_refused(sandbox: LocalSandbox) -> 
         await sandbox.exec(Command(("pwd",), cwd="leak"))
     with pytest.raises(PathEscapeError):
         await sandbox.exec(Command(("pwd",), cwd="leak/ssl"))
+
+
+_RENAME_EXCHANGE = 2
+
+
+def exchange(first: Path, second: Path) -> None:
+    """Atomically swap two names (``renameat2(RENAME_EXCHANGE)``): one always exists at each."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(
+        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
+    ):
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error), str(first))
+
+
+@pytest.mark.parametrize("cwd", ["sub", ""], ids=["sub-directory", "root"])
+async def test_cwd_swapped_for_a_symlink_mid_flight_never_escapes(
+    sandbox: LocalSandbox, tmp_path: Path, cwd: str
+) -> None:
+    """A directory swapped for a symlink while execs start: none runs outside the workspace.
+
+    A thread swaps the cwd (or the workspace itself) with a symlink to an
+    outside directory as fast as it can. Each exec either refuses the link
+    (PathEscapeError) or runs in the real directory; with a check by path and a
+    start by path, a few of 300 used to run outside.
+    """
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = Path(sandbox.root)
+    (root / "sub").mkdir()
+    target = root / cwd if cwd else root
+    link = target.with_name(target.name + ".link")
+    link.symlink_to(outside)
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            exchange(target, link)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    escaped, ran, refused = [], 0, 0
+    try:
+        for _ in range(300):
+            try:
+                result = await sandbox.exec(Command(("pwd", "-P"), cwd=cwd))
+            except PathEscapeError:
+                refused += 1
+                continue
+            ran += 1
+            where = result.stdout.decode().strip()
+            if not where.startswith(str(root.parent.resolve())):
+                escaped.append(where)
+    finally:
+        stop.set()
+        swapper.join(BOUND)
+    if link.is_dir() and not link.is_symlink():
+        exchange(target, link)  # leave the real directory in place
+    assert escaped == [], f"{len(escaped)} of {ran} commands ran outside: {escaped[:3]}"
+    assert ran > 0, f"every one of {refused} execs was refused; the race was never run"
+
+
+async def test_too_large_a_command_is_invalid_input(sandbox: LocalSandbox) -> None:
+    """A command line the kernel refuses (E2BIG) is an error, as on every provider, not a result."""
+    for command in (
+        Command(("true",), env={"BIG": "x" * (200 * 1024)}),
+        Command(("true", "x" * (200 * 1024))),
+    ):
+        with pytest.raises(InvalidInput, match="too large"):
+            await sandbox.exec(command)
 
 
 async def test_missing_program_is_127(sandbox: LocalSandbox) -> None:

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import signal
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
-from mango.provider import ExecResult, OutputStream
+from mango.provider import ExecResult, InvalidInput, OutputStream
 from mango.provider.execution import ExecHandle
 from mango.provider.output import ExecChannel
 
@@ -59,6 +62,7 @@ PIPE_DRAIN_SECONDS = 1.0
 """After a kill, how long the pipes may stay open before they are abandoned."""
 
 _CHUNK = 256 * 1024
+_PROC_FD = "/proc/self/fd" if Path("/proc/self/fd").is_dir() else None
 
 _Outcome = Literal["finished", "timed_out", "destroyed"]
 
@@ -166,6 +170,12 @@ def _exit_code(returncode: int | None) -> int:
 
 
 def _spawn_failure(program: str, exc: OSError, channel: ExecChannel) -> ExecResult:
+    if exc.errno == errno.E2BIG:
+        # Nothing ran: an error, like every other provider's, not a result.
+        raise InvalidInput(
+            "the command line and environment are too large to start: the kernel refused them "
+            "(E2BIG: at most 128 KiB per argument or variable, ARG_MAX in all)"
+        )
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
         code = 127
         reason = "No such file or directory" if "/" in program else "command not found"
@@ -228,28 +238,50 @@ async def _supervise(
     return outcome
 
 
+def _enter(cwd_fd: int) -> dict[str, Any]:
+    """The ``subprocess`` options that start the child in the directory ``cwd_fd``.
+
+    No path is looked up again: on Linux the child's ``chdir`` goes through
+    ``/proc/self/fd/N``, a link to the open directory itself (the child has
+    inherited the descriptor; close-on-exec closes it only at ``exec``), so a
+    component renamed or swapped for a symlink after the walk cannot send the
+    command elsewhere. Elsewhere the child calls ``fchdir`` before ``exec``.
+    """
+    if _PROC_FD is not None:
+        return {"cwd": f"{_PROC_FD}/{cwd_fd}"}
+    return {"preexec_fn": lambda: os.fchdir(cwd_fd)}  # pragma: no cover - not Linux
+
+
 async def run_command(
     *,
     argv: Sequence[str],
     stdin: bytes,
     env: Mapping[str, str],
-    cwd: str,
+    cwd_fd: int,
     timeout: float | None,
     channel: ExecChannel,
     handle: ExecHandle,
 ) -> ExecResult:
-    """Run ``argv`` in ``cwd`` with exactly ``env``, feeding its output to ``channel``.
+    """Run ``argv`` in the directory ``cwd_fd`` with exactly ``env``, feeding ``channel``.
 
-    Returns the final result (exit code and flags, no output bytes).
+    Returns the final result (exit code and flags, no output bytes). The
+    child enters the directory through the descriptor, never by its path
+    (see :func:`_enter`); the caller keeps and closes ``cwd_fd``.
 
     A program that cannot be started gives exit code 127 (not found) or 126
-    (not executable) with a message on stderr, as a shell would. An
-    :class:`OSError` whose ``filename`` is ``cwd`` (the directory vanished
-    before the start) is raised for the caller to translate.
+    (not executable) with a message on stderr, as a shell would; a command
+    line too large for the kernel is :class:`InvalidInput`. An
+    :class:`OSError` about the working directory is raised for the caller to
+    translate.
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     child_fds: list[int] = []
+    low_fd: int | None = None
+    if cwd_fd <= 2:
+        # A worker started with a standard stream closed can be handed 0-2 for the
+        # directory; the child's dup2 of its pipes onto 0-2 would replace it.
+        low_fd = cwd_fd = fcntl.fcntl(cwd_fd, fcntl.F_DUPFD_CLOEXEC, 3)
     readers: list[_PipeReader] = []
     writer: _StdinWriter | None = None
     try:
@@ -263,18 +295,19 @@ async def run_command(
             child_fds.append(read_end)
             writer = _StdinWriter(loop, write_end, stdin)
             stdin_target = read_end
+        entry = _enter(cwd_fd)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=stdin_target,
                 stdout=child_fds[0],
                 stderr=child_fds[1],
-                cwd=cwd,
                 env=dict(env),
                 start_new_session=True,
+                **entry,
             )
         except OSError as exc:
-            if exc.filename == cwd:
+            if "cwd" in entry and exc.filename == entry["cwd"]:
                 raise
             return _spawn_failure(argv[0], exc, channel)
         finally:
@@ -293,6 +326,8 @@ async def run_command(
     finally:
         for fd in child_fds:
             os.close(fd)
+        if low_fd is not None:
+            os.close(low_fd)
         for reader in readers:
             reader.close()
         if writer is not None:
