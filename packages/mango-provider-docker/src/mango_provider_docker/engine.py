@@ -419,17 +419,34 @@ class Engine:
     ) -> Exec | None:
         """``POST /containers/{id}/exec`` with no TTY; ``None`` if the container is not running."""
         docker = await self.client()
-        container = docker.containers.container(container_id)
+        body = {
+            "AttachStdin": stdin,
+            "AttachStdout": True,
+            "AttachStderr": True,
+            "Tty": False,
+            "Cmd": list(argv),
+            "Env": list(env),
+            "WorkingDir": workdir,
+        }
         with self.errors(f"exec in container {container_id}"):
             try:
                 async with asyncio.timeout(API_TIMEOUT_SECONDS):
-                    return await container.exec(
-                        list(argv), stdin=stdin, environment=list(env), workdir=workdir, tty=False
+                    # Through _raw: a large environment is sent from a stream, not as one
+                    # bytes body (which aiohttp warns could stall the event loop).
+                    _, _, answer = await self._raw(
+                        "POST",
+                        f"containers/{container_id}/exec",
+                        data=json.dumps(body).encode(),
+                        headers={"Content-Type": "application/json"},
                     )
             except aiodocker.DockerError as exc:
                 if exc.status == 409:
                     return None
                 raise
+        exec_id = _json_object(answer, "exec create answer").get("Id")
+        if not isinstance(exec_id, str) or not exec_id:
+            raise ProviderUnavailable("the Docker Engine answered an exec create without an id")
+        return Exec(docker, exec_id, tty=False)
 
     def exec_stream(self, execution: Exec) -> Stream:
         """The attach stream of a created exec; entering it starts the command."""

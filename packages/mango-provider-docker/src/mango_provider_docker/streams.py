@@ -22,15 +22,24 @@ from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.scripts import STATUS_ERROR, STATUS_PID
 
-__all__ = ["STDIN_CHUNK", "OutputPump", "close_write_side", "write_stdin"]
+__all__ = ["MAX_FAILURE_TEXT", "STDIN_CHUNK", "OutputPump", "close_write_side", "write_stdin"]
 
 STDIN_CHUNK = 64 * 1024
 """Stdin is written in pieces of this size, so a cancellation is noticed between them."""
+MAX_FAILURE_TEXT = 4096
+"""How much of what the runtime prints instead of starting the wrapper is kept for the error."""
 _MAX_STATUS = 64
 
 
 class OutputPump:
-    """Reads the attach stream to its end: the wrapper's status line, then capped output."""
+    """Reads the attach stream to its end: the wrapper's status line, then capped output.
+
+    Until the status line arrives nothing reaches the channel: stderr is held
+    back (bounded), because if the wrapper never starts, whatever the stream
+    carries is the daemon's or the runtime's complaint (``argument list too
+    long``, ``exceed maximum message size``), not the command's output. Then
+    :attr:`started` stays False and :attr:`failure` holds that text.
+    """
 
     def __init__(self, engine: Engine, stream: Stream, channel: ExecChannel) -> None:
         self._engine = engine
@@ -40,32 +49,53 @@ class OutputPump:
         self.error: str | None = None
         self.status_seen = asyncio.Event()
         self._head = bytearray()
+        self._held = bytearray()
+        self.failure = bytearray()
+        """What arrived instead of the status line (at most :data:`MAX_FAILURE_TEXT` bytes)."""
+
+    @property
+    def started(self) -> bool:
+        """The wrapper ran and reported the command's pid."""
+        return self.pid is not None
+
+    def _hold(self, chunk: bytes) -> None:
+        room = MAX_FAILURE_TEXT - len(self._held)
+        if room > 0:
+            self._held += chunk[:room]
+
+    def _keep_failure(self, chunk: bytes) -> None:
+        room = MAX_FAILURE_TEXT - len(self.failure)
+        if room > 0:
+            self.failure += chunk[:room]
 
     def _split_status(self, chunk: bytes) -> bytes:
         """Consume the status line from the head of stdout; return the command's own bytes."""
         self._head += chunk
         newline = self._head.find(b"\n", 0, _MAX_STATUS)
         if newline < 0:
-            return self._give_up_status() if len(self._head) >= _MAX_STATUS else b""
+            if len(self._head) >= _MAX_STATUS:
+                self._give_up_status()
+            return b""
         line = bytes(self._head[:newline])
         rest = bytes(self._head[newline + 1 :])
-        self._head.clear()
         if line.startswith(STATUS_PID) and line[len(STATUS_PID) :].isdigit():
             self.pid = int(line[len(STATUS_PID) :])
         elif line.startswith(STATUS_ERROR):
             self.error = line[len(STATUS_ERROR) :].decode("ascii", "replace")
         else:
-            # Not our wrapper speaking (the shell could not even start it).
-            self._head += line + b"\n"
-            return self._give_up_status() + rest
+            # Not our wrapper speaking: the runtime could not even start it.
+            self._give_up_status()
+            return b""
+        self._head.clear()
         self.status_seen.set()
         return rest
 
-    def _give_up_status(self) -> bytes:
-        self.status_seen.set()
-        head = bytes(self._head)
+    def _give_up_status(self) -> None:
+        """No status line will come: what arrived so far is the reason the wrapper never ran."""
+        self._keep_failure(bytes(self._head) + bytes(self._held))
         self._head.clear()
-        return head
+        self._held.clear()
+        self.status_seen.set()
 
     async def run(self) -> None:
         """Read until end of stream."""
@@ -73,15 +103,26 @@ class OutputPump:
         try:
             with self._engine.errors("read command output"):
                 while (message := await self._stream.read_out()) is not None:
-                    if message.stream == 2:
-                        await channel.send(OutputStream.STDERR, message.data)
-                    elif self.status_seen.is_set():
-                        await channel.send(OutputStream.STDOUT, message.data)
+                    if self.status_seen.is_set():
+                        if self.started:
+                            stream = (
+                                OutputStream.STDERR if message.stream == 2 else OutputStream.STDOUT
+                            )
+                            await channel.send(stream, message.data)
+                        else:
+                            self._keep_failure(message.data)
+                    elif message.stream == 2:
+                        self._hold(message.data)
                     else:
-                        await channel.send(OutputStream.STDOUT, self._split_status(message.data))
+                        rest = self._split_status(message.data)
+                        if self.started:
+                            if self._held:
+                                await channel.send(OutputStream.STDERR, bytes(self._held))
+                                self._held.clear()
+                            await channel.send(OutputStream.STDOUT, rest)
         finally:
             if not self.status_seen.is_set():
-                channel.feed(OutputStream.STDOUT, self._give_up_status())
+                self._give_up_status()
 
 
 def close_write_side(stream: Stream) -> None:
