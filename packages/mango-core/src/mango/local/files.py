@@ -92,6 +92,11 @@ def _open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
             check_directory(Entry(EntryKind.SYMLINK), path=path, name=name)
         if exc.errno == errno.ENOTDIR and (entry := _lstat(name, dir_fd)) is not None:
             check_directory(entry, path=path, name=name)
+            # A directory now, not one a moment ago: swapped while we opened it,
+            # which is what a planted symlink race looks like.
+            raise PathEscapeError(
+                f"path {path!r}: {name!r} was swapped for another entry while it was opened"
+            ) from None
         raise _translate(exc, path) from exc
 
 
