@@ -109,6 +109,15 @@ async def test_a_command_too_large_to_start_is_an_error_not_output(
     assert (await sandbox.exec(sh("echo fine"))).stdout == b"fine\n"
 
 
+async def test_stderr_that_overtakes_the_status_line_is_kept_whole(sandbox: DockerSandbox) -> None:
+    """Stderr may arrive before the wrapper's stdout status line: none of it is lost."""
+    flood = "head -c 300000 /dev/zero | tr '\\0' e >&2; echo done"
+    for _ in range(10):
+        result = await sandbox.exec(sh(flood))
+        assert (result.exit_code, result.stdout) == (0, b"done\n")
+        assert result.stderr == b"e" * 300000
+
+
 async def test_missing_program_exits_127(sandbox: DockerSandbox) -> None:
     """A program that does not exist is exit code 127, for bare names and paths."""
     for program in ("no-such-program", "/no/such/program"):

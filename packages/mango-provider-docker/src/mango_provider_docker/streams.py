@@ -34,11 +34,14 @@ _MAX_STATUS = 64
 class OutputPump:
     """Reads the attach stream to its end: the wrapper's status line, then capped output.
 
-    Until the status line arrives nothing reaches the channel: stderr is held
-    back (bounded), because if the wrapper never starts, whatever the stream
-    carries is the daemon's or the runtime's complaint (``argument list too
-    long``, ``exceed maximum message size``), not the command's output. Then
-    :attr:`started` stays False and :attr:`failure` holds that text.
+    Until the status line arrives nothing reaches the channel: if the wrapper
+    never starts, whatever the stream carries is the daemon's or the runtime's
+    complaint (``argument list too long``, ``exceed maximum message size``),
+    not the command's output. Then :attr:`started` stays False and
+    :attr:`failure` holds that text. Stderr can overtake the status line (the
+    daemon copies the two pipes independently), so it is held back until the
+    status line comes, up to :data:`MAX_FAILURE_TEXT` bytes: more than that is
+    no complaint but the command's own output, and is passed on.
     """
 
     def __init__(self, engine: Engine, stream: Stream, channel: ExecChannel) -> None:
@@ -50,6 +53,7 @@ class OutputPump:
         self.status_seen = asyncio.Event()
         self._head = bytearray()
         self._held = bytearray()
+        self._pass_stderr = False
         self.failure = bytearray()
         """What arrived instead of the status line (at most :data:`MAX_FAILURE_TEXT` bytes)."""
 
@@ -57,11 +61,6 @@ class OutputPump:
     def started(self) -> bool:
         """The wrapper ran and reported the command's pid."""
         return self.pid is not None
-
-    def _hold(self, chunk: bytes) -> None:
-        room = MAX_FAILURE_TEXT - len(self._held)
-        if room > 0:
-            self._held += chunk[:room]
 
     def _keep_failure(self, chunk: bytes) -> None:
         room = MAX_FAILURE_TEXT - len(self.failure)
@@ -97,29 +96,40 @@ class OutputPump:
         self._held.clear()
         self.status_seen.set()
 
+    async def _release_stderr(self) -> None:
+        """Pass held-back stderr on; from now on stderr is the command's own."""
+        self._pass_stderr = True
+        if self._held:
+            held = bytes(self._held)
+            self._held.clear()
+            await self._channel.send(OutputStream.STDERR, held)
+
+    async def _before_status(self, stream: OutputStream, data: bytes) -> None:
+        """One frame that arrived while the status line is still awaited."""
+        if stream is OutputStream.STDOUT:
+            rest = self._split_status(data)
+            if self.started:
+                await self._release_stderr()
+                await self._channel.send(OutputStream.STDOUT, rest)
+        elif self._pass_stderr:
+            await self._channel.send(OutputStream.STDERR, data)
+        else:
+            self._held += data
+            if len(self._held) > MAX_FAILURE_TEXT:
+                await self._release_stderr()
+
     async def run(self) -> None:
         """Read until end of stream."""
-        channel = self._channel
         try:
             with self._engine.errors("read command output"):
                 while (message := await self._stream.read_out()) is not None:
-                    if self.status_seen.is_set():
-                        if self.started:
-                            stream = (
-                                OutputStream.STDERR if message.stream == 2 else OutputStream.STDOUT
-                            )
-                            await channel.send(stream, message.data)
-                        else:
-                            self._keep_failure(message.data)
-                    elif message.stream == 2:
-                        self._hold(message.data)
+                    stream = OutputStream.STDERR if message.stream == 2 else OutputStream.STDOUT
+                    if not self.status_seen.is_set():
+                        await self._before_status(stream, message.data)
+                    elif self.started:
+                        await self._channel.send(stream, message.data)
                     else:
-                        rest = self._split_status(message.data)
-                        if self.started:
-                            if self._held:
-                                await channel.send(OutputStream.STDERR, bytes(self._held))
-                                self._held.clear()
-                            await channel.send(OutputStream.STDOUT, rest)
+                        self._keep_failure(message.data)
         finally:
             if not self.status_seen.is_set():
                 self._give_up_status()
