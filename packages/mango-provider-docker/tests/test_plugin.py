@@ -160,7 +160,7 @@ def test_settings_from_environment() -> None:
         ("MANGO_SANDBOX_PIDS_LIMIT", "99999999999999999999"),
         ("MANGO_SANDBOX_PIDS_LIMIT", "4194305"),
         ("MANGO_SANDBOX_PIDS_LIMIT", "1"),
-        ("MANGO_SANDBOX_PIDS_LIMIT", "7"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "15"),
         ("MANGO_SANDBOX_PIDS_LIMIT", "-1"),
         ("DOCKER_API_VERSION", "abc"),
         ("DOCKER_API_VERSION", "1.41x"),
@@ -180,7 +180,7 @@ def test_bad_settings_name_the_variable(name: str, value: str) -> None:
         ("MANGO_SANDBOX_MEMORY", "1p"),
         ("MANGO_SANDBOX_CPUS", "0.01"),
         ("MANGO_SANDBOX_CPUS", "1024"),
-        ("MANGO_SANDBOX_PIDS_LIMIT", "8"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "16"),
         ("MANGO_SANDBOX_PIDS_LIMIT", "4194304"),
         ("DOCKER_API_VERSION", "v1.41"),
     ],
@@ -216,7 +216,7 @@ def test_absurd_limits_are_invalid_input_from_the_python_api() -> None:
     for spec in (
         SandboxSpec(cpus=1e300),
         SandboxSpec(memory="99999999p"),
-        SandboxSpec(pids_limit=7),
+        SandboxSpec(pids_limit=15),
         SandboxSpec(pids_limit=10**20),
     ):
         with pytest.raises(InvalidInput):

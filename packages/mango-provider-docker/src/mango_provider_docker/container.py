@@ -9,6 +9,10 @@ Every sandbox container:
 * has memory, CPU and pids limits: the spec's values, else the provider's
   defaults (``0`` in a default means "no limit");
 * carries the ownership labels of :mod:`mango_provider_docker.layout`.
+
+Labels prove nothing on their own (anyone who reaches the daemon can set
+them), so before adopting an existing container create and attach compare its
+configuration with this list (:func:`configuration_problems`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "Limits",
     "check_cpus",
     "check_pids_limit",
+    "configuration_problems",
     "container_config",
     "default_limits",
     "parse_memory",
@@ -52,9 +57,11 @@ MIN_CPUS = 0.01
 """The smallest CPU limit: below it the kernel refuses the CFS quota; the container cannot start."""
 MAX_CPUS = 1024.0
 """The largest CPU limit accepted; the Engine itself refuses more CPUs than the host has."""
-MIN_PIDS_LIMIT = 8
-"""The smallest pids limit: the init, the idle shell and its ``sleep``, a command with a child
-or two, and the tree killer must fit, or the sandbox cannot run a command (or stop one)."""
+MIN_PIDS_LIMIT = 16
+"""The smallest pids limit. The init, the idle shell and its ``sleep`` hold three; every exec
+briefly holds up to three more (runc's setns stages) before it becomes the command; a command
+with a few children and the tree killer must fit beside them, or the sandbox cannot run a
+command, or stop one (measured: at 8 the kill of a two-stage pipeline fails to start)."""
 MAX_PIDS_LIMIT = 4 * 1024 * 1024
 """The largest pids limit: the kernel's ``PID_MAX_LIMIT``; ``pids.max`` refuses more."""
 
@@ -180,3 +187,89 @@ def container_config(
         "OpenStdin": False,
         "HostConfig": host_config,
     }
+
+
+def _limit(value: object) -> int:
+    """A limit from an inspect document: 0 for none (Docker reports none as null, 0 or -1)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _network_problems(
+    inspect: Mapping[str, Any], host: Mapping[str, Any], expected: str
+) -> list[str]:
+    problems = []
+    mode = host.get("NetworkMode")
+    if mode != expected:
+        problems.append(f"network mode {mode!r} where the spec asks for {expected!r}")
+    settings = inspect.get("NetworkSettings")
+    networks = settings.get("Networks") if isinstance(settings, Mapping) else None
+    extra = sorted(set(networks or {}) - {expected}) if isinstance(networks, Mapping) else []
+    if extra:
+        problems.append(f"attached to the networks {extra}")
+    return problems
+
+
+def _isolation_problems(host: Mapping[str, Any]) -> list[str]:
+    """What mango never asks for, whatever the spec: each one weakens the sandbox."""
+    problems = []
+    if host.get("Init") is not True:
+        problems.append("no init process")
+    if host.get("Privileged"):
+        problems.append("privileged")
+    for key, what in (
+        ("CapAdd", "added capabilities"),
+        ("Binds", "bind mounts"),
+        ("Mounts", "mounts"),
+        ("VolumesFrom", "volumes of other containers"),
+        ("Devices", "host devices"),
+        ("SecurityOpt", "security options"),
+    ):
+        if host.get(key):
+            problems.append(f"{what} {host.get(key)!r}")
+    for key in ("PidMode", "IpcMode", "UTSMode", "UsernsMode"):
+        mode = str(host.get(key) or "")
+        if mode == "host" or mode.startswith("container:"):
+            problems.append(f"{key} {mode!r}")
+    return problems
+
+
+def _limit_problems(host: Mapping[str, Any], spec: SandboxSpec, expected: Limits) -> list[str]:
+    """A limit the spec sets must be exactly that; a default one must be there (any value:
+    the defaults may have changed since the container was made)."""
+    problems = []
+    for key, given, wanted in (
+        ("Memory", spec.memory is not None, expected.memory_bytes),
+        ("NanoCpus", spec.cpus is not None, expected.nano_cpus),
+        ("PidsLimit", spec.pids_limit is not None, expected.pids_limit),
+    ):
+        actual = _limit(host.get(key))
+        if given and actual != (wanted or 0):
+            problems.append(f"{key} {actual or 'none'} where the spec asks for {wanted or 'none'}")
+        elif not given and wanted and not actual:
+            problems.append(f"no {key} limit")
+    return problems
+
+
+def configuration_problems(
+    inspect: Mapping[str, Any], spec: SandboxSpec, defaults: Limits
+) -> list[str]:
+    """How an existing container differs from what :func:`container_config` makes for ``spec``.
+
+    Labels can be forged by anyone who can reach the daemon, so create and
+    attach also check the configuration before adopting a container: its
+    network (the spec's: ``none`` unless ``bridge``), an init process, no
+    privilege, added capabilities, mounts, devices, security options or
+    shared host namespaces, the spec's image if it names one, and limits (see
+    :func:`_limit_problems`). An empty list means nothing mango would refuse.
+    """
+    host = inspect.get("HostConfig")
+    config = inspect.get("Config")
+    if not isinstance(host, Mapping) or not isinstance(config, Mapping):
+        return ["no configuration in its inspect document"]
+    expected_network = "bridge" if spec.network is NetworkMode.BRIDGE else "none"
+    problems = _network_problems(inspect, host, expected_network)
+    problems += _isolation_problems(host)
+    if spec.image is not None and config.get("Image") != spec.image:
+        problems.append(f"image {config.get('Image')!r} where the spec asks for {spec.image!r}")
+    problems += _limit_problems(host, spec, resolve_limits(spec, defaults))
+    return problems

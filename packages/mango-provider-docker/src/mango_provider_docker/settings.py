@@ -108,7 +108,7 @@ SETTINGS = (
     ),
     SettingSpec(
         env=PIDS_LIMIT_ENV,
-        description="default limit on processes per sandbox, 8 to 4194304 (0: none)",
+        description="default limit on processes per sandbox, 16 to 4194304 (0: none)",
         default=str(DEFAULT_PIDS_LIMIT),
     ),
     SettingSpec(
@@ -152,7 +152,7 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
 
     Raises :class:`ConfigurationError` naming the variable at fault. Empty
     values count as unset. Every number has a range: memory 6m to 1p, CPUs
-    0.01 to 1024, pids 8 to 4194304 (0 means no limit for each of them).
+    0.01 to 1024, pids 16 to 4194304 (0 means no limit for each of them).
     """
     env = os.environ if environ is None else environ
     resource_text = env.get(RESOURCE_DIR_ENV, "").strip()
