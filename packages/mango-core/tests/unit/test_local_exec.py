@@ -7,6 +7,8 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import threading
 import tracemalloc
 from collections.abc import Iterator
@@ -229,6 +231,62 @@ async def test_cwd_swapped_for_a_symlink_mid_flight_never_escapes(
         exchange(target, link)  # leave the real directory in place
     assert escaped == [], f"{len(escaped)} of {ran} commands ran outside: {escaped[:3]}"
     assert ran > 0, f"every one of {refused} execs was refused; the race was never run"
+
+
+NON_DUMPABLE_WORKER = """
+import asyncio, ctypes, sys
+from pathlib import Path
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class Data(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+
+# Without CAP_SYS_PTRACE and non-dumpable, a child may not read this process's /proc/<pid>/fd.
+header, data = Header(0x20080522, 0), (Data * 2)()
+assert libc.capget(ctypes.byref(header), data) == 0
+data[0].effective &= ~(1 << 19)
+data[0].permitted &= ~(1 << 19)
+assert libc.capset(ctypes.byref(header), data) == 0
+assert libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE 0
+
+from mango.domain import Command, SandboxSpec
+from mango.local import LocalProvider
+from mango.local import execution
+
+
+async def main():
+    sandbox = await LocalProvider(Path(sys.argv[1])).create("non-dumpable", SandboxSpec())
+    for cwd in ("sub", "", "sub"):
+        result = await sandbox.exec(Command(("pwd",), cwd=cwd))
+        print(result.exit_code, result.stdout.decode().strip(), sandbox.root)
+    print(sorted(execution._fd_dirs.values()))
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_non_dumpable_worker_still_enters_its_cwd(tmp_path: Path) -> None:
+    """Children refused the parent's /proc/<pid>/fd enter through their own descriptor copy."""
+    result = subprocess.run(
+        [sys.executable, "-c", NON_DUMPABLE_WORKER, str(tmp_path)],
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    *runs, fd_dirs = result.stdout.decode().splitlines()
+    for line, suffix in zip(runs, ("/sub", "", "/sub"), strict=True):
+        code, where, root = line.split()
+        assert (code, where) == ("0", root + suffix)
+    assert fd_dirs == "['/proc/self/fd']"
 
 
 async def test_too_large_a_command_is_invalid_input(sandbox: LocalSandbox) -> None:

@@ -62,7 +62,9 @@ PIPE_DRAIN_SECONDS = 1.0
 """After a kill, how long the pipes may stay open before they are abandoned."""
 
 _CHUNK = 256 * 1024
-_PROC_FD = "/proc/self/fd" if Path("/proc/self/fd").is_dir() else None
+_SELF_FD = "/proc/self/fd"
+_fd_dirs: dict[int, str | None] = {}
+"""Per process id, where its children find its descriptors (see :func:`_fd_dir`)."""
 
 _Outcome = Literal["finished", "timed_out", "destroyed"]
 
@@ -238,18 +240,55 @@ async def _supervise(
     return outcome
 
 
-def _enter(cwd_fd: int) -> dict[str, Any]:
-    """The ``subprocess`` options that start the child in the directory ``cwd_fd``.
+def _fd_dir() -> str | None:
+    """Where a child of this process reaches the parent's descriptors; None without ``/proc``.
 
-    No path is looked up again: on Linux the child's ``chdir`` goes through
-    ``/proc/self/fd/N``, a link to the open directory itself (the child has
-    inherited the descriptor; close-on-exec closes it only at ``exec``), so a
-    component renamed or swapped for a symlink after the walk cannot send the
-    command elsewhere. Elsewhere the child calls ``fchdir`` before ``exec``.
+    ``/proc/<this pid>/fd`` when this ``/proc`` belongs to our pid namespace
+    (``/proc/self`` names our pid): the parent's pid directory is already in
+    the kernel's dentry cache, while a fresh child's ``/proc/self`` costs about
+    20 µs per spawn. A child refused access to it (a non-dumpable worker
+    without ``CAP_SYS_PTRACE``) switches this process to ``/proc/self/fd``,
+    where the child reaches its own inherited copy.
     """
-    if _PROC_FD is not None:
-        return {"cwd": f"{_PROC_FD}/{cwd_fd}"}
-    return {"preexec_fn": lambda: os.fchdir(cwd_fd)}  # pragma: no cover - not Linux
+    pid = os.getpid()
+    if pid not in _fd_dirs:
+        found = None
+        with contextlib.suppress(OSError):
+            proc_self = Path("/proc/self").readlink()
+            found = f"/proc/{pid}/fd" if str(proc_self) == str(pid) else _SELF_FD
+        _fd_dirs[pid] = found
+    return _fd_dirs[pid]
+
+
+class _CwdFailed(OSError):
+    """The child could not enter its working directory."""
+
+
+async def _spawn(argv: Sequence[str], cwd_fd: int, **options: Any) -> asyncio.subprocess.Process:
+    """Start ``argv`` in the directory ``cwd_fd``, never looking its path up again.
+
+    On Linux the child's ``chdir`` goes through ``<fd dir>/N``, a link to the
+    open directory itself (see :func:`_fd_dir`); so a component renamed or
+    swapped for a symlink after the walk cannot send the command elsewhere.
+    Elsewhere the child calls ``fchdir`` before ``exec``. Raises
+    :class:`_CwdFailed` if the directory cannot be entered, the spawn's own
+    :class:`OSError` otherwise.
+    """
+    fd_dir = _fd_dir()
+    if fd_dir is None:  # pragma: no cover - not Linux
+        options["preexec_fn"] = lambda: os.fchdir(cwd_fd)
+        return await asyncio.create_subprocess_exec(*argv, **options)
+    cwd = f"{fd_dir}/{cwd_fd}"
+    try:
+        return await asyncio.create_subprocess_exec(*argv, cwd=cwd, **options)
+    except OSError as exc:
+        if exc.filename != cwd:
+            raise
+        if fd_dir == _SELF_FD or exc.errno not in (errno.EACCES, errno.EPERM):
+            raise _CwdFailed(exc.errno, exc.strerror, exc.filename) from exc
+    # Refused the parent's descriptors: nothing started, so try again through the child's own.
+    _fd_dirs[os.getpid()] = _SELF_FD
+    return await _spawn(argv, cwd_fd, **options)
 
 
 async def run_command(
@@ -270,9 +309,9 @@ async def run_command(
 
     A program that cannot be started gives exit code 127 (not found) or 126
     (not executable) with a message on stderr, as a shell would; a command
-    line too large for the kernel is :class:`InvalidInput`. An
-    :class:`OSError` about the working directory is raised for the caller to
-    translate.
+    line too large for the kernel is :class:`InvalidInput`. If the working
+    directory cannot be entered, an :class:`OSError` is raised for the caller
+    to translate.
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
@@ -295,20 +334,19 @@ async def run_command(
             child_fds.append(read_end)
             writer = _StdinWriter(loop, write_end, stdin)
             stdin_target = read_end
-        entry = _enter(cwd_fd)
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            process = await _spawn(
+                argv,
+                cwd_fd,
                 stdin=stdin_target,
                 stdout=child_fds[0],
                 stderr=child_fds[1],
                 env=dict(env),
                 start_new_session=True,
-                **entry,
             )
+        except _CwdFailed:
+            raise
         except OSError as exc:
-            if "cwd" in entry and exc.filename == entry["cwd"]:
-                raise
             return _spawn_failure(argv[0], exc, channel)
         finally:
             # The child holds its own copies; ours must go so end-of-file can happen.
