@@ -182,6 +182,9 @@ class _Cached:
     session_created_at: datetime
     """Creation time of the Session row the client was cached for: a Session
     deleted and re-created elsewhere under the same id never reuses it."""
+    keep_alive: KeepAliveSandbox | None = None
+    """``raw`` if it implements keep-alive: checked once here, not on every acquire
+    (a runtime protocol check costs more than the rest of a cached acquire)."""
 
 
 @attrs.define
@@ -526,7 +529,7 @@ class SessionManager:
         cached = op.cached
         if cached is not None:
             self._require_package_proof(op.session_id, cached.spec_hash, op.spec)
-            raw, handed_out = cached.raw, cached.sandbox
+            handed_out = cached.sandbox
         else:
             binding, record = op.binding, op.record
             if binding is None or record is None:  # pragma: no cover - observed as bound
@@ -539,11 +542,12 @@ class SessionManager:
                 return self._lost(op, binding.ref, exc)
             self._check_sandbox(raw)
             handed_out = self._remember(op.session_id, raw, binding.spec_hash, record)
-        if isinstance(raw, KeepAliveSandbox):
+            cached = self._cache[op.session_id]
+        if cached.keep_alive is not None:
             try:
-                await raw.keep_alive()
+                await cached.keep_alive.keep_alive()
             except SandboxNotFound as exc:
-                return self._lost(op, raw.ref, exc)
+                return self._lost(op, cached.raw.ref, exc)
         op.result = handed_out
         return ()
 
@@ -620,7 +624,10 @@ class SessionManager:
         self, session_id: str, raw: Sandbox, binding_hash: str, record: SessionRecord
     ) -> _SessionSandbox:
         handed_out = _SessionSandbox(raw, on_lost=self._loss_recorder(session_id, raw.ref))
-        self._cache[session_id] = _Cached(raw, handed_out, binding_hash, record.created_at)
+        keep_alive = raw if isinstance(raw, KeepAliveSandbox) else None
+        self._cache[session_id] = _Cached(
+            raw, handed_out, binding_hash, record.created_at, keep_alive
+        )
         return handed_out
 
     def _forget(self, session_id: str, ref: SandboxRef) -> None:
