@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mango.domain.errors import PathEscapeError, PermanentError, SandboxNotFound
+from mango.domain.errors import (
+    InvalidInput,
+    PathEscapeError,
+    PermanentError,
+    SandboxNotFound,
+    is_permanent,
+)
 from mango.domain.values import Command, SandboxSpec
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
 from mango_provider_docker.execution import SAFE_PATH
@@ -46,6 +52,70 @@ async def test_output_looking_like_the_status_line_is_passed_through(
     """A command printing the wrapper's status prefix gets its bytes back unchanged."""
     result = await sandbox.exec(sh("printf 'mango-exec:1\\nmango-exec-error:x\\n'"))
     assert result.stdout == b"mango-exec:1\nmango-exec-error:x\n"
+
+
+async def test_non_utf8_arguments_are_refused_not_mangled(
+    sandbox: DockerSandbox, tmp_path: Path
+) -> None:
+    """The Engine API is JSON: an undecodable byte would become U+FFFD, so it is InvalidInput."""
+    marker = "ran-anyway"
+    for command in (
+        sh(f': > {marker}; printf %s "$1"', os.fsdecode(b"caf\xe9")),
+        Command(("sh", "-c", f": > {marker}"), env={"NAME": os.fsdecode(b"\xff")}),
+    ):
+        with pytest.raises(InvalidInput, match="not valid UTF-8") as caught:
+            await sandbox.exec(command)
+        assert is_permanent(caught.value)
+    assert "argument 4" in str(await _refusal(sandbox, os.fsdecode(b"a\xffb")))
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file(marker)
+
+
+async def _refusal(sandbox: DockerSandbox, arg: str) -> InvalidInput:
+    with pytest.raises(InvalidInput) as caught:
+        await sandbox.exec(sh("true", arg))
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # Too large for any exec: refused before anything is sent.
+        Command(("true",), env={"BIG": "x" * (10 * 1024 * 1024)}),
+        # Small enough to send, too large for the runtime's message (escaped as JSON).
+        Command(("true",), env={"BIG": "<" * (1024 * 1024)}),
+        # Small enough for the runtime, too large for the kernel (one string > 128 KiB).
+        Command(("true",), env={"BIG": "x" * (200 * 1024)}),
+    ],
+    ids=["10MiB", "runtime-limit", "kernel-limit"],
+)
+async def test_a_command_too_large_to_start_is_an_error_not_output(
+    sandbox: DockerSandbox, command: Command
+) -> None:
+    """The daemon's or runtime's complaint never comes back as the command's stdout."""
+    with pytest.raises(InvalidInput, match="too large") as caught:
+        await sandbox.exec(command)
+    assert is_permanent(caught.value)
+    seen: list[object] = []
+
+    async def consume() -> None:
+        async with sandbox.exec_stream(command) as events:
+            async for event in events:
+                seen.append(event)  # noqa: PERF401 - what arrived before the error counts
+
+    with pytest.raises(InvalidInput, match="too large"):
+        await consume()
+    assert seen == []
+    assert (await sandbox.exec(sh("echo fine"))).stdout == b"fine\n"
+
+
+async def test_stderr_that_overtakes_the_status_line_is_kept_whole(sandbox: DockerSandbox) -> None:
+    """Stderr may arrive before the wrapper's stdout status line: none of it is lost."""
+    flood = "head -c 300000 /dev/zero | tr '\\0' e >&2; echo done"
+    for _ in range(10):
+        result = await sandbox.exec(sh(flood))
+        assert (result.exit_code, result.stdout) == (0, b"done\n")
+        assert result.stderr == b"e" * 300000
 
 
 async def test_missing_program_exits_127(sandbox: DockerSandbox) -> None:

@@ -147,6 +147,23 @@ def test_settings_from_environment() -> None:
         ("MANGO_SANDBOX_PIDS_LIMIT", "1.5"),
         ("MANGO_SANDBOX_PULL", "maybe"),
         ("MANGO_MAX_OUTPUT_BYTES", "0"),
+        ("MANGO_MAX_OUTPUT_BYTES", str(1 << 40)),
+        # Absurd values that used to pass and fail later (a traceback, or a Docker 500
+        # retried forever, or a container that cannot run a command).
+        ("MANGO_SANDBOX_CPUS", "1e300"),
+        ("MANGO_SANDBOX_CPUS", "inf"),
+        ("MANGO_SANDBOX_CPUS", "0.001"),
+        ("MANGO_SANDBOX_CPUS", "4096"),
+        ("MANGO_SANDBOX_MEMORY", "99999999p"),
+        ("MANGO_SANDBOX_MEMORY", "9" * 400),
+        ("MANGO_SANDBOX_MEMORY", "2p"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "99999999999999999999"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "4194305"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "1"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "15"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "-1"),
+        ("DOCKER_API_VERSION", "abc"),
+        ("DOCKER_API_VERSION", "1.41x"),
     ],
 )
 def test_bad_settings_name_the_variable(name: str, value: str) -> None:
@@ -154,6 +171,56 @@ def test_bad_settings_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         read_docker_settings({name: value})
     assert name in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MANGO_SANDBOX_MEMORY", "6m"),
+        ("MANGO_SANDBOX_MEMORY", "1p"),
+        ("MANGO_SANDBOX_CPUS", "0.01"),
+        ("MANGO_SANDBOX_CPUS", "1024"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "16"),
+        ("MANGO_SANDBOX_PIDS_LIMIT", "4194304"),
+        ("DOCKER_API_VERSION", "v1.41"),
+    ],
+)
+def test_settings_accept_their_bounds(name: str, value: str) -> None:
+    """The ends of each range are accepted."""
+    read_docker_settings({name: value})
+
+
+def test_api_version_errors_talk_about_the_api_version() -> None:
+    """A malformed pin and a version the daemon refuses hint at DOCKER_API_VERSION, not the host."""
+    with pytest.raises(ConfigurationError) as malformed:
+        DockerProvider("/r", api_version="abc")
+    assert "DOCKER_API_VERSION" in str(malformed.value.hint)
+    assert "DOCKER_HOST" not in f"{malformed.value} {malformed.value.hint}"
+    refused = translate_docker_error(
+        aiodocker.DockerError(
+            400, "client version 1.99 is too new. Maximum supported API version is 1.41"
+        ),
+        "ping the Docker Engine",
+        "unix:///s",
+    )
+    assert type(refused) is ConfigurationError
+    assert "DOCKER_API_VERSION" in str(refused.hint)
+
+
+def test_absurd_limits_are_invalid_input_from_the_python_api() -> None:
+    """The provider's own arguments are checked the same way: InvalidInput, never a traceback."""
+    for options in ({"cpus": 1e300}, {"memory": "99999999p"}, {"pids_limit": 1}):
+        with pytest.raises(InvalidInput):
+            DockerProvider("/r", **options)  # type: ignore[arg-type]
+    defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    for spec in (
+        SandboxSpec(cpus=1e300),
+        SandboxSpec(memory="99999999p"),
+        SandboxSpec(pids_limit=15),
+        SandboxSpec(pids_limit=10**20),
+    ):
+        with pytest.raises(InvalidInput):
+            resolve_limits(spec, defaults)
 
 
 def test_memory_sizes_use_binary_units() -> None:
@@ -172,8 +239,8 @@ def test_spec_limits_win_over_defaults() -> None:
     """A spec value replaces the default; an unset one keeps it."""
     defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
     assert resolve_limits(SandboxSpec(), defaults) == defaults
-    assert resolve_limits(SandboxSpec(memory="64m", cpus=0.25, pids_limit=7), defaults) == Limits(
-        memory_bytes=64 << 20, nano_cpus=25 * 10**7, pids_limit=7
+    assert resolve_limits(SandboxSpec(memory="64m", cpus=0.25, pids_limit=64), defaults) == Limits(
+        memory_bytes=64 << 20, nano_cpus=25 * 10**7, pids_limit=64
     )
 
 
@@ -195,6 +262,28 @@ def test_docker_errors_map_to_the_mango_tree(
     error = translate_docker_error(aiodocker.DockerError(status, "boom"), "probe", "unix:///s")
     assert type(error) is expected
     assert is_permanent(error) is permanent
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        (
+            "json: cannot unmarshal number 99999999999999999999 into Go struct field "
+            "HostConfig.HostConfig.PidsLimit of type int64"
+        ),
+        (
+            "failed to create shim task: OCI runtime create failed: runc create failed: unable "
+            "to start container process: error during container init: error setting cgroup "
+            'config for procHooks process: failed to write "9223372036854775807": write '
+            "/sys/fs/cgroup/pids/docker/1/pids.max: invalid argument: unknown"
+        ),
+    ],
+)
+def test_a_500_no_retry_can_cure_is_permanent(message: str) -> None:
+    """The daemon's 500s for an impossible request (dockerd 20.10's words) are InvalidInput."""
+    error = translate_docker_error(aiodocker.DockerError(500, message), "create", "unix:///s")
+    assert type(error) is InvalidInput
+    assert is_permanent(error)
 
 
 def test_engine_errors_translates_transport_failures() -> None:

@@ -19,6 +19,7 @@ from mango.domain.errors import (
 from mango.domain.values import NetworkMode, PackagePlan, SandboxRef, SandboxSpec
 from mango.provider.ownership import LABEL_MANAGED, LABEL_NAMESPACE, LABEL_SESSION
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
+from mango_provider_docker.container import MIN_PIDS_LIMIT
 
 from .conftest import NAMESPACE, OWNERSHIP, RUN_LABELS, make_provider
 from .helpers import sh
@@ -109,10 +110,48 @@ async def test_undeclared_capabilities_are_rejected_before_anything_exists(
 async def test_invalid_limits_are_invalid_input(
     provider: DockerProvider, docker_engine: Engine, session_key: str
 ) -> None:
-    """A malformed memory size is a permanent InvalidInput and creates nothing."""
-    for memory in ("lots", "1k"):
+    """A malformed or absurd limit is a permanent InvalidInput and creates nothing."""
+    for spec in (
+        SandboxSpec(memory="lots"),
+        SandboxSpec(memory="1k"),
+        SandboxSpec(memory="99999999p"),
+        SandboxSpec(cpus=1e300),
+        SandboxSpec(pids_limit=1),
+        SandboxSpec(pids_limit=10**20),
+    ):
         with pytest.raises(InvalidInput):
-            await provider.create(session_key, SandboxSpec(memory=memory))
+            await provider.create(session_key, spec)
+    assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
+
+
+async def test_the_smallest_pids_limit_still_runs_and_stops_commands(
+    provider: DockerProvider, session_key: str
+) -> None:
+    """At MIN_PIDS_LIMIT a pipeline runs, and a timed-out one is killed (the killer fits too)."""
+    sandbox = await provider.create(session_key, SandboxSpec(pids_limit=MIN_PIDS_LIMIT))
+    try:
+        piped = await sandbox.exec(sh("echo fits | cat | cat"))
+        assert (piped.exit_code, piped.stdout) == (0, b"fits\n")
+        stuck = await sandbox.exec(sh("sleep 300 | cat | cat | cat", timeout=1.0))
+        assert stuck.timed_out
+        after = await sandbox.exec(sh("echo still usable"))
+        assert after.stdout == b"still usable\n"
+    finally:
+        await sandbox.destroy()
+
+
+async def test_a_request_the_daemon_cannot_decode_is_permanent(
+    docker_engine: Engine, session_key: str, test_image: str
+) -> None:
+    """A limit past int64 gets a 500 from the daemon: InvalidInput, not a retryable error."""
+    config = {
+        "Image": test_image,
+        "Labels": dict(RUN_LABELS),
+        "HostConfig": {"PidsLimit": 99999999999999999999},
+    }
+    with pytest.raises(InvalidInput) as caught:
+        await docker_engine.create_container(OWNERSHIP.name(session_key), config)
+    assert is_permanent(caught.value)
     assert await docker_engine.inspect_container(OWNERSHIP.name(session_key)) is None
 
 
@@ -230,6 +269,93 @@ async def test_an_unmanaged_container_with_our_name_is_refused(
             await provider.attach(session_key, SandboxRef("docker", squatter), SandboxSpec())
     finally:
         await docker_engine.remove_container(squatter)
+
+
+async def _forge(
+    engine: Engine, session_key: str, image: str, host_config: dict[str, object]
+) -> str:
+    """A container made by hand (not started) with mango's name, labels and ``host_config``."""
+    labels = {**RUN_LABELS, **OWNERSHIP.labels(session_key)}
+    config = {"Image": image, "Cmd": ["sleep", "300"], "Labels": labels, "HostConfig": host_config}
+    forged = await engine.create_container(OWNERSHIP.name(session_key), config)
+    assert forged is not None
+    return forged
+
+
+MANGO_LIKE = {"Init": True, "NetworkMode": "none", "Memory": 1 << 30, "NanoCpus": 10**9}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ({}, "network mode 'default'"),  # what `docker run` gives: default network, no limits
+        ({**MANGO_LIKE, "PidsLimit": 512, "NetworkMode": "bridge"}, "network mode 'bridge'"),
+        ({**MANGO_LIKE}, "no PidsLimit limit"),
+        ({**MANGO_LIKE, "PidsLimit": 512, "Init": False}, "no init process"),
+        ({**MANGO_LIKE, "PidsLimit": 512, "Privileged": True}, "privileged"),
+        ({**MANGO_LIKE, "PidsLimit": 512, "CapAdd": ["SYS_ADMIN"]}, "added capabilities"),
+        ({**MANGO_LIKE, "PidsLimit": 512, "Binds": ["/etc:/host-etc:ro"]}, "bind mounts"),
+        ({**MANGO_LIKE, "PidsLimit": 512, "PidMode": "host"}, "PidMode 'host'"),
+    ],
+    ids=["docker-run", "network", "pids", "init", "privileged", "caps", "binds", "host-pid"],
+)
+async def test_forged_labels_on_a_hand_made_container_are_refused(
+    provider: DockerProvider,
+    docker_engine: Engine,
+    session_key: str,
+    test_image: str,
+    case: tuple[dict[str, object], str],
+) -> None:
+    """Right name and labels, but a configuration mango never makes: not adopted, not used."""
+    host_config, problem = case
+    forged = await _forge(docker_engine, session_key, test_image, host_config)
+    try:
+        with pytest.raises(OwnershipError, match=problem) as created:
+            await provider.create(session_key, SandboxSpec())
+        assert is_permanent(created.value)
+        with pytest.raises(OwnershipError, match=problem):
+            await provider.attach(session_key, SandboxRef("docker", forged), SandboxSpec())
+        # It is still the key's by its labels: find reports it, destroy may remove it.
+        assert await provider.find(session_key) == SandboxRef("docker", forged)
+    finally:
+        await docker_engine.remove_container(forged)
+
+
+async def test_a_hand_made_copy_of_mangos_configuration_is_adopted(
+    provider: DockerProvider, docker_engine: Engine, session_key: str, test_image: str
+) -> None:
+    """The check refuses differences, not hand-made containers as such: an exact copy is used."""
+    forged = await _forge(docker_engine, session_key, test_image, {**MANGO_LIKE, "PidsLimit": 512})
+    try:
+        sandbox = await provider.attach(session_key, SandboxRef("docker", forged), SandboxSpec())
+        assert (await sandbox.exec(sh("echo adopted"))).stdout == b"adopted\n"
+    finally:
+        await docker_engine.remove_container(forged)
+
+
+async def test_attach_checks_the_spec_but_tolerates_changed_defaults(
+    provider: DockerProvider, session_key: str, test_image: str, resource_dir: Path
+) -> None:
+    """Limits the spec names must match; provider defaults may change between workers."""
+    spec = SandboxSpec(memory="64m", network="bridge")
+    sandbox = await provider.create(session_key, spec)
+    try:
+        other_defaults = make_provider(resource_dir, test_image, memory="2g", pids_limit=64)
+        try:
+            again = await other_defaults.attach(
+                session_key, sandbox.ref, SandboxSpec(network="bridge", memory="64m")
+            )
+            assert again.ref == sandbox.ref
+            with pytest.raises(OwnershipError, match="Memory"):
+                await other_defaults.attach(
+                    session_key, sandbox.ref, SandboxSpec(network="bridge", memory="128m")
+                )
+            with pytest.raises(OwnershipError, match="network mode 'bridge'"):
+                await other_defaults.attach(session_key, sandbox.ref, SandboxSpec(memory="64m"))
+        finally:
+            await other_defaults.aclose()
+    finally:
+        await sandbox.destroy()
 
 
 async def test_destroy_is_idempotent_and_removes_everything(

@@ -111,9 +111,15 @@ def number_setting(
         kind = "a whole number" if integer else "a number"
         suffix = f" {unit}" if unit else ""
         raise ConfigurationError(
-            f"{name} must be {kind} from {minimum:g} to {maximum:g}{suffix}, got {text!r}"
+            f"{name} must be {kind} from {_bound(minimum)} to {_bound(maximum)}{suffix}, "
+            f"got {text[:40]!r}"
         )
     return value
+
+
+def _bound(value: float) -> str:
+    # Whole bounds in full (4194304, not 4.1943e+06); others as short as exact.
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024

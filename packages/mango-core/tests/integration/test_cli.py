@@ -138,6 +138,21 @@ def test_bad_input_gives_one_line_not_a_traceback(run) -> None:  # type: ignore[
         assert b"Traceback" not in result.stderr
 
 
+def test_non_utf8_paths_are_invalid_input(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Non-UTF-8 bytes in a files path or --cwd: one clear error, exit 2, nothing written."""
+    bad = os.fsdecode(b"caf\xe9.txt")
+    written = run("files", "write", "--session", "u", bad, stdin=b"x")
+    read = run("files", "read", "--session", "u", bad)
+    cwd = run("exec", "--session", "u", "--cwd", os.fsdecode(b"d\xff"), "--", "pwd")
+    for result in (written, read, cwd):
+        assert result.returncode == 2, result.stderr
+        assert b"Traceback" not in result.stderr
+        assert b"is not valid UTF-8" in result.stderr, result.stderr
+        assert result.stdout == b""
+    workspaces = list((tmp_path / "state" / "sandboxes").glob("session-*/workspace"))
+    assert [sorted(p.name for p in w.iterdir()) for w in workspaces] in ([], [[]])
+
+
 def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
     """providers, reconcile and doctor answer in JSON; doctor finds every part healthy."""
     providers = json.loads(run("providers", "--json").stdout)

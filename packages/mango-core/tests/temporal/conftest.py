@@ -169,9 +169,11 @@ def spawn_worker(worker_env: WorkerEnv, tmp_path: Path) -> Iterator[Callable[...
     """Start ``mango worker`` subprocesses; every one still running is stopped at the end."""
     started: list[WorkerProcess] = []
 
-    def spawn(fault: str | None = None, *args: str) -> WorkerProcess:
+    def spawn(fault: str | None = None, *args: str, **env: str) -> WorkerProcess:
+        """A worker, crashing at ``fault`` if given; ``env`` adds or overrides variables."""
         log = tmp_path / f"worker-{len(started)}.log"
         extra = {"MANGO_FAULT_POINT": fault} if fault else {}
+        extra.update(env)
         with log.open("wb") as sink:
             process = subprocess.Popen(
                 [

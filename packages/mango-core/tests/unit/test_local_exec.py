@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import subprocess
+import sys
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +167,136 @@ async def test_cwd_through_planted_symlink_is_refused(sandbox: LocalSandbox) -> 
         await sandbox.exec(Command(("pwd",), cwd="leak"))
     with pytest.raises(PathEscapeError):
         await sandbox.exec(Command(("pwd",), cwd="leak/ssl"))
+
+
+_RENAME_EXCHANGE = 2
+
+
+def exchange(first: Path, second: Path) -> None:
+    """Atomically swap two names (``renameat2(RENAME_EXCHANGE)``): one always exists at each."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(
+        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
+    ):
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error), str(first))
+
+
+@pytest.mark.parametrize("cwd", ["sub", ""], ids=["sub-directory", "root"])
+async def test_cwd_swapped_for_a_symlink_mid_flight_never_escapes(
+    sandbox: LocalSandbox, tmp_path: Path, cwd: str
+) -> None:
+    """A directory swapped for a symlink while execs start: none runs outside the workspace.
+
+    A thread swaps the cwd (or the workspace itself) with a symlink to an
+    outside directory as fast as it can. Each exec either refuses the link
+    (PathEscapeError) or runs in the real directory; with a check by path and a
+    start by path, a few in every 300 used to run outside.
+    """
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = Path(sandbox.root)
+    (root / "sub").mkdir()
+    target = root / cwd if cwd else root
+    link = target.with_name(target.name + ".link")
+    link.symlink_to(outside)
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            exchange(target, link)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    escaped, ran, refused = [], 0, 0
+    try:
+        # Until 200 commands ran (a refused one proves nothing), bounded.
+        for _ in range(3000):
+            if ran >= 200:
+                break
+            try:
+                result = await sandbox.exec(Command(("pwd", "-P"), cwd=cwd))
+            except PathEscapeError:
+                refused += 1
+                continue
+            ran += 1
+            where = result.stdout.decode().strip()
+            if not where.startswith(str(root.parent.resolve())):
+                escaped.append(where)
+    finally:
+        stop.set()
+        swapper.join(BOUND)
+    if link.is_dir() and not link.is_symlink():
+        exchange(target, link)  # leave the real directory in place
+    assert escaped == [], f"{len(escaped)} of {ran} commands ran outside: {escaped[:3]}"
+    assert ran > 0, f"every one of {refused} execs was refused; the race was never run"
+
+
+NON_DUMPABLE_WORKER = """
+import asyncio, ctypes, sys
+from pathlib import Path
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class Data(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+
+# Without CAP_SYS_PTRACE and non-dumpable, a child may not read this process's /proc/<pid>/fd.
+header, data = Header(0x20080522, 0), (Data * 2)()
+assert libc.capget(ctypes.byref(header), data) == 0
+data[0].effective &= ~(1 << 19)
+data[0].permitted &= ~(1 << 19)
+assert libc.capset(ctypes.byref(header), data) == 0
+assert libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE 0
+
+from mango.domain import Command, SandboxSpec
+from mango.local import LocalProvider
+from mango.local import execution
+
+
+async def main():
+    sandbox = await LocalProvider(Path(sys.argv[1])).create("non-dumpable", SandboxSpec())
+    for cwd in ("sub", "", "sub"):
+        result = await sandbox.exec(Command(("pwd",), cwd=cwd))
+        print(result.exit_code, result.stdout.decode().strip(), sandbox.root)
+    print(sorted(execution._fd_dirs.values()))
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_non_dumpable_worker_still_enters_its_cwd(tmp_path: Path) -> None:
+    """Children refused the parent's /proc/<pid>/fd enter through their own descriptor copy."""
+    result = subprocess.run(
+        [sys.executable, "-c", NON_DUMPABLE_WORKER, str(tmp_path)],
+        capture_output=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    *runs, fd_dirs = result.stdout.decode().splitlines()
+    for line, suffix in zip(runs, ("/sub", "", "/sub"), strict=True):
+        code, where, root = line.split()
+        assert (code, where) == ("0", root + suffix)
+    assert fd_dirs == "['/proc/self/fd']"
+
+
+async def test_too_large_a_command_is_invalid_input(sandbox: LocalSandbox) -> None:
+    """A command line the kernel refuses (E2BIG) is an error, as on every provider, not a result."""
+    for command in (
+        Command(("true",), env={"BIG": "x" * (200 * 1024)}),
+        Command(("true", "x" * (200 * 1024))),
+    ):
+        with pytest.raises(InvalidInput, match="too large"):
+            await sandbox.exec(command)
 
 
 async def test_missing_program_is_127(sandbox: LocalSandbox) -> None:

@@ -9,6 +9,10 @@ Every sandbox container:
 * has memory, CPU and pids limits: the spec's values, else the provider's
   defaults (``0`` in a default means "no limit");
 * carries the ownership labels of :mod:`mango_provider_docker.layout`.
+
+Labels prove nothing on their own (anyone who reaches the daemon can set
+them), so before adopting an existing container create and attach compare its
+configuration with this list (:func:`configuration_problems`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -26,8 +31,16 @@ from mango_provider_docker.layout import WORKSPACE
 
 __all__ = [
     "IDLE_SCRIPT",
+    "MAX_CPUS",
+    "MAX_MEMORY_BYTES",
+    "MAX_PIDS_LIMIT",
+    "MIN_CPUS",
     "MIN_MEMORY_BYTES",
+    "MIN_PIDS_LIMIT",
     "Limits",
+    "check_cpus",
+    "check_pids_limit",
+    "configuration_problems",
     "container_config",
     "default_limits",
     "parse_memory",
@@ -38,8 +51,21 @@ IDLE_SCRIPT = "while :; do sleep 3600; done"
 """The main process: keeps the container alive so commands can be exec-ed into it."""
 MIN_MEMORY_BYTES = 6 * 1024 * 1024
 """The smallest memory limit the Docker Engine accepts."""
+MAX_MEMORY_BYTES = 1 << 50
+"""The largest memory limit accepted (1 PiB): beyond any host, far inside the Engine's int64."""
+MIN_CPUS = 0.01
+"""The smallest CPU limit: below it the kernel refuses the CFS quota; the container cannot start."""
+MAX_CPUS = 1024.0
+"""The largest CPU limit accepted; the Engine itself refuses more CPUs than the host has."""
+MIN_PIDS_LIMIT = 16
+"""The smallest pids limit. The init, the idle shell and its ``sleep`` hold three; every exec
+briefly holds up to three more (runc's setns stages) before it becomes the command; a command
+with a few children and the tree killer must fit beside them, or the sandbox cannot run a
+command, or stop one (measured: at 8 the kill of a two-stage pipeline fails to start)."""
+MAX_PIDS_LIMIT = 4 * 1024 * 1024
+"""The largest pids limit: the kernel's ``PID_MAX_LIMIT``; ``pids.max`` refuses more."""
 
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\Z", re.IGNORECASE)
+_MEMORY = re.compile(r"(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]?)(?:i?b)?\Z", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
 
@@ -47,14 +73,17 @@ def parse_memory(text: str) -> int:
     """Parse a Docker memory size (``512m``, ``1g``, ``1.5GiB``, ``1048576``) into bytes.
 
     Units are binary, as the docker CLI reads them. ``0`` means no limit.
-    Raises :class:`InvalidInput` for anything else or a limit below 6 MiB.
+    Raises :class:`InvalidInput` for anything else, or a limit outside 6 MiB to 1 PiB.
     """
     match = _MEMORY.match(text.strip())
     if match is None:
-        raise InvalidInput(f"memory limit {text!r} is not a size such as 512m or 2g")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        raise InvalidInput(f"memory limit {text[:40]!r} is not a size such as 512m or 2g")
+    # Decimal, not float: no rounding or overflow whatever the digits.
+    value = int(Decimal(match.group(1)) * _UNITS[match.group(2).lower()])
     if value and value < MIN_MEMORY_BYTES:
         raise InvalidInput(f"memory limit {text!r} is below the Docker minimum of 6m")
+    if value > MAX_MEMORY_BYTES:
+        raise InvalidInput(f"memory limit {text!r} is above the maximum of 1p")
     return value
 
 
@@ -67,35 +96,64 @@ class Limits:
     pids_limit: int | None = None
 
 
-def _nano_cpus(cpus: float) -> int | None:
-    if not math.isfinite(cpus) or cpus < 0:
-        raise InvalidInput(f"cpus must be a positive number, got {cpus!r}")
-    if cpus == 0:
-        return None
-    nano = round(cpus * 1e9)
-    if nano <= 0 or nano >= 2**63:
-        raise InvalidInput(f"cpus {cpus!r} is out of range")
-    return nano
+def check_cpus(cpus: float) -> int | None:
+    """The ``NanoCpus`` of a CPU limit; ``0`` means none (``None``).
+
+    Raises :class:`InvalidInput` unless ``cpus`` is 0 or from 0.01 to 1024.
+    """
+    if (
+        isinstance(cpus, bool)
+        or not isinstance(cpus, int | float)
+        or not math.isfinite(cpus)
+        or not (cpus == 0 or MIN_CPUS <= cpus <= MAX_CPUS)
+    ):
+        raise InvalidInput(
+            f"cpu limit must be 0 (none) or from {MIN_CPUS:g} to {MAX_CPUS:g} CPUs, got {cpus!r}"
+        )
+    return round(cpus * 1e9) or None
+
+
+def check_pids_limit(pids_limit: int) -> int | None:
+    """The ``PidsLimit`` of a pids limit; ``0`` means none (``None``).
+
+    Raises :class:`InvalidInput` unless ``pids_limit`` is 0 or a whole number
+    from :data:`MIN_PIDS_LIMIT` to :data:`MAX_PIDS_LIMIT`.
+    """
+    if (
+        isinstance(pids_limit, bool)
+        or not isinstance(pids_limit, int)
+        or not (pids_limit == 0 or MIN_PIDS_LIMIT <= pids_limit <= MAX_PIDS_LIMIT)
+    ):
+        raise InvalidInput(
+            f"pids limit must be 0 (none) or a whole number from {MIN_PIDS_LIMIT} to "
+            f"{MAX_PIDS_LIMIT}, got {pids_limit!r}: a sandbox needs room for its init, its "
+            "idle shell and the command's processes"
+        )
+    return pids_limit or None
 
 
 def resolve_limits(spec: SandboxSpec, defaults: Limits) -> Limits:
-    """The spec's limits where it sets them, else ``defaults``."""
+    """The spec's limits where it sets them, else ``defaults``.
+
+    Raises :class:`InvalidInput` for a spec limit outside the accepted ranges.
+    """
     memory = defaults.memory_bytes
     if spec.memory is not None:
         memory = parse_memory(spec.memory) or None
-    nano_cpus = defaults.nano_cpus if spec.cpus is None else _nano_cpus(float(spec.cpus))
-    pids = defaults.pids_limit if spec.pids_limit is None else int(spec.pids_limit)
+    nano_cpus = defaults.nano_cpus if spec.cpus is None else check_cpus(float(spec.cpus))
+    pids = defaults.pids_limit if spec.pids_limit is None else check_pids_limit(spec.pids_limit)
     return Limits(memory_bytes=memory, nano_cpus=nano_cpus, pids_limit=pids)
 
 
 def default_limits(memory: str, cpus: float, pids_limit: int) -> Limits:
-    """Provider defaults from settings values; ``0`` (or ``"0"``) means no limit."""
-    if pids_limit < 0:
-        raise InvalidInput(f"pids limit must be zero or positive, got {pids_limit}")
+    """Provider defaults from settings values; ``0`` (or ``"0"``) means no limit.
+
+    Raises :class:`InvalidInput` for a value outside the accepted ranges.
+    """
     return Limits(
         memory_bytes=parse_memory(memory) or None,
-        nano_cpus=_nano_cpus(cpus),
-        pids_limit=pids_limit or None,
+        nano_cpus=check_cpus(cpus),
+        pids_limit=check_pids_limit(pids_limit),
     )
 
 
@@ -129,3 +187,89 @@ def container_config(
         "OpenStdin": False,
         "HostConfig": host_config,
     }
+
+
+def _limit(value: object) -> int:
+    """A limit from an inspect document: 0 for none (Docker reports none as null, 0 or -1)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _network_problems(
+    inspect: Mapping[str, Any], host: Mapping[str, Any], expected: str
+) -> list[str]:
+    problems = []
+    mode = host.get("NetworkMode")
+    if mode != expected:
+        problems.append(f"network mode {mode!r} where the spec asks for {expected!r}")
+    settings = inspect.get("NetworkSettings")
+    networks = settings.get("Networks") if isinstance(settings, Mapping) else None
+    extra = sorted(set(networks or {}) - {expected}) if isinstance(networks, Mapping) else []
+    if extra:
+        problems.append(f"attached to the networks {extra}")
+    return problems
+
+
+def _isolation_problems(host: Mapping[str, Any]) -> list[str]:
+    """What mango never asks for, whatever the spec: each one weakens the sandbox."""
+    problems = []
+    if host.get("Init") is not True:
+        problems.append("no init process")
+    if host.get("Privileged"):
+        problems.append("privileged")
+    for key, what in (
+        ("CapAdd", "added capabilities"),
+        ("Binds", "bind mounts"),
+        ("Mounts", "mounts"),
+        ("VolumesFrom", "volumes of other containers"),
+        ("Devices", "host devices"),
+        ("SecurityOpt", "security options"),
+    ):
+        if host.get(key):
+            problems.append(f"{what} {host.get(key)!r}")
+    for key in ("PidMode", "IpcMode", "UTSMode", "UsernsMode"):
+        mode = str(host.get(key) or "")
+        if mode == "host" or mode.startswith("container:"):
+            problems.append(f"{key} {mode!r}")
+    return problems
+
+
+def _limit_problems(host: Mapping[str, Any], spec: SandboxSpec, expected: Limits) -> list[str]:
+    """A limit the spec sets must be exactly that; a default one must be there (any value:
+    the defaults may have changed since the container was made)."""
+    problems = []
+    for key, given, wanted in (
+        ("Memory", spec.memory is not None, expected.memory_bytes),
+        ("NanoCpus", spec.cpus is not None, expected.nano_cpus),
+        ("PidsLimit", spec.pids_limit is not None, expected.pids_limit),
+    ):
+        actual = _limit(host.get(key))
+        if given and actual != (wanted or 0):
+            problems.append(f"{key} {actual or 'none'} where the spec asks for {wanted or 'none'}")
+        elif not given and wanted and not actual:
+            problems.append(f"no {key} limit")
+    return problems
+
+
+def configuration_problems(
+    inspect: Mapping[str, Any], spec: SandboxSpec, defaults: Limits
+) -> list[str]:
+    """How an existing container differs from what :func:`container_config` makes for ``spec``.
+
+    Labels can be forged by anyone who can reach the daemon, so create and
+    attach also check the configuration before adopting a container: its
+    network (the spec's: ``none`` unless ``bridge``), an init process, no
+    privilege, added capabilities, mounts, devices, security options or
+    shared host namespaces, the spec's image if it names one, and limits (see
+    :func:`_limit_problems`). An empty list means nothing mango would refuse.
+    """
+    host = inspect.get("HostConfig")
+    config = inspect.get("Config")
+    if not isinstance(host, Mapping) or not isinstance(config, Mapping):
+        return ["no configuration in its inspect document"]
+    expected_network = "bridge" if spec.network is NetworkMode.BRIDGE else "none"
+    problems = _network_problems(inspect, host, expected_network)
+    problems += _isolation_problems(host)
+    if spec.image is not None and config.get("Image") != spec.image:
+        problems.append(f"image {config.get('Image')!r} where the spec asks for {spec.image!r}")
+    problems += _limit_problems(host, spec, resolve_limits(spec, defaults))
+    return problems

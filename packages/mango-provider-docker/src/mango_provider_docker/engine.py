@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -31,7 +32,12 @@ from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 
 from mango.provider import ConfigurationError, ProviderUnavailable, SandboxNotFound
-from mango_provider_docker.errors import DAEMON_HINT, engine_errors, translate_docker_error
+from mango_provider_docker.errors import (
+    API_VERSION_ENV,
+    DAEMON_HINT,
+    engine_errors,
+    translate_docker_error,
+)
 
 __all__ = [
     "API_TIMEOUT_SECONDS",
@@ -112,10 +118,19 @@ def _where(docker: aiodocker.Docker) -> str:
     return str(getattr(docker, "_connection_info", docker.docker_host))
 
 
+_API_VERSION = re.compile(r"v?\d{1,3}\.\d{1,3}\Z")
+
+
 def _api_version(value: str | None) -> str:
-    if not value:
+    if not value or not value.strip():
         return "auto"
     text = value.strip()
+    if not _API_VERSION.match(text):
+        raise ConfigurationError(
+            f"Docker Engine API version {text[:40]!r} is not a version such as 1.41",
+            hint=f"set {API_VERSION_ENV} to a version such as 1.41, or unset it to use the "
+            "daemon's own",
+        )
     return text if text.startswith("v") else "v" + text
 
 
@@ -404,17 +419,34 @@ class Engine:
     ) -> Exec | None:
         """``POST /containers/{id}/exec`` with no TTY; ``None`` if the container is not running."""
         docker = await self.client()
-        container = docker.containers.container(container_id)
+        body = {
+            "AttachStdin": stdin,
+            "AttachStdout": True,
+            "AttachStderr": True,
+            "Tty": False,
+            "Cmd": list(argv),
+            "Env": list(env),
+            "WorkingDir": workdir,
+        }
         with self.errors(f"exec in container {container_id}"):
             try:
                 async with asyncio.timeout(API_TIMEOUT_SECONDS):
-                    return await container.exec(
-                        list(argv), stdin=stdin, environment=list(env), workdir=workdir, tty=False
+                    # Through _raw: a large environment is sent from a stream, not as one
+                    # bytes body (which aiohttp warns could stall the event loop).
+                    _, _, answer = await self._raw(
+                        "POST",
+                        f"containers/{container_id}/exec",
+                        data=json.dumps(body).encode(),
+                        headers={"Content-Type": "application/json"},
                     )
             except aiodocker.DockerError as exc:
                 if exc.status == 409:
                     return None
                 raise
+        exec_id = _json_object(answer, "exec create answer").get("Id")
+        if not isinstance(exec_id, str) or not exec_id:
+            raise ProviderUnavailable("the Docker Engine answered an exec create without an id")
+        return Exec(docker, exec_id, tty=False)
 
     def exec_stream(self, execution: Exec) -> Stream:
         """The attach stream of a created exec; entering it starts the command."""

@@ -8,7 +8,11 @@ aiodocker / aiohttp                       mango
 connection refused, socket missing,       :class:`ProviderUnavailable` (retry)
 reset, timeout, HTTP 5xx, 409
 HTTP 404 on a container-scoped call       :class:`SandboxNotFound`
-HTTP 400                                  :class:`InvalidInput` (permanent)
+HTTP 400; HTTP 500 that no retry cures    :class:`InvalidInput` (permanent)
+(a body the daemon cannot decode, a
+limit the kernel refuses at start)
+HTTP 400 "client version is too new"      :class:`ConfigurationError` (hint:
+                                          ``DOCKER_API_VERSION``)
 HTTP 401 / 403, broken docker context     :class:`ConfigurationError` (permanent)
 ========================================  =========================================
 
@@ -22,6 +26,7 @@ missing path.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import aiodocker
@@ -35,9 +40,11 @@ from mango.provider import (
     SandboxNotFound,
 )
 
-__all__ = ["DAEMON_HINT", "engine_errors", "translate_docker_error"]
+__all__ = ["API_VERSION_ENV", "DAEMON_HINT", "engine_errors", "translate_docker_error"]
 
 DAEMON_HINT = "is dockerd running? DOCKER_HOST selects the daemon"
+API_VERSION_ENV = "DOCKER_API_VERSION"
+_CLIENT_VERSION = re.compile(r"client version \S+ is too (new|old)", re.IGNORECASE)
 
 
 def translate_docker_error(exc: aiodocker.DockerError, what: str, host: str) -> MangoError:
@@ -53,11 +60,24 @@ def translate_docker_error(exc: aiodocker.DockerError, what: str, host: str) -> 
         )
     if status == 404:
         return SandboxNotFound(f"{what}: {message}")
-    if status == 400:
+    if status in (401, 403) or (status == 400 and _CLIENT_VERSION.search(message)):
+        refused = "access" if status != 400 else "the API version"
+        hint = f"set {API_VERSION_ENV} to a version the daemon supports, or unset it"
+        return ConfigurationError(
+            f"{what}: the Docker Engine refused {refused}: {message}",
+            hint=hint if status == 400 else None,
+        )
+    if status == 400 or (status == 500 and _is_impossible_request(message)):
         return InvalidInput(f"{what}: the Docker Engine rejected the request: {message}")
-    if status in (401, 403):
-        return ConfigurationError(f"{what}: the Docker Engine refused access: {message}")
     return ProviderUnavailable(f"{what}: Docker Engine error {status}: {message}")
+
+
+def _is_impossible_request(message: str) -> bool:
+    """A 500 that no retry can cure: a body the daemon cannot decode, or a limit the kernel
+    refuses when the container starts (``pids.max``, ``cpu.cfs_quota_us``: invalid argument)."""
+    if "cannot unmarshal" in message:
+        return True
+    return "OCI runtime create failed" in message and "invalid argument" in message
 
 
 class _EngineErrors:

@@ -42,6 +42,8 @@ from aiodocker.execs import Exec
 from mango.provider import (
     Command,
     ExecResult,
+    InvalidInput,
+    MangoError,
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
@@ -57,10 +59,12 @@ from mango_provider_docker.streams import OutputPump, close_write_side, write_st
 
 __all__ = [
     "DRAIN_SECONDS",
+    "MAX_COMMAND_BYTES",
     "SAFE_PATH",
     "SETTLE_SECONDS",
     "SHELL",
     "ContainerNotRunning",
+    "not_started_error",
     "run_command",
 ]
 
@@ -74,6 +78,9 @@ DRAIN_SECONDS = 5.0
 """After a kill, how long the stream may stay open before it is abandoned."""
 SETTLE_SECONDS = 15.0
 """How long a kill waits for an in-flight start, or for the wrapper's pid line."""
+MAX_COMMAND_BYTES = 4 * 1024 * 1024
+"""The most argv and environment bytes an exec may carry: more can never start (the runtime's
+message limit is 4 MiB, and the kernel's ``ARG_MAX`` is 2 MiB under the usual 8 MiB stack)."""
 _EXIT_TIMED_OUT = -1
 
 
@@ -191,6 +198,8 @@ class _Run:
             return self.result(exit_code=-1, cancelled=True)
         if info is None:
             raise SandboxNotFound(f"container {self._container_id} disappeared while a command ran")
+        if not self._pump.started:
+            raise not_started_error(self._container_id, bytes(self._pump.failure))
         exit_code = info.get("ExitCode")
         return self.result(exit_code=exit_code if isinstance(exit_code, int) else -1)
 
@@ -207,6 +216,27 @@ class _Run:
         if reason == "notdir":
             raise PermanentError("a component of the working directory is not a directory")
         raise PermanentError(f"the container's {WORKSPACE} is missing or is a symlink")
+
+
+_TOO_LARGE = ("argument list too long", "exceed maximum message size")
+
+
+def not_started_error(container_id: str, failure: bytes) -> MangoError:
+    """The error for an exec whose wrapper never ran; ``failure`` is what the runtime said.
+
+    A command line or environment too large for the runtime is :class:`InvalidInput`;
+    anything else is :class:`ProviderUnavailable`: the command did not start, so
+    running it again is safe.
+    """
+    text = failure.decode("utf-8", "replace").strip() or "no reason given"
+    if any(marker in text.lower() for marker in _TOO_LARGE):
+        return InvalidInput(
+            f"the command line and environment are too large to start in container "
+            f"{container_id}: {text}"
+        )
+    return ProviderUnavailable(
+        f"the command could not be started in container {container_id}: {text}"
+    )
 
 
 async def _settled(opening: asyncio.Future[None]) -> bool:
@@ -238,6 +268,37 @@ async def _terminate(
 def _exec_env(command: Command) -> list[str]:
     env = {"PATH": SAFE_PATH, "HOME": WORKSPACE, **command.env_dict}
     return [f"{key}={value}" for key, value in env.items()]
+
+
+def _check_text(command: Command) -> None:
+    """Refuse what the Engine API cannot carry: bytes that are not UTF-8, and sheer size.
+
+    The API is JSON, whose strings are Unicode: the daemon would turn every
+    undecodable byte (a surrogate escape from ``os.fsdecode``) into U+FFFD, so
+    the command would silently get other bytes than it was given.
+    """
+    size = 0
+    for index, arg in enumerate(command.argv):
+        try:
+            size += len(arg.encode("utf-8")) + 1
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(
+                f"argument {index} is not valid UTF-8 (undecodable byte at offset {exc.start}); "
+                "the Docker Engine API carries text only"
+            ) from None
+    for key, value in command.env:
+        try:
+            size += len(key) + len(value.encode("utf-8")) + 2
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(
+                f"environment variable {key} is not valid UTF-8 (undecodable byte at offset "
+                f"{exc.start}); the Docker Engine API carries text only"
+            ) from None
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidInput(
+            f"the command line and environment are too large to start: {size} bytes, a "
+            f"container exec takes at most {MAX_COMMAND_BYTES}"
+        )
 
 
 async def _supervise(
@@ -289,11 +350,15 @@ async def run_command(
 
     Returns the final result (exit code and flags, no output bytes).
 
-    Raises :class:`ContainerNotRunning` if the container is stopped or paused,
+    Raises :class:`InvalidInput` if an argument or environment value is not
+    UTF-8 or they are too large to start (checked before anything is sent, and
+    again by what the runtime answers), :class:`ContainerNotRunning` if the
+    container is stopped or paused,
     :class:`SandboxNotFound` if it is gone (unless destroy removed it while
     the command ran: then the result is ``cancelled``), :class:`PathEscapeError`
     if the working directory goes through a symlink.
     """
+    _check_text(command)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     # $0 is "sh" so that the shell's own messages (127: "not found") read as usual.

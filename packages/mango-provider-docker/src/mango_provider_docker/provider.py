@@ -31,6 +31,7 @@ from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
+    configuration_problems,
     container_config,
     default_limits,
     resolve_limits,
@@ -193,8 +194,9 @@ class DockerProvider(ProviderIdentity):
         """Create-if-absent the container of ``session_key``; idempotent.
 
         A name conflict (another worker won the race) resolves to the existing
-        container after checking its labels; a container with that name that
-        mango does not own raises :class:`OwnershipError`. Raises
+        container after checking its labels and configuration; a container with
+        that name that mango does not own, or did not configure so for
+        ``spec``, raises :class:`OwnershipError`. Raises
         :class:`InvalidInput` for an invalid key or limit, and
         :class:`CapabilityNotSupported` for package setup or limited network.
         """
@@ -226,9 +228,28 @@ class DockerProvider(ProviderIdentity):
                 await self._start_new(created)
                 return self._sandbox(key, created, spec)
             inspect = await self._await_winner(name)
-        container_id = verify_ownership(inspect, ownership, key)
+        container_id = self._adopt(inspect, key, spec)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
+
+    def _adopt(self, inspect: dict[str, Any], session_key: str, spec: SandboxSpec) -> str:
+        """Check an existing container's labels and configuration; return its id.
+
+        Raises :class:`OwnershipError` for another key's or deployment's
+        container, and for one whose configuration mango would not have made
+        for ``spec`` (forged labels on a hand-made container).
+        """
+        container_id = verify_ownership(inspect, self.ownership, session_key)
+        problems = configuration_problems(inspect, spec, self._defaults)
+        if problems:
+            name = str(inspect.get("Name", "")).lstrip("/") or container_id
+            raise OwnershipError(
+                f"refusing to use docker container {name}: it carries mango's labels but not "
+                f"a configuration mango creates for this spec ({'; '.join(problems)})",
+                hint=f"if mango did not make it, remove it (docker rm -f {name}); "
+                "if the spec changed, delete the session to start afresh",
+            )
+        return container_id
 
     async def _await_winner(self, name: str) -> dict[str, Any]:
         """The container another creator made under ``name`` (the daemon answered 409).
@@ -266,7 +287,8 @@ class DockerProvider(ProviderIdentity):
         Starts (or unpauses) the container if it is not running, as after a
         daemon restart without live-restore. Raises :class:`OwnershipError` if
         ``ref`` names another provider or the container another Session key or
-        no mango container at all, :class:`InvalidInput` if the reference is
+        no mango container at all, or if its configuration is not one mango
+        creates for ``spec`` (labels can be forged), :class:`InvalidInput` if the reference is
         not a container id, and :class:`SandboxNotFound` if the container is
         gone (nothing is recreated).
         """
@@ -277,7 +299,7 @@ class DockerProvider(ProviderIdentity):
         inspect = await self._engine.inspect_container(container_id)
         if inspect is None or inspect.get("Id") != container_id:
             raise SandboxNotFound(f"docker container {container_id} no longer exists")
-        verify_ownership(inspect, self.ownership, key)
+        self._adopt(inspect, key, spec)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -25,11 +25,19 @@ from mango.provider import (
     SupportLevel,
     TargetCost,
     max_output_bytes,
+    number_setting,
     state_dir,
 )
 from mango.provider.hostdirs import absolute_dir_setting
 from mango_provider_docker.conformance import open_conformance_provider
-from mango_provider_docker.container import default_limits
+from mango_provider_docker.container import (
+    MAX_CPUS,
+    MAX_PIDS_LIMIT,
+    check_cpus,
+    check_pids_limit,
+    parse_memory,
+)
+from mango_provider_docker.errors import API_VERSION_ENV
 from mango_provider_docker.layout import PROVIDER_NAME, RESOURCE_DIR_ENV
 from mango_provider_docker.provider import (
     DEFAULT_CPUS,
@@ -61,7 +69,6 @@ __all__ = [
 
 IMAGE_ENV = "MANGO_SANDBOX_IMAGE"
 DOCKER_HOST_ENV = "DOCKER_HOST"
-API_VERSION_ENV = "DOCKER_API_VERSION"
 MEMORY_ENV = "MANGO_SANDBOX_MEMORY"
 CPUS_ENV = "MANGO_SANDBOX_CPUS"
 PIDS_LIMIT_ENV = "MANGO_SANDBOX_PIDS_LIMIT"
@@ -92,17 +99,17 @@ SETTINGS = (
     ),
     SettingSpec(
         env=MEMORY_ENV,
-        description="default memory limit per sandbox, e.g. 512m or 2g (0: none)",
+        description="default memory limit per sandbox, 6m to 1p, e.g. 512m or 2g (0: none)",
         default=DEFAULT_MEMORY,
     ),
     SettingSpec(
         env=CPUS_ENV,
-        description="default CPU limit per sandbox, in CPUs (0: none)",
+        description="default CPU limit per sandbox, 0.01 to 1024 CPUs (0: none)",
         default=str(DEFAULT_CPUS),
     ),
     SettingSpec(
         env=PIDS_LIMIT_ENV,
-        description="default limit on processes per sandbox (0: none)",
+        description="default limit on processes per sandbox, 16 to 4194304 (0: none)",
         default=str(DEFAULT_PIDS_LIMIT),
     ),
     SettingSpec(
@@ -130,23 +137,23 @@ class DockerSettings:
     max_output_bytes: int
 
 
-def _number(env: Mapping[str, str], name: str, default: str, *, integer: bool) -> float:
-    text = env.get(name, "").strip() or default
+_API_VERSION = re.compile(r"v?\d{1,3}\.\d{1,3}\Z")
+
+
+def _checked(name: str, check: Callable[[], object]) -> None:
+    """Run ``check``; an :class:`InvalidInput` becomes a ConfigurationError naming ``name``."""
     try:
-        value = int(text, 10) if integer else float(text)
-    except ValueError:
-        value = -1
-    if value < 0 or not math.isfinite(value):
-        kind = "a whole number" if integer else "a number"
-        raise ConfigurationError(f"{name} must be {kind} >= 0, got {text!r}")
-    return value
+        check()
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
 
 
 def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSettings:
     """Read and validate the settings from ``environ`` (default: ``os.environ``).
 
     Raises :class:`ConfigurationError` naming the variable at fault. Empty
-    values count as unset.
+    values count as unset. Every number has a range: memory 6m to 1p, CPUs
+    0.01 to 1024, pids 16 to 4194304 (0 means no limit for each of them).
     """
     env = os.environ if environ is None else environ
     resource_text = env.get(RESOURCE_DIR_ENV, "").strip()
@@ -157,22 +164,33 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
     pull_text = env.get(PULL_ENV, "").strip().lower() or "1"
     if pull_text not in ("0", "1", "true", "false", "yes", "no"):
         raise ConfigurationError(f"{PULL_ENV} must be 1 or 0, got {pull_text!r}")
-    settings = DockerSettings(
+    api_version = env.get(API_VERSION_ENV, "").strip() or None
+    if api_version is not None and not _API_VERSION.match(api_version):
+        raise ConfigurationError(
+            f"{API_VERSION_ENV} must be an Engine API version such as 1.41, got {api_version!r}",
+            hint=f"unset {API_VERSION_ENV} to use the daemon's own version",
+        )
+    memory = env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY
+    _checked(MEMORY_ENV, lambda: parse_memory(memory))
+    cpus = number_setting(env, CPUS_ENV, minimum=0, maximum=MAX_CPUS, unit="CPUs")
+    cpus = DEFAULT_CPUS if cpus is None else cpus
+    _checked(CPUS_ENV, lambda: check_cpus(cpus))
+    pids = number_setting(
+        env, PIDS_LIMIT_ENV, minimum=0, maximum=MAX_PIDS_LIMIT, integer=True, unit="processes"
+    )
+    pids_limit = DEFAULT_PIDS_LIMIT if pids is None else int(pids)
+    _checked(PIDS_LIMIT_ENV, lambda: check_pids_limit(pids_limit))
+    return DockerSettings(
         image=env.get(IMAGE_ENV, "").strip() or DEFAULT_IMAGE,
         resource_dir=resource_dir,
         host=env.get(DOCKER_HOST_ENV, "").strip() or None,
-        api_version=env.get(API_VERSION_ENV, "").strip() or None,
-        memory=env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY,
-        cpus=_number(env, CPUS_ENV, str(DEFAULT_CPUS), integer=False),
-        pids_limit=int(_number(env, PIDS_LIMIT_ENV, str(DEFAULT_PIDS_LIMIT), integer=True)),
+        api_version=api_version,
+        memory=memory,
+        cpus=cpus,
+        pids_limit=pids_limit,
         pull=pull_text in ("1", "true", "yes"),
         max_output_bytes=max_output_bytes(env),
     )
-    try:
-        default_limits(settings.memory, settings.cpus, settings.pids_limit)
-    except InvalidInput as exc:
-        raise ConfigurationError(f"{MEMORY_ENV}/{CPUS_ENV}/{PIDS_LIMIT_ENV}: {exc}") from None
-    return settings
 
 
 @attrs.define

@@ -200,6 +200,9 @@ class _Cached:
     deleted and re-created elsewhere under the same id never reuses it."""
     network_hosts: tuple[str, ...] | None = None
     """The final allowlist last applied through this client (limited network only)."""
+    keep_alive: KeepAliveSandbox | None = None
+    """``raw`` if it implements keep-alive: checked once here, not on every acquire
+    (a runtime protocol check costs more than the rest of a cached acquire)."""
 
 
 @attrs.define
@@ -570,7 +573,7 @@ class SessionManager:
         cached = op.cached
         if cached is not None:
             self._require_package_proof(op.session_id, cached.spec_hash, op.spec)
-            raw, handed_out = cached.raw, cached.sandbox
+            handed_out = cached.sandbox
         else:
             binding, record = op.binding, op.record
             if binding is None or record is None:  # pragma: no cover - observed as bound
@@ -583,21 +586,23 @@ class SessionManager:
                 return self._lost(op, binding.ref, exc)
             self._check_sandbox(raw)
             handed_out = self._remember(op.session_id, raw, binding.spec_hash, record)
-        if isinstance(raw, KeepAliveSandbox):
+            cached = self._cache[op.session_id]
+        if cached.keep_alive is not None:
             try:
-                await raw.keep_alive()
+                await cached.keep_alive.keep_alive()
             except SandboxNotFound as exc:
-                return self._lost(op, raw.ref, exc)
-        if op.spec.network is NetworkMode.LIMITED:
-            entry = self._cache[op.session_id]
-            if entry.network_hosts != op.spec.network_allowed_hosts:
-                # A fresh client (restart) or a changed allowlist: the provider
-                # compares the applied policy and repairs any drift.
-                try:
-                    await self._apply_network(op.session_id, raw, op.spec.network_allowed_hosts)
-                except SandboxNotFound as exc:
-                    return self._lost(op, raw.ref, exc)
-                entry.network_hosts = op.spec.network_allowed_hosts
+                return self._lost(op, cached.raw.ref, exc)
+        if (
+            op.spec.network is NetworkMode.LIMITED
+            and cached.network_hosts != op.spec.network_allowed_hosts
+        ):
+            # A fresh client (restart) or a changed allowlist: the provider
+            # compares the applied policy and repairs any drift.
+            try:
+                await self._apply_network(op.session_id, cached.raw, op.spec.network_allowed_hosts)
+            except SandboxNotFound as exc:
+                return self._lost(op, cached.raw.ref, exc)
+            cached.network_hosts = op.spec.network_allowed_hosts
         op.result = handed_out
         return ()
 
@@ -674,7 +679,10 @@ class SessionManager:
         self, session_id: str, raw: Sandbox, binding_hash: str, record: SessionRecord
     ) -> _SessionSandbox:
         handed_out = _SessionSandbox(raw, on_lost=self._loss_recorder(session_id, raw.ref))
-        self._cache[session_id] = _Cached(raw, handed_out, binding_hash, record.created_at)
+        keep_alive = raw if isinstance(raw, KeepAliveSandbox) else None
+        self._cache[session_id] = _Cached(
+            raw, handed_out, binding_hash, record.created_at, keep_alive=keep_alive
+        )
         return handed_out
 
     def _forget(self, session_id: str, ref: SandboxRef) -> None:

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import signal
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
-from mango.provider import ExecResult, OutputStream
+from mango.provider import ExecResult, InvalidInput, OutputStream
 from mango.provider.execution import ExecHandle
 from mango.provider.output import ExecChannel
 
@@ -59,6 +62,9 @@ PIPE_DRAIN_SECONDS = 1.0
 """After a kill, how long the pipes may stay open before they are abandoned."""
 
 _CHUNK = 256 * 1024
+_SELF_FD = "/proc/self/fd"
+_fd_dirs: dict[int, str | None] = {}
+"""Per process id, where its children find its descriptors (see :func:`_fd_dir`)."""
 
 _Outcome = Literal["finished", "timed_out", "destroyed"]
 
@@ -166,6 +172,12 @@ def _exit_code(returncode: int | None) -> int:
 
 
 def _spawn_failure(program: str, exc: OSError, channel: ExecChannel) -> ExecResult:
+    if exc.errno == errno.E2BIG:
+        # Nothing ran: an error, like every other provider's, not a result.
+        raise InvalidInput(
+            "the command line and environment are too large to start: the kernel refused them "
+            "(E2BIG: at most 128 KiB per argument or variable, ARG_MAX in all)"
+        )
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
         code = 127
         reason = "No such file or directory" if "/" in program else "command not found"
@@ -228,28 +240,87 @@ async def _supervise(
     return outcome
 
 
+def _fd_dir() -> str | None:
+    """Where a child of this process reaches the parent's descriptors; None without ``/proc``.
+
+    ``/proc/<this pid>/fd`` when this ``/proc`` belongs to our pid namespace
+    (``/proc/self`` names our pid): the parent's pid directory is already in
+    the kernel's dentry cache, while a fresh child's ``/proc/self`` costs about
+    20 µs per spawn. A child refused access to it (a non-dumpable worker
+    without ``CAP_SYS_PTRACE``) switches this process to ``/proc/self/fd``,
+    where the child reaches its own inherited copy.
+    """
+    pid = os.getpid()
+    if pid not in _fd_dirs:
+        found = None
+        with contextlib.suppress(OSError):
+            proc_self = Path("/proc/self").readlink()
+            found = f"/proc/{pid}/fd" if str(proc_self) == str(pid) else _SELF_FD
+        _fd_dirs[pid] = found
+    return _fd_dirs[pid]
+
+
+class _CwdFailed(OSError):
+    """The child could not enter its working directory."""
+
+
+async def _spawn(argv: Sequence[str], cwd_fd: int, **options: Any) -> asyncio.subprocess.Process:
+    """Start ``argv`` in the directory ``cwd_fd``, never looking its path up again.
+
+    On Linux the child's ``chdir`` goes through ``<fd dir>/N``, a link to the
+    open directory itself (see :func:`_fd_dir`); so a component renamed or
+    swapped for a symlink after the walk cannot send the command elsewhere.
+    Elsewhere the child calls ``fchdir`` before ``exec``. Raises
+    :class:`_CwdFailed` if the directory cannot be entered, the spawn's own
+    :class:`OSError` otherwise.
+    """
+    fd_dir = _fd_dir()
+    if fd_dir is None:  # pragma: no cover - not Linux
+        options["preexec_fn"] = lambda: os.fchdir(cwd_fd)
+        return await asyncio.create_subprocess_exec(*argv, **options)
+    cwd = f"{fd_dir}/{cwd_fd}"
+    try:
+        return await asyncio.create_subprocess_exec(*argv, cwd=cwd, **options)
+    except OSError as exc:
+        if exc.filename != cwd:
+            raise
+        if fd_dir == _SELF_FD or exc.errno not in (errno.EACCES, errno.EPERM):
+            raise _CwdFailed(exc.errno, exc.strerror, exc.filename) from exc
+    # Refused the parent's descriptors: nothing started, so try again through the child's own.
+    _fd_dirs[os.getpid()] = _SELF_FD
+    return await _spawn(argv, cwd_fd, **options)
+
+
 async def run_command(
     *,
     argv: Sequence[str],
     stdin: bytes,
     env: Mapping[str, str],
-    cwd: str,
+    cwd_fd: int,
     timeout: float | None,
     channel: ExecChannel,
     handle: ExecHandle,
 ) -> ExecResult:
-    """Run ``argv`` in ``cwd`` with exactly ``env``, feeding its output to ``channel``.
+    """Run ``argv`` in the directory ``cwd_fd`` with exactly ``env``, feeding ``channel``.
 
-    Returns the final result (exit code and flags, no output bytes).
+    Returns the final result (exit code and flags, no output bytes). The
+    child enters the directory through the descriptor, never by its path
+    (see :func:`_enter`); the caller keeps and closes ``cwd_fd``.
 
     A program that cannot be started gives exit code 127 (not found) or 126
-    (not executable) with a message on stderr, as a shell would. An
-    :class:`OSError` whose ``filename`` is ``cwd`` (the directory vanished
-    before the start) is raised for the caller to translate.
+    (not executable) with a message on stderr, as a shell would; a command
+    line too large for the kernel is :class:`InvalidInput`. If the working
+    directory cannot be entered, an :class:`OSError` is raised for the caller
+    to translate.
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     child_fds: list[int] = []
+    low_fd: int | None = None
+    if cwd_fd <= 2:
+        # A worker started with a standard stream closed can be handed 0-2 for the
+        # directory; the child's dup2 of its pipes onto 0-2 would replace it.
+        low_fd = cwd_fd = fcntl.fcntl(cwd_fd, fcntl.F_DUPFD_CLOEXEC, 3)
     readers: list[_PipeReader] = []
     writer: _StdinWriter | None = None
     try:
@@ -264,18 +335,18 @@ async def run_command(
             writer = _StdinWriter(loop, write_end, stdin)
             stdin_target = read_end
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
+            process = await _spawn(
+                argv,
+                cwd_fd,
                 stdin=stdin_target,
                 stdout=child_fds[0],
                 stderr=child_fds[1],
-                cwd=cwd,
                 env=dict(env),
                 start_new_session=True,
             )
+        except _CwdFailed:
+            raise
         except OSError as exc:
-            if exc.filename == cwd:
-                raise
             return _spawn_failure(argv[0], exc, channel)
         finally:
             # The child holds its own copies; ours must go so end-of-file can happen.
@@ -293,6 +364,8 @@ async def run_command(
     finally:
         for fd in child_fds:
             os.close(fd)
+        if low_fd is not None:
+            os.close(low_fd)
         for reader in readers:
             reader.close()
         if writer is not None:

@@ -37,6 +37,8 @@ from mango.provider import (
 
 __all__ = [
     "ensure_workspace_dir",
+    "open_workspace_dir",
+    "open_workspace_root",
     "read_workspace_file",
     "write_workspace_file",
 ]
@@ -90,6 +92,11 @@ def _open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
             check_directory(Entry(EntryKind.SYMLINK), path=path, name=name)
         if exc.errno == errno.ENOTDIR and (entry := _lstat(name, dir_fd)) is not None:
             check_directory(entry, path=path, name=name)
+            # A directory now, not one a moment ago: swapped while we opened it,
+            # which is what a planted symlink race looks like.
+            raise PathEscapeError(
+                f"path {path!r}: {name!r} was swapped for another entry while it was opened"
+            ) from None
         raise _translate(exc, path) from exc
 
 
@@ -165,6 +172,28 @@ def ensure_workspace_dir(root: str | PathPolicy, path: str) -> str:
     location = _policy(root).locate(path, write=True, directory=True)
     os.close(_walk(location, location.parts, path=path, create=True))
     return location.path
+
+
+def open_workspace_dir(root: str | PathPolicy, path: str) -> int:
+    """Create-if-absent the workspace directory ``path``; return a descriptor of it.
+
+    The descriptor (close-on-exec, owned by the caller) is the directory the
+    ``O_NOFOLLOW`` walk reached, so a command entering it through the
+    descriptor can never land elsewhere, whatever is renamed or swapped for a
+    symlink meanwhile. Raises as :func:`ensure_workspace_dir`.
+    """
+    location = _policy(root).locate(path, write=True, directory=True)
+    return _walk(location, location.parts, path=path, create=True)
+
+
+def open_workspace_root(root: str) -> int:
+    """A descriptor (close-on-exec, owned by the caller) of the workspace root ``root``.
+
+    One ``open`` with ``O_NOFOLLOW``: cheap enough for the event loop. Raises
+    :class:`SandboxNotFound` if the workspace is gone and
+    :class:`PathEscapeError` if it was replaced by a symlink.
+    """
+    return _open_anchor(root)
 
 
 def read_workspace_file(root: str | PathPolicy, path: str) -> bytes:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
-from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
+from mango.local.files import (
+    open_workspace_dir,
+    open_workspace_root,
+    read_workspace_file,
+    write_workspace_file,
+)
 from mango.local.layout import remove_session_dir, workspace_root
 from mango.provider import (
     Command,
@@ -76,22 +82,23 @@ class LocalSandbox(StreamedExec):
         self, command: Command, channel: ExecChannel, timeout: float | None
     ) -> ExecResult:
         with self._tracker.track(str(self._session_dir)) as handle:
-            # The root needs no walk (a vanished root surfaces as an OSError on
-            # start); skipping the thread hop keeps the common exec cheap.
-            cwd = (
-                await asyncio.to_thread(ensure_workspace_dir, self.root, command.cwd)
+            # The command enters the directory the walk opened, by descriptor: a
+            # component swapped for a symlink after the check cannot redirect it.
+            # The root is one open(O_NOFOLLOW), cheap enough to skip the thread hop.
+            cwd_fd = (
+                await asyncio.to_thread(open_workspace_dir, self.path_policy, command.cwd)
                 if command.cwd
-                else self.root
+                else open_workspace_root(self.root)
             )
-            if handle.destroyed:
-                return channel.result(exit_code=-1, cancelled=True)
-            env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
             try:
+                if handle.destroyed:
+                    return channel.result(exit_code=-1, cancelled=True)
+                env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
                 return await run_command(
                     argv=command.argv,
                     stdin=command.stdin,
                     env=env,
-                    cwd=cwd,
+                    cwd_fd=cwd_fd,
                     timeout=timeout,
                     channel=channel,
                     handle=handle,
@@ -100,6 +107,8 @@ class LocalSandbox(StreamedExec):
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
+            finally:
+                os.close(cwd_fd)
 
     async def read_file(self, path: str) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.

@@ -27,6 +27,7 @@ from mango.config import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     max_output_bytes,
+    number_setting,
     state_dir,
 )
 from mango.domain.capabilities import Capability, CapabilitySet, admit
@@ -162,6 +163,7 @@ __all__ = [
     "max_output_bytes",
     "normalize_workspace_dir",
     "normalize_workspace_path",
+    "number_setting",
     "session_key_hash",
     "split_workspace_path",
     "state_dir",
