@@ -51,6 +51,8 @@ def _mango(
         "MANGO_SANDBOX_RESOURCE_DIR": str(resources),
         "MANGO_SANDBOX_PULL": "0",
         "MANGO_NAMESPACE": NAMESPACE,
+        # Stop the embedded PostgreSQL with each command: the directory is removed afterwards.
+        "MANGO_EMBEDDED_IDLE_SECONDS": "0",
         **(extra or {}),
     }
     env.pop("MANGO_DATABASE_URL", None)
@@ -125,7 +127,7 @@ def test_doctor_reports_an_unreachable_docker_daemon(state_dir: Path, tmp_path: 
         "--json",
         extra={"DOCKER_HOST": "unix:///nonexistent"},
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is True
     assert checks["provider docker"]["ok"] is False

@@ -23,10 +23,12 @@ from mango.domain.registry import SettingSpec, validate_namespace
 from mango.domain.values import validate_provider_name
 
 __all__ = [
+    "DEFAULT_EMBEDDED_IDLE_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
+    "EMBEDDED_IDLE_ENV",
     "EXEC_TIMEOUT_LIMIT",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
@@ -118,6 +120,9 @@ MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024
 """Upper bound of ``MANGO_MAX_OUTPUT_BYTES``: each stream is held in memory up to the cap."""
 EXEC_TIMEOUT_LIMIT = 7 * 24 * 3600.0
 """Upper bound of ``MANGO_EXEC_TIMEOUT`` (a week); unset means no bound at all."""
+EMBEDDED_IDLE_ENV = "MANGO_EMBEDDED_IDLE_SECONDS"
+DEFAULT_EMBEDDED_IDLE_SECONDS = 300.0
+"""How long the command line leaves an unused embedded PostgreSQL running (five minutes)."""
 
 
 def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
@@ -198,6 +203,9 @@ class Settings:
     """``MANGO_TEMPORAL_PAYLOAD_KEYS``: when set, Temporal payloads are encrypted."""
     namespace: str | None = None
     """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
+    embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
+    """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
+    PostgreSQL running for the next one (0: stop it when the command ends)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -231,8 +239,12 @@ class Settings:
                 validate_namespace(namespace)
             except InvalidInput as exc:
                 raise ConfigurationError(f"{NAMESPACE_ENV}: {exc}") from None
+        idle = number_setting(
+            env, EMBEDDED_IDLE_ENV, minimum=0, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
         return cls(
             state_dir=state_dir(env),
+            embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,
             sandbox=sandbox,
             database_url=url,

@@ -168,9 +168,9 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
     ],
 )
 def test_doctor_reports_an_unreachable_database(run, url: str) -> None:  # type: ignore[no-untyped-def]
-    """A database that refuses connections is a failed check with a hint, exit 1, no password."""
+    """A database that refuses connections is a failed check with a hint, exit 2, no password."""
     result = run("doctor", "--json", extra={"MANGO_DATABASE_URL": url})
-    assert result.returncode == 1
+    assert result.returncode == 2
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is False
     assert b"secret" not in result.stdout + result.stderr

@@ -32,6 +32,10 @@ from mango.provider.ownership import Ownership
 
 __all__ = [
     "CONTAINER_ID",
+    "DEFAULT_CPUS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_MEMORY",
+    "DEFAULT_PIDS_LIMIT",
     "PROVIDER_NAME",
     "RESOURCE_DIR_ENV",
     "WORKSPACE",
@@ -48,6 +52,11 @@ WORKSPACE = "/workspace"
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}\Z")
 """A full container id: the only form a reference of this provider holds."""
+DEFAULT_IMAGE = "alpine:latest"
+"""Image of sandboxes whose spec names none (``MANGO_SANDBOX_IMAGE`` overrides it)."""
+DEFAULT_MEMORY = "1g"
+DEFAULT_CPUS = 1.0
+DEFAULT_PIDS_LIMIT = 512
 
 
 def container_labels(document: Mapping[str, Any]) -> Mapping[str, Any]:

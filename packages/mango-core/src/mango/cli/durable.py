@@ -66,7 +66,7 @@ async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIte
 async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
     async with (
         open_temporal(settings, start_embedded=False) as client,
-        open_database(settings) as url,
+        open_database(settings, linger=True) as url,
     ):
         store: PostgresBindingStore = await open_store(url, min_size=1, max_size=2)
         try:
