@@ -245,3 +245,55 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_exec_sigterm_kills_the_command_tree_before_exiting(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM ends mango with 143, and the command and its children are gone by then."""
+    pids = tmp_path / "pids"
+    script = 'sleep 300 & printf "%s %s" "$$" "$!" > "$1"; printf ready; wait'
+    process = run.popen("exec", "--session", "term", "--", "sh", "-c", script, "sh", str(pids))
+    try:
+        _read_until(process.stdout, b"ready")
+        shell, child = (int(pid) for pid in pids.read_text().split())
+        assert _alive(shell)
+        assert _alive(child)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143
+    assert err.endswith(b"error: terminated\n")
+    # Checked right after mango exited, without waiting: nothing may outlive it.
+    assert not _alive(shell)
+    assert not _alive(child)
+
+
+def test_cli_imports_only_what_the_command_needs(database_url: str, tmp_path: Path) -> None:
+    """Local exec loads neither temporalio nor aiodocker; --help not even psycopg."""
+    probe = """
+import sys
+from mango.cli import cli
+try:
+    cli(sys.argv[1:], prog_name="mango")
+except SystemExit as exit:
+    code = exit.code
+heavy = {"temporalio", "aiodocker", "aiohttp", "psycopg"}
+heavy = sorted({m.split(".")[0] for m in sys.modules} & heavy)
+print(" ".join(heavy), file=sys.stderr)
+"""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MANGO_")}
+    env.update(MANGO_DATABASE_URL=database_url, MANGO_STATE_DIR=str(tmp_path / "state"))
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            capture_output=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        return done.stderr.decode().splitlines()[-1]
+
+    assert loaded("--help") == ""
+    assert loaded("providers") == ""
+    assert loaded("exec", "--session", "imports", "--", "true") == "psycopg"
