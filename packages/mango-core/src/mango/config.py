@@ -33,6 +33,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_WAIT_ENV",
     "NAMESPACE_ENV",
     "PAYLOAD_KEYS_ENV",
     "ROOT_STATE_DIR",
@@ -120,6 +121,9 @@ MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024
 """Upper bound of ``MANGO_MAX_OUTPUT_BYTES``: each stream is held in memory up to the cap."""
 EXEC_TIMEOUT_LIMIT = 7 * 24 * 3600.0
 """Upper bound of ``MANGO_EXEC_TIMEOUT`` (a week); unset means no bound at all."""
+MAX_WAIT_ENV = "MANGO_TEMPORAL_MAX_WAIT"
+DEFAULT_MAX_WAIT = 120.0
+"""How long a durable step waits while the provider is unavailable before giving up."""
 EMBEDDED_IDLE_ENV = "MANGO_EMBEDDED_IDLE_SECONDS"
 DEFAULT_EMBEDDED_IDLE_SECONDS = 300.0
 """How long the command line leaves an unused embedded PostgreSQL running (five minutes)."""
@@ -203,6 +207,9 @@ class Settings:
     """``MANGO_TEMPORAL_PAYLOAD_KEYS``: when set, Temporal payloads are encrypted."""
     namespace: str | None = None
     """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
+    temporal_max_wait: float = DEFAULT_MAX_WAIT
+    """``MANGO_TEMPORAL_MAX_WAIT``: seconds a ``--via-temporal`` step waits through failed
+    attempts (the provider unavailable) before the client cancels it and gives up."""
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
@@ -242,8 +249,12 @@ class Settings:
         idle = number_setting(
             env, EMBEDDED_IDLE_ENV, minimum=0, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
         )
+        max_wait = number_setting(
+            env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
         return cls(
             state_dir=state_dir(env),
+            temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,
             sandbox=sandbox,

@@ -226,6 +226,13 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     "--stdin", "use_stdin", is_flag=True, help="Pass this process's standard input to the command."
 )
 @click.option("--via-temporal/--direct", "via_temporal", default=None, help=_VIA_TEMPORAL_HELP)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --via-temporal: how long to wait while the provider is unavailable (attempts "
+    "fail and are retried) before giving up. Default: MANGO_TEMPORAL_MAX_WAIT, else 120.",
+)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(  # noqa: PLR0917 - click passes every option as an argument
     session_id: str,
@@ -234,12 +241,13 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     env_pairs: tuple[str, ...],
     use_stdin: bool,
     via_temporal: bool | None,
+    max_wait: float | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV in the Session's sandbox and exit with its exit code.
 
     Output is written as it arrives (with --via-temporal: when the command has
-    finished). Interrupting mango (Ctrl-C) kills the command.
+    finished). Interrupting mango (Ctrl-C, SIGTERM) kills the command.
 
     \b
     Example:
@@ -257,7 +265,19 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
         from mango.cli.durable import exec_via_temporal
 
         settings = _settings()
-        sys.exit(_emit(_run(lambda: exec_via_temporal(settings, session_id, command))))
+
+        def report(line: str) -> None:
+            click.echo(f"mango: {line}", err=True)
+
+        sys.exit(
+            _emit(
+                _run(
+                    lambda: exec_via_temporal(
+                        settings, session_id, command, max_wait=max_wait, on_wait=report
+                    )
+                )
+            )
+        )
 
     async def run(rt: Runtime) -> int:
         await rt.manager.ensure_session(session_id)

@@ -47,7 +47,7 @@ from mango.domain.errors import (
 )
 from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
-from mango.domain.values import SandboxSpec, validate_session_id
+from mango.domain.values import ExecResult, SandboxSpec, validate_session_id
 from mango.temporal.failures import to_application_error
 from mango.temporal.messages import (
     AcquireInput,
@@ -56,6 +56,7 @@ from mango.temporal.messages import (
     CredentialStatus,
     DeleteSessionRecordInput,
     DeleteSessionRecordOutput,
+    ExecStepInput,
     FinishDeletionsInput,
     HealthInput,
     ProviderHealth,
@@ -88,13 +89,23 @@ _T = TypeVar("_T")
 
 
 async def _boundary(work: Awaitable[_T]) -> _T:
-    """Await ``work``, translating mango errors into Temporal failures once."""
+    """Await ``work``, translating mango errors into Temporal failures once.
+
+    A retryable failure is sent without the exceptions it was raised from:
+    the server keeps an activity's last failure (what a waiting client shows)
+    only if it is small (a few KiB), and the chain's stack traces are not.
+    It is logged here in full instead. A final failure keeps its chain.
+    """
     try:
         return await work
     except ApplicationError:
         raise
     except MangoError as exc:
-        raise to_application_error(exc) from exc
+        failure = to_application_error(exc)
+        if failure.non_retryable:
+            raise failure from exc
+        _LOG.warning("attempt failed, to be retried: %s", exc, exc_info=exc)
+        raise failure from None
 
 
 def _activity_deadline() -> float | None:
@@ -121,14 +132,20 @@ def _activity_deadline() -> float | None:
 
 
 async def _heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
-    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it."""
+    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it.
+
+    A local activity does not heartbeat (it has no heartbeat timeout: the
+    workflow task it runs in is what times out if the worker dies).
+    """
     task = asyncio.ensure_future(work)
+    beat = not activity.info().is_local
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:
                 return task.result()
-            activity.heartbeat()
+            if beat:
+                activity.heartbeat()
     finally:
         if not task.done():
             task.cancel()
@@ -166,6 +183,7 @@ class MangoActivities:
         return [
             self.acquire_sandbox,
             self.execute_tool,
+            self.exec_command,
             self.read_file,
             self.write_file,
             self.release_sandbox,
@@ -220,6 +238,21 @@ class MangoActivities:
             parse_arguments(request.call)
             sandbox = await self._sandbox(request.session_id, request.spec)
             return await self.tools.run(sandbox, request.call)
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="ExecCommand")
+    async def exec_command(self, request: ExecStepInput) -> ExecResult:
+        """Run one command in the Session's sandbox, as ``mango exec`` does directly.
+
+        The result is the provider's own: the same per-stream output cap and
+        truncation flags as the direct path, stdin passed byte for byte.
+        Cancelling the activity cancels the command (its process tree).
+        """
+
+        async def work() -> ExecResult:
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            return await sandbox.exec(request.command)
 
         return await _boundary(_heartbeating(work(), self.heartbeat_interval))
 
