@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import ActivityEnvironment
 
 from mango.app import SessionManager
 from mango.domain import Command, ProviderUnavailable, SandboxSpec
-from mango.temporal import session_workflow_id
+from mango.local import LocalProvider
+from mango.postgres import PostgresBindingStore
+from mango.temporal import MangoActivities, session_workflow_id
+from mango.temporal.activities import DEFAULT_BLOB_LIMIT
 from mango.temporal.client import Waiting
-from mango.temporal.messages import StepPolicy
+from mango.temporal.messages import ExecStepInput, StepPolicy
+from mango.temporal.payloads import data_converter
 
 from .support import FAST_POLICY, Harness, wait_until
 
@@ -137,3 +142,21 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+async def test_a_result_over_the_payload_limit_is_cut_to_fit(
+    store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """Both streams at a 2 MiB cap would exceed Temporal's 2 MiB payload limit: cut, flagged."""
+    provider = LocalProvider(tmp_path / "sandboxes", max_output_bytes=2 * 1024 * 1024)
+    acts = MangoActivities(SessionManager(provider, store), store, heartbeat_interval=0.05)
+    await store.ensure_session("big")
+    command = Command(("sh", "-c", "head -c 3000000 /dev/urandom; head -c 3000000 /dev/zero >&2"))
+    result = await ActivityEnvironment().run(
+        acts.exec_command, ExecStepInput(session_id="big", command=command)
+    )
+    assert (result.stdout_truncated, result.stderr_truncated) == (True, True)
+    encoded = sum(p.ByteSize() for p in await data_converter.encode([result]))
+    assert encoded <= DEFAULT_BLOB_LIMIT
+    assert len(result.stdout) + len(result.stderr) > DEFAULT_BLOB_LIMIT // 2  # cut, not emptied
+    assert result.stderr == b"\0" * len(result.stderr)
