@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import attrs
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
@@ -17,7 +18,7 @@ from mango.postgres import PostgresBindingStore
 from mango.temporal import MangoActivities, session_workflow_id
 from mango.temporal.activities import DEFAULT_BLOB_LIMIT
 from mango.temporal.client import Waiting
-from mango.temporal.messages import ExecStepInput, StepPolicy
+from mango.temporal.messages import ExecStepInput
 from mango.temporal.payloads import data_converter
 
 from .support import FAST_POLICY, Harness, wait_until
@@ -53,28 +54,35 @@ async def test_exec_step_gives_the_direct_result(harness: Harness) -> None:
 
 
 async def test_local_activity_steps_give_the_same_result(harness: Harness) -> None:
-    """A short, bounded step may run as a local activity; its result does not change."""
-    policy = StepPolicy(
-        heartbeat_timeout=3.0, initial_retry=0.2, max_retry_interval=1.0, local_exec_limit=30.0
+    """A short, bounded step runs as a local activity; its result does not change."""
+    never_local = harness.orchestrator_with(
+        policy=attrs.evolve(harness.orchestrator.policy, local_exec_limit=0.0)
     )
-    orchestrator = harness.orchestrator_with(policy=policy)
-    bounded = Command(NOISY.argv, stdin=NOISY.stdin, timeout=10.0)
+    bounded = Command(NOISY.argv, stdin=NOISY.stdin, timeout=5.0)
     async with harness.worker():
-        local = await orchestrator.exec(harness.sid("local"), bounded)
-        normal = await harness.orchestrator.exec(harness.sid("normal"), bounded)
-    assert local == normal
-    history = await harness.client.get_workflow_handle(
-        session_workflow_id(harness.sid("local"))
-    ).fetch_history()
-    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
-    assert markers, "the bounded step did not run as a local activity"
+        local = await harness.orchestrator.exec(harness.sid("local"), bounded)
+        normal = await never_local.exec(harness.sid("normal"), bounded)
+        unbounded = await harness.orchestrator.exec(harness.sid("unbounded"), NOISY)
+    assert local == normal == unbounded
+
+    async def markers(name: str) -> int:
+        handle = harness.client.get_workflow_handle(session_workflow_id(harness.sid(name)))
+        history = await handle.fetch_history()
+        return sum(e.HasField("marker_recorded_event_attributes") for e in history.events)
+
+    assert await markers("local") == 1  # the step ran as a local activity
+    assert await markers("normal") == 0
+    assert await markers("unbounded") == 0
 
 
-async def test_cancelling_the_caller_kills_the_command(harness: Harness, tmp_path: Path) -> None:
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["activity", "local-activity"])
+async def test_cancelling_the_caller_kills_the_command(
+    harness: Harness, tmp_path: Path, timeout: float | None
+) -> None:
     """Cancelling exec (SIGINT/SIGTERM in the CLI) cancels the step and kills its command first."""
     session = harness.sid("cancel")
     pidfile = tmp_path / "pid"
-    command = Command(("sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 300'))
+    command = Command(("sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 300'), timeout=timeout)
     async with harness.worker():
         task = asyncio.create_task(harness.orchestrator.exec(session, command))
 

@@ -92,10 +92,12 @@ class StepPolicy:
     maximum_attempts: int = attrs.field(default=0, validator=_non_negative)
     stop_grace: float = attrs.field(default=30.0, validator=_positive)
     """How long cleanup waits for a cancelled Session workflow before terminating it."""
-    local_exec_limit: float = attrs.field(default=0.0, validator=_non_negative)
+    local_exec_limit: float = attrs.field(default=10.0, validator=_non_negative)
     """Exec steps whose command has a timeout of at most this many seconds run as local
-    activities (in the worker that runs the workflow task: fewer server round trips);
-    longer or unbounded ones, and every step when 0, run as normal activities."""
+    activities (in the worker that runs the workflow task: two fewer server round
+    trips, about 10 ms); unbounded or longer ones, and every step when 0, run as
+    normal activities, whose heartbeats let the server notice a dead worker. Both are
+    at least once: a worker that dies mid-step has the step run again elsewhere."""
 
 
 # ---------------------------------------------------------------- activities
