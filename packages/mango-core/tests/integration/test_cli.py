@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,12 +32,15 @@ def run(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
         MANGO_DISABLE_PLUGINS="1",
     )
 
-    def invoke(*args: str, stdin: bytes = b"", extra: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def invoke(  # type: ignore[no-untyped-def]
+        *args: str, stdin: bytes = b"", extra: dict[str, str] | None = None, cwd: Path | None = None
+    ):
         return subprocess.run(
             [MANGO, *args],
             input=stdin,
             capture_output=True,
             env={**env, **(extra or {})},
+            cwd=cwd,
             timeout=120,
             check=False,
         )
@@ -297,3 +302,59 @@ print(" ".join(heavy), file=sys.stderr)
     assert loaded("--help") == ""
     assert loaded("providers") == ""
     assert loaded("exec", "--session", "imports", "--", "true") == "psycopg"
+
+
+async def test_reconcile_failures_exit_2(run, store) -> None:  # type: ignore[no-untyped-def]
+    """A deletion reconcile cannot finish is reported, and the command exits 2 as README says."""
+    from mango.domain import ProvisioningIntent, SandboxSpec, spec_hash
+
+    await store.ensure_session("elsewhere")
+    spec = SandboxSpec()
+    await store.put_intent(ProvisioningIntent("elsewhere", "other", spec, spec_hash(spec)))
+    await store.fence_session("elsewhere")
+    result = run("reconcile", "--json")
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    [(session, reason)] = report["deletions"]["failures"]
+    assert session == "elsewhere"
+    assert "belongs to provider 'other'" in reason
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the run-as-root path")
+def test_root_from_a_private_temporary_directory(run, embedded_data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """As root in a 0700 directory: a reachable state dir works; one inside it fails with the
+    README's hint."""
+    private = Path(tempfile.mkdtemp())  # 0700, like mktemp -d
+    try:
+        usable = embedded_data_dir.parent / "state"  # in a directory others may pass
+        env = {"MANGO_DATABASE_URL": "", "MANGO_EMBEDDED_IDLE_SECONDS": "0"}
+        ok = run(
+            "exec",
+            "--session",
+            "root",
+            "--",
+            "pwd",
+            extra={**env, "MANGO_STATE_DIR": str(usable)},
+            cwd=private,
+        )
+        assert ok.returncode == 0, ok.stderr
+        inside = private / "state"
+        failed = run(
+            "exec",
+            "--session",
+            "root",
+            "--",
+            "true",
+            extra={**env, "MANGO_STATE_DIR": str(inside)},
+            cwd=private,
+        )
+        assert failed.returncode == 2
+        error, hint = failed.stderr.decode().splitlines()
+        assert error.startswith("error: PostgreSQL refuses to run as root, so mango runs it as ")
+        assert f"but {private} is not searchable by that account" in error
+        assert hint.startswith("hint: run mango as a non-root user, allow traversal with")
+        readme = (Path(__file__).parents[4] / "README.md").read_text()
+        assert "is not searchable by that account" in readme
+        assert "MANGO_POSTGRES_USER" in readme
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
