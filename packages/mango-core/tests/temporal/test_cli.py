@@ -19,7 +19,7 @@ from mango.local import LocalProvider
 from mango.temporal import session_workflow_id
 from mango.temporal.faults import FaultPoint, fault_point_from_env, inject_faults
 
-from .support import MANGO, Harness, WorkerEnv, WorkerProcess, session_dirs
+from .support import MANGO, Harness, WorkerEnv, WorkerProcess, session_dirs, wait_until
 
 
 def test_worker_refuses_an_unknown_provider() -> None:
@@ -108,6 +108,33 @@ async def test_commands_travel_the_durable_path(
     ).describe()
     assert description.task_queue == f"{harness.queue_prefix}-local"
 
+    # SIGTERM while the step runs: the step is cancelled and its command killed first.
+    pidfile = worker_env.state_dir.parent / "durable.pid"
+    process = await asyncio.create_subprocess_exec(
+        *MANGO,
+        "exec",
+        "--session",
+        session_id,
+        "--",
+        "sh",
+        "-c",
+        f'echo $$ > "{pidfile}"; exec sleep 300',
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    async def started() -> bool:
+        return pidfile.exists() and pidfile.read_text().strip().isdigit()
+
+    await wait_until(started, 60, "the durable command to start")
+    pid = int(pidfile.read_text())
+    process.terminate()
+    _, err_bytes = await asyncio.wait_for(process.communicate(), 120)
+    assert (process.returncode, err_bytes) == (143, b"error: terminated\n")
+    assert not _alive(pid)  # checked at once: gone before mango exited
+
     direct = harness.sid("direct")
     code, out, _ = await mango(env, "exec", "--direct", "--session", direct, "--", "echo", "hi")
     assert (code, out) == (0, "hi\n")
@@ -134,3 +161,12 @@ async def test_commands_travel_the_durable_path(
         False,
         "start one: MANGO_SANDBOX=local mango worker",
     )
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
