@@ -14,6 +14,7 @@ use them, and the embedded PostgreSQL is left running between commands
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -592,5 +593,26 @@ cli.add_command(worker_command)
 
 
 def main() -> None:
-    """Entry point of the ``mango`` script."""
-    cli(prog_name="mango")
+    """Entry point of the ``mango`` script.
+
+    After a command that used Temporal the process ends with ``os._exit``
+    once its output is flushed: the SDK's Rust threads can otherwise abort
+    the interpreter's teardown (SIGABRT, "PyGILState_Release ... finalizing";
+    temporalio/sdk-python#300), turning a finished command into exit -6.
+    Everything the command opened is already closed by then.
+    """
+    try:
+        cli(prog_name="mango")
+    except SystemExit as exit_:
+        code = exit_.code
+    else:  # pragma: no cover - click's standalone mode always exits
+        code = 0
+    if "temporalio" not in sys.modules:
+        raise SystemExit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)  # what SystemExit does with a message
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0)
