@@ -179,3 +179,28 @@ def test_a_killed_command_leaves_no_server_behind(state: Path, tmp_path: Path) -
             with gate.open("w") as writer:
                 writer.write("go\n")
     wait_until(lambda: not server.status().running, "the stop of the abandoned server")
+
+
+_NO_REAPER = """
+import sys
+from pathlib import Path
+from mango.embedded import EmbeddedPostgres
+
+sys.executable = "/nonexistent/python"  # no reaper can be started from here
+server = EmbeddedPostgres(Path(sys.argv[1]), idle_seconds=600)
+server.start()
+server.stop()
+status = server.status()
+print(status.running, status.reaper_pid)
+"""
+
+
+def test_without_a_reaper_the_last_handle_stops_the_server(server_dir: Path) -> None:
+    """If no reaper can be started, lingering would mean running for ever: the server stops."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_REAPER, str(server_dir)],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, b"False None\n"), done.stderr

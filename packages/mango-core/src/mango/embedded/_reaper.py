@@ -67,14 +67,16 @@ def reaper_pid(data_dir: Path) -> int | None:
         os.close(fd)
 
 
-def ensure_reaper(data_dir: Path, idle_seconds: float, timeout: float) -> None:
-    """Start the reaper of ``data_dir`` unless one already runs; return once it holds its lock.
+def ensure_reaper(data_dir: Path, idle_seconds: float, timeout: float) -> bool:
+    """Start the reaper of ``data_dir`` unless one already runs; True once one is in place.
 
-    Costs a ``sh`` and the reaper's start (stdlib only) when none runs, which
-    is when the server was just started; nothing otherwise.
+    Returns when the reaper holds its lock. Costs a ``sh`` and the reaper's
+    start (stdlib only) when none runs, which is when the server was just
+    started; nothing otherwise. False if none could be started (the caller
+    then stops the server itself).
     """
     if reaper_pid(data_dir) is not None:
-        return
+        return True
     argv = [
         sys.executable,
         "-m",
@@ -95,8 +97,9 @@ def ensure_reaper(data_dir: Path, idle_seconds: float, timeout: float) -> None:
             timeout=30,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        # The server still works; it just stops at the next command that finds it idle.
         _LOG.warning("could not start the PostgreSQL reaper for %s: %s", data_dir, exc)
+        return False
+    return reaper_pid(data_dir) is not None
 
 
 def stop_reaper(data_dir: Path) -> None:

@@ -224,19 +224,21 @@ class EmbeddedPostgres:
         holder, bin_dir = self._holder, self._bin_dir
         if holder is None or bin_dir is None:
             return
+        # Normally in place since start(); this replaces one that was killed.
+        # Without a reaper nothing would stop the server later: stop it now.
+        linger = self.idle_seconds > 0 and ensure_reaper(
+            self.data_dir, self.idle_seconds, self.timeout
+        )
         try:
             with exclusive_lock(
                 self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
             ):
                 _touch(holder)
-                if self.idle_seconds <= 0:
+                if not linger:
                     self._stop_if_last(holder, bin_dir, self._account)
         finally:
             os.close(holder)
             self._holder = self._url = None
-        if self.idle_seconds > 0:
-            # Normally already running since start(); this replaces one that was killed.
-            ensure_reaper(self.data_dir, self.idle_seconds, self.timeout)
 
     # ------------------------------------------------------------ lingering
 
