@@ -30,8 +30,10 @@ and widens permissions up to ``/``. This module drives ``initdb`` and
   (:mod:`mango.embedded._reaper`, one per data directory, holding
   ``D.reaper``) stops it once nobody has used it for ``idle_seconds``. The
   reaper is started with the server, so a command killed with SIGKILL still
-  leaves a server that stops on its own; :meth:`EmbeddedPostgres.shutdown`
-  (``mango embedded stop``) stops an unused server at once.
+  leaves a server that stops on its own (a handle that cannot start one
+  stops the server as the last user, as without lingering);
+  :meth:`EmbeddedPostgres.shutdown` (``mango embedded stop``) stops an
+  unused server at once.
 * **Stale pid files.** A ``postmaster.pid`` whose process is gone, a zombie,
   or not a PostgreSQL serving ``D`` is removed, and leftover children of a
   killed server are given time to exit before the new start.
