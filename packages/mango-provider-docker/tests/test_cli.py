@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,14 +37,9 @@ def state_dir() -> Iterator[Path]:
 NAMESPACE = "cli-test"
 
 
-def _mango(
-    state_dir: Path,
-    resources: Path,
-    image: str,
-    *args: str,
-    stdin: bytes = b"",
-    extra: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[bytes]:
+def _environ(
+    state_dir: Path, resources: Path, image: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     env = {
         **os.environ,
         "MANGO_STATE_DIR": str(state_dir),
@@ -51,12 +48,30 @@ def _mango(
         "MANGO_SANDBOX_RESOURCE_DIR": str(resources),
         "MANGO_SANDBOX_PULL": "0",
         "MANGO_NAMESPACE": NAMESPACE,
+        # Stop the embedded PostgreSQL with each command: the directory is removed afterwards.
+        "MANGO_EMBEDDED_IDLE_SECONDS": "0",
         **(extra or {}),
     }
     env.pop("MANGO_DATABASE_URL", None)
     env.pop("MANGO_TEMPORAL_ADDRESS", None)
+    return env
+
+
+def _mango(
+    state_dir: Path,
+    resources: Path,
+    image: str,
+    *args: str,
+    stdin: bytes = b"",
+    extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [str(MANGO), *args], input=stdin, capture_output=True, env=env, timeout=180, check=False
+        [str(MANGO), *args],
+        input=stdin,
+        capture_output=True,
+        env=_environ(state_dir, resources, image, extra),
+        timeout=180,
+        check=False,
     )
 
 
@@ -125,7 +140,7 @@ def test_doctor_reports_an_unreachable_docker_daemon(state_dir: Path, tmp_path: 
         "--json",
         extra={"DOCKER_HOST": "unix:///nonexistent"},
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is True
     assert checks["provider docker"]["ok"] is False
@@ -139,3 +154,104 @@ def test_doctor_reports_a_reachable_docker_daemon(state_dir: Path, tmp_path: Pat
     assert checks["provider docker"]["ok"] is True, checks["provider docker"]
     assert "Docker Engine" in checks["provider docker"]["detail"]
     assert f"namespace {NAMESPACE}" in checks["provider docker"]["detail"]
+
+
+async def test_missing_program_and_sigterm_read_like_local(
+    docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """A missing program reads as on local; SIGTERM kills the tree inside the container."""
+    session = f"cli-term-{tmp_path.name}"
+    resources = tmp_path / "resources"
+    name = Ownership("docker", NAMESPACE).name(session)
+    try:
+        missing = _mango(state_dir, resources, test_image, "exec", "--session", session, "nosuch")
+        assert (missing.returncode, missing.stdout, missing.stderr) == (
+            127,
+            b"",
+            b"mango: nosuch: command not found\n",
+        )
+        script = "sleep 301 & sleep 302 & printf ready; wait"
+        env = _environ(state_dir, resources, test_image)
+        code, err = _terminate_when_ready(
+            env, "exec", "--session", session, "--", "sh", "-c", script
+        )
+        assert (code, err) == (143, b"error: terminated\n")
+        # Right after mango exited: nothing of the command runs in the container any more.
+        listing = _mango(
+            state_dir, resources, test_image, "exec", "--session", session, "ps", "-o", "args"
+        )
+        assert listing.returncode == 0, listing.stderr
+        assert b"sleep 30" not in listing.stdout
+    finally:
+        leftover = await docker_engine.inspect_container(name)
+        if leftover is not None:
+            await docker_engine.remove_container(str(leftover["Id"]))
+
+
+def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
+    """Run ``mango ARGS``; once it printed ``ready``, SIGTERM it. Its exit code and stderr."""
+    with subprocess.Popen(
+        [str(MANGO), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        try:
+            assert process.stdout is not None
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            assert ready
+            assert os.read(process.stdout.fileno(), 5) == b"ready"
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=120)
+        finally:
+            process.kill()
+    return process.returncode, err
+
+
+def test_a_pull_that_cannot_reach_a_registry_says_so(state_dir: Path, tmp_path: Path) -> None:
+    """An image whose registry does not answer: exit 2, the reason, and what to do offline."""
+    result = _mango(
+        state_dir,
+        tmp_path / "resources",
+        "127.0.0.1:1/mango-test/absent:latest",  # a registry address where nothing listens
+        "exec",
+        "--session",
+        f"cli-pull-{tmp_path.name}",
+        "true",
+        extra={"MANGO_SANDBOX_PULL": "1"},
+    )
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 2, lines
+    error = next(line for line in lines if line.startswith("error: "))
+    assert "cannot pull image '127.0.0.1:1/mango-test/absent:latest'" in error
+    assert "could not reach the image's registry" in error
+    assert lines[-1].startswith("hint: check the Docker Engine's network and proxy settings")
+    assert "MANGO_SANDBOX_PULL=0" in lines[-1]
+
+
+def test_delete_with_the_wrong_provider_selected_changes_nothing(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """A local Session deleted with MANGO_SANDBOX=docker: exit 2, named owner, still bound."""
+    resources = tmp_path / "resources"
+    local = {"MANGO_SANDBOX": "local"}
+    made = _mango(
+        state_dir, resources, "unused:latest", "exec", "--session", "mine", "true", extra=local
+    )
+    assert made.returncode == 0, made.stderr
+    refused = _mango(state_dir, resources, "unused:latest", "sessions", "delete", "mine")
+    assert refused.returncode == 2
+    error, hint = refused.stderr.decode().splitlines()
+    assert error == (
+        "error: session 'mine' belongs to provider 'local', not to 'docker' "
+        "(the provider selected here)"
+    )
+    assert hint == (
+        "hint: delete it with MANGO_SANDBOX=local (on the durable path: in a worker of that "
+        "provider)"
+    )
+    listed = _mango(state_dir, resources, "unused:latest", "sessions", "list", "--json")
+    assert [(row["session_id"], row["state"]) for row in json.loads(listed.stdout)] == [
+        ("mine", "bound")
+    ]
+    deleted = _mango(
+        state_dir, resources, "unused:latest", "sessions", "delete", "mine", extra=local
+    )
+    assert deleted.returncode == 0, deleted.stderr

@@ -118,11 +118,26 @@ async def test_stderr_that_overtakes_the_status_line_is_kept_whole(sandbox: Dock
         assert result.stderr == b"e" * 300000
 
 
-async def test_missing_program_exits_127(sandbox: DockerSandbox) -> None:
-    """A program that does not exist is exit code 127, for bare names and paths."""
-    for program in ("no-such-program", "/no/such/program"):
-        result = await sandbox.exec(Command((program,)))
-        assert result.exit_code == 127, result
+async def test_missing_program_reads_like_local(sandbox: DockerSandbox) -> None:
+    """A program that cannot run is 127/126 with the local provider's message, no wrapper lines."""
+    expected = {
+        ("nosuch",): (127, b"mango: nosuch: command not found\n"),
+        ("/no/such/program",): (127, b"mango: /no/such/program: No such file or directory\n"),
+        ("/etc/passwd",): (126, b"mango: /etc/passwd: Permission denied\n"),
+        ("/workspace",): (126, b"mango: /workspace: Permission denied\n"),
+    }
+    for argv, (code, stderr) in expected.items():
+        result = await sandbox.exec(Command(argv))
+        assert (result.exit_code, result.stderr, result.stdout) == (code, stderr, b""), argv
+    found = await sandbox.exec(Command(("true",), cwd="sub"))
+    assert (found.exit_code, found.stderr) == (0, b"")
+
+
+async def test_wrapper_variables_never_reach_the_command(sandbox: DockerSandbox) -> None:
+    """Variables the wrapper uses internally do not shadow the command's own environment."""
+    env = {"p": "x", "f": "y", "d": "z", "c": "w"}
+    result = await sandbox.exec(sh('printf "%s|" "$p" "$f" "$d" "$c"', env=env, cwd="a/b"))
+    assert result.stdout == b"x|y|z|w|"
 
 
 async def test_environment_is_fixed_plus_command_env(sandbox: DockerSandbox) -> None:

@@ -23,14 +23,17 @@ from mango.domain.registry import SettingSpec, validate_namespace
 from mango.domain.values import validate_host, validate_provider_name
 
 __all__ = [
+    "DEFAULT_EMBEDDED_IDLE_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
+    "EMBEDDED_IDLE_ENV",
     "EXEC_TIMEOUT_LIMIT",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_WAIT_ENV",
     "NAMESPACE_ENV",
     "PACKAGE_MANAGER_HOSTS_ENV",
     "PAYLOAD_KEYS_ENV",
@@ -126,6 +129,12 @@ MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024
 """Upper bound of ``MANGO_MAX_OUTPUT_BYTES``: each stream is held in memory up to the cap."""
 EXEC_TIMEOUT_LIMIT = 7 * 24 * 3600.0
 """Upper bound of ``MANGO_EXEC_TIMEOUT`` (a week); unset means no bound at all."""
+MAX_WAIT_ENV = "MANGO_TEMPORAL_MAX_WAIT"
+DEFAULT_MAX_WAIT = 120.0
+"""How long a durable step waits while the provider is unavailable before giving up."""
+EMBEDDED_IDLE_ENV = "MANGO_EMBEDDED_IDLE_SECONDS"
+DEFAULT_EMBEDDED_IDLE_SECONDS = 300.0
+"""How long the command line leaves an unused embedded PostgreSQL running (five minutes)."""
 
 
 def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
@@ -233,6 +242,12 @@ class Settings:
     """``MANGO_NAMESPACE``: the deployment namespace; None means the store's own."""
     package_manager_hosts: tuple[str, ...] = ()
     """``MANGO_PACKAGE_MANAGER_HOSTS``: reachable by limited-network sandboxes during setup."""
+    temporal_max_wait: float = DEFAULT_MAX_WAIT
+    """``MANGO_TEMPORAL_MAX_WAIT``: seconds a ``--via-temporal`` step waits through failed
+    attempts (the provider unavailable) before the client cancels it and gives up."""
+    embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
+    """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
+    PostgreSQL running for the next one (0: stop it when the command ends)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -266,8 +281,16 @@ class Settings:
                 validate_namespace(namespace)
             except InvalidInput as exc:
                 raise ConfigurationError(f"{NAMESPACE_ENV}: {exc}") from None
+        idle = number_setting(
+            env, EMBEDDED_IDLE_ENV, minimum=0, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
+        max_wait = number_setting(
+            env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
         return cls(
             state_dir=state_dir(env),
+            temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
+            embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,
             sandbox=sandbox,
             database_url=url,

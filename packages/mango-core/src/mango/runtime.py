@@ -67,24 +67,33 @@ async def deployment_context(settings: Settings, store: BindingStore) -> Provide
 
 
 @asynccontextmanager
-async def open_database(settings: Settings) -> AsyncIterator[str]:
-    """Yield a database URL: ``MANGO_DATABASE_URL`` or a private embedded server."""
+async def open_database(settings: Settings, *, linger: bool = False) -> AsyncIterator[str]:
+    """Yield a database URL: ``MANGO_DATABASE_URL`` or a private embedded server.
+
+    With ``linger`` (short-lived commands) an embedded server is left running
+    for ``settings.embedded_idle_seconds`` after the block, for the next
+    command to join; without it (workers, applications) the last user stops it.
+    """
     if settings.database_url is not None:
         yield settings.database_url
         return
     from mango.embedded.postgres import embedded_postgres
 
-    async with embedded_postgres(settings.state_dir / "postgres") as url:
+    idle = settings.embedded_idle_seconds if linger else 0.0
+    async with embedded_postgres(settings.state_dir / "postgres", idle_seconds=idle) as url:
         yield url
 
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, host: PluginHost | None = None
+    settings: Settings, host: PluginHost | None = None, *, linger: bool = False
 ) -> AsyncIterator[Runtime]:
-    """Open plugins, database, store, provider and SessionManager; close them in reverse."""
+    """Open plugins, database, store, provider and SessionManager; close them in reverse.
+
+    ``linger`` is passed to :func:`open_database`.
+    """
     registry, registration = select_provider(settings, host)
-    async with open_database(settings) as url:
+    async with open_database(settings, linger=linger) as url:
         store = await open_store(url)
         try:
             provider = registry.open(settings.sandbox, await deployment_context(settings, store))

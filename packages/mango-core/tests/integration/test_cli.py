@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,12 +32,15 @@ def run(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
         MANGO_DISABLE_PLUGINS="1",
     )
 
-    def invoke(*args: str, stdin: bytes = b"", extra: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def invoke(  # type: ignore[no-untyped-def]
+        *args: str, stdin: bytes = b"", extra: dict[str, str] | None = None, cwd: Path | None = None
+    ):
         return subprocess.run(
             [MANGO, *args],
             input=stdin,
             capture_output=True,
             env={**env, **(extra or {})},
+            cwd=cwd,
             timeout=120,
             check=False,
         )
@@ -183,9 +188,9 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
     ],
 )
 def test_doctor_reports_an_unreachable_database(run, url: str) -> None:  # type: ignore[no-untyped-def]
-    """A database that refuses connections is a failed check with a hint, exit 1, no password."""
+    """A database that refuses connections is a failed check with a hint, exit 2, no password."""
     result = run("doctor", "--json", extra={"MANGO_DATABASE_URL": url})
-    assert result.returncode == 1
+    assert result.returncode == 2
     checks = {check["name"]: check for check in json.loads(result.stdout)}
     assert checks["database"]["ok"] is False
     assert b"secret" not in result.stdout + result.stderr
@@ -260,3 +265,111 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_exec_sigterm_kills_the_command_tree_before_exiting(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM ends mango with 143, and the command and its children are gone by then."""
+    pids = tmp_path / "pids"
+    script = 'sleep 300 & printf "%s %s" "$$" "$!" > "$1"; printf ready; wait'
+    process = run.popen("exec", "--session", "term", "--", "sh", "-c", script, "sh", str(pids))
+    try:
+        _read_until(process.stdout, b"ready")
+        shell, child = (int(pid) for pid in pids.read_text().split())
+        assert _alive(shell)
+        assert _alive(child)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143
+    assert err.endswith(b"error: terminated\n")
+    # Checked right after mango exited, without waiting: nothing may outlive it.
+    assert not _alive(shell)
+    assert not _alive(child)
+
+
+def test_cli_imports_only_what_the_command_needs(database_url: str, tmp_path: Path) -> None:
+    """Local exec loads neither temporalio nor aiodocker; --help not even psycopg."""
+    probe = """
+import sys
+from mango.cli import cli
+try:
+    cli(sys.argv[1:], prog_name="mango")
+except SystemExit as exit:
+    code = exit.code
+heavy = {"temporalio", "aiodocker", "aiohttp", "psycopg"}
+heavy = sorted({m.split(".")[0] for m in sys.modules} & heavy)
+print(" ".join(heavy), file=sys.stderr)
+"""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MANGO_")}
+    env.update(MANGO_DATABASE_URL=database_url, MANGO_STATE_DIR=str(tmp_path / "state"))
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            capture_output=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        return done.stderr.decode().splitlines()[-1]
+
+    assert loaded("--help") == ""
+    assert loaded("providers") == ""
+    assert loaded("exec", "--session", "imports", "--", "true") == "psycopg"
+
+
+async def test_reconcile_failures_exit_2(run, store) -> None:  # type: ignore[no-untyped-def]
+    """A deletion reconcile cannot finish is reported, and the command exits 2 as README says."""
+    from mango.domain import ProvisioningIntent, SandboxSpec, spec_hash
+
+    await store.ensure_session("elsewhere")
+    spec = SandboxSpec()
+    await store.put_intent(ProvisioningIntent("elsewhere", "other", spec, spec_hash(spec)))
+    await store.fence_session("elsewhere")
+    result = run("reconcile", "--json")
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    [(session, reason)] = report["deletions"]["failures"]
+    assert session == "elsewhere"
+    assert "belongs to provider 'other'" in reason
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the run-as-root path")
+def test_root_from_a_private_temporary_directory(run, embedded_data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """As root in a 0700 directory: a reachable state dir works; one inside it fails with the
+    README's hint."""
+    private = Path(tempfile.mkdtemp())  # 0700, like mktemp -d
+    try:
+        usable = embedded_data_dir.parent / "state"  # in a directory others may pass
+        env = {"MANGO_DATABASE_URL": "", "MANGO_EMBEDDED_IDLE_SECONDS": "0"}
+        ok = run(
+            "exec",
+            "--session",
+            "root",
+            "--",
+            "pwd",
+            extra={**env, "MANGO_STATE_DIR": str(usable)},
+            cwd=private,
+        )
+        assert ok.returncode == 0, ok.stderr
+        inside = private / "state"
+        failed = run(
+            "exec",
+            "--session",
+            "root",
+            "--",
+            "true",
+            extra={**env, "MANGO_STATE_DIR": str(inside)},
+            cwd=private,
+        )
+        assert failed.returncode == 2
+        error, hint = failed.stderr.decode().splitlines()
+        assert error.startswith("error: PostgreSQL refuses to run as root, so mango runs it as ")
+        assert f"but {private} is not searchable by that account" in error
+        assert hint.startswith("hint: run mango as a non-root user, allow traversal with")
+        readme = (Path(__file__).parents[4] / "README.md").read_text()
+        assert "is not searchable by that account" in readme
+        assert "MANGO_POSTGRES_USER" in readme
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

@@ -14,12 +14,12 @@ from temporalio.service import RPCError
 from mango.cli import cli
 from mango.cli.durable import temporal_checks
 from mango.config import Settings
-from mango.domain import ConfigurationError, InvalidInput
+from mango.domain import ConfigurationError
 from mango.local import LocalProvider
 from mango.temporal import session_workflow_id
 from mango.temporal.faults import FaultPoint, fault_point_from_env, inject_faults
 
-from .support import MANGO, Harness, WorkerEnv, WorkerProcess, session_dirs
+from .support import MANGO, Harness, WorkerEnv, WorkerProcess, session_dirs, wait_until
 
 
 def test_worker_refuses_an_unknown_provider() -> None:
@@ -99,14 +99,41 @@ async def test_commands_travel_the_durable_path(
         "--",
         "sh",
         "-c",
-        "cat; exit 3",
-        stdin=b"piped\n",
+        "od -An -tx1; exit 3",
+        stdin=b"\x00\xff\n",
     )
-    assert (code, out) == (3, "piped\n"), err
+    assert (code, out.split()) == (3, ["00", "ff", "0a"]), err
     description = await harness.client.get_workflow_handle(
         session_workflow_id(session_id)
     ).describe()
     assert description.task_queue == f"{harness.queue_prefix}-local"
+
+    # SIGTERM while the step runs: the step is cancelled and its command killed first.
+    pidfile = worker_env.state_dir.parent / "durable.pid"
+    process = await asyncio.create_subprocess_exec(
+        *MANGO,
+        "exec",
+        "--session",
+        session_id,
+        "--",
+        "sh",
+        "-c",
+        f'echo $$ > "{pidfile}"; exec sleep 300',
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    async def started() -> bool:
+        return pidfile.exists() and pidfile.read_text().strip().isdigit()
+
+    await wait_until(started, 60, "the durable command to start")
+    pid = int(pidfile.read_text())
+    process.terminate()
+    _, err_bytes = await asyncio.wait_for(process.communicate(), 120)
+    assert (process.returncode, err_bytes) == (143, b"error: terminated\n")
+    assert not _alive(pid)  # checked at once: gone before mango exited
 
     direct = harness.sid("direct")
     code, out, _ = await mango(env, "exec", "--direct", "--session", direct, "--", "echo", "hi")
@@ -136,11 +163,10 @@ async def test_commands_travel_the_durable_path(
     )
 
 
-def test_stdin_must_be_text_on_the_durable_path(tmp_path: Path) -> None:
-    """Binary stdin cannot become a tool argument; the command says so."""
-    from mango.cli.durable import exec_via_temporal
-    from mango.domain import Command
-
-    settings = Settings(state_dir=tmp_path)
-    with pytest.raises(InvalidInput, match="UTF-8"):
-        asyncio.run(exec_via_temporal(settings, "s", Command(("cat",), stdin=b"\xff\xfe")))
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

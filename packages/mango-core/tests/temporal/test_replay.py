@@ -2,7 +2,8 @@
 
 ``histories/*.json`` were recorded from real runs on the dev server (tool
 steps, a failed step, continue-as-new, a deletion that cancels a running
-step, the cleanup, the health check, reconciler passes). A change that makes a
+step, the cleanup, the health check, reconciler passes, ``Exec`` steps as
+normal and as local activities and one cancelled by ``CancelStep``). A change that makes a
 workflow take a different path on the same history fails here. To re-record
 after an intentional, versioned change:
 ``MANGO_RECORD_HISTORIES=1 pytest -k test_fresh_histories_replay``.
@@ -19,8 +20,9 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from mango.domain import Command
 from mango.temporal import ToolCall, ToolFailed, cleanup_workflow_id, session_workflow_id
-from mango.temporal.messages import ReconcilerInput, ReconcilerStatus
+from mango.temporal.messages import ReconcilerInput, ReconcilerStatus, StepPolicy
 from mango.temporal.payloads import data_converter
 from mango.temporal.routing import reconciler_workflow_id
 from mango.temporal.worker import workflow_runner
@@ -50,6 +52,7 @@ def test_histories_are_committed() -> None:
     """The recorded histories exist (a missing directory would make replay vacuous)."""
     names = {path.stem for path in recorded()}
     assert names == {
+        "session-exec",
         "session-steps",
         "session-cancelled",
         "sandbox-cleanup",
@@ -144,3 +147,38 @@ async def test_fresh_histories_replay(harness: Harness) -> None:
             HISTORIES.mkdir(exist_ok=True)
             payload = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
             (HISTORIES / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def _keep(name: str, history: WorkflowHistory) -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    payload = {"workflow_id": history.workflow_id, "history": json.loads(history.to_json())}
+    (HISTORIES / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+
+
+@pytest.mark.postgres
+async def test_fresh_exec_history_replays(harness: Harness, tmp_path: Path) -> None:
+    """Exec steps (normal, local activity, cancelled while running) replay (``session-exec``)."""
+    s1, client = harness.sid("exec"), harness.client
+    policy = StepPolicy(initial_retry=0.2, max_retry_interval=1.0, local_exec_limit=30.0)
+    orchestrator = harness.orchestrator_with(policy=policy)
+    pid_file = tmp_path / "pid"
+    async with harness.worker():
+        await orchestrator.exec(s1, Command(("sh", "-c", "cat; exit 3"), stdin=b"\x00\xff"))
+        await orchestrator.exec(s1, Command(("echo", "local"), timeout=5.0))
+        step = asyncio.ensure_future(
+            orchestrator.exec(s1, Command(("sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 60')))
+        )
+
+        async def started() -> bool:
+            return bool(pid_file.exists() and pid_file.read_text().strip())
+
+        await wait_until(started, 30, "the long step")
+        step.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await step
+        await orchestrator.exec(s1, Command(("true",)))
+    history = await client.get_workflow_handle(session_workflow_id(s1)).fetch_history()
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    if RECORD:
+        _keep("session-exec", history)

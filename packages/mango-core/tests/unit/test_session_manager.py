@@ -17,10 +17,12 @@ from mango.domain import (
     OwnershipError,
     PackagePlan,
     PermanentError,
+    ProvisioningIntent,
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
     SessionDeleting,
+    spec_hash,
 )
 
 SPEC = SandboxSpec()
@@ -190,6 +192,34 @@ async def test_other_providers_binding_is_permanent(
     with pytest.raises(OwnershipError):
         await other.release("s1")
     assert await store.get_binding("s1") is not None
+
+
+async def test_deleting_with_the_wrong_provider_fences_nothing(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """Deleting another provider's Session (binding or intent) is refused before the fence."""
+    await (await _manager(store, make_provider())).acquire("s1", SPEC)
+    other = SessionManager(make_provider(name="other"), store)
+    with pytest.raises(OwnershipError, match="belongs to provider 'memory'"):
+        await other.delete_session("s1")
+    record = await store.get_session("s1")
+    assert record is not None
+    assert not record.deleting
+    assert world.destroys == 0
+
+    await store.ensure_session("s2")
+    await store.put_intent(
+        ProvisioningIntent(session_id="s2", provider="memory", spec=SPEC, spec_hash=spec_hash(SPEC))
+    )
+    with pytest.raises(OwnershipError, match="belongs to provider 'memory'"):
+        await other.delete_session("s2")
+    second = await store.get_session("s2")
+    assert second is not None
+    assert not second.deleting
+    # The right provider deletes both as usual.
+    owner = SessionManager(make_provider(), store)
+    assert await owner.delete_session("s1") is True
+    assert await owner.delete_session("s2") is True
 
 
 async def test_changed_package_plan_is_permanent(

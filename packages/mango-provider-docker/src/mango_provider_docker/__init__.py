@@ -19,20 +19,41 @@ API version with the daemon.
   network and resource mounts are rejected at admission.
 
 Settings are in :mod:`mango_provider_docker.settings`.
+
+The names below are loaded on first use: the plugin's entry point imports
+this package on every mango command, and aiodocker is only worth importing
+when the Docker provider is the one selected.
 """
 
-from mango_provider_docker.engine import Engine
-from mango_provider_docker.provider import (
-    DEFAULT_IMAGE,
-    DEFAULT_MAX_OUTPUT_BYTES,
-    DockerProvider,
-)
-from mango_provider_docker.sandbox import DockerSandbox
-from mango_provider_docker.settings import (
-    DockerSettings,
-    open_docker_provider,
-    read_docker_settings,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mango_provider_docker.engine import Engine
+    from mango_provider_docker.provider import (
+        DEFAULT_IMAGE,
+        DEFAULT_MAX_OUTPUT_BYTES,
+        DockerProvider,
+    )
+    from mango_provider_docker.sandbox import DockerSandbox
+    from mango_provider_docker.settings import (
+        DockerSettings,
+        open_docker_provider,
+        read_docker_settings,
+    )
+
+_WHERE = {
+    "DEFAULT_IMAGE": "mango_provider_docker.layout",
+    "DEFAULT_MAX_OUTPUT_BYTES": "mango_provider_docker.provider",
+    "DockerProvider": "mango_provider_docker.provider",
+    "DockerSandbox": "mango_provider_docker.sandbox",
+    "DockerSettings": "mango_provider_docker.settings",
+    "Engine": "mango_provider_docker.engine",
+    "open_docker_provider": "mango_provider_docker.settings",
+    "read_docker_settings": "mango_provider_docker.settings",
+}
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -44,3 +65,16 @@ __all__ = [
     "open_docker_provider",
     "read_docker_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

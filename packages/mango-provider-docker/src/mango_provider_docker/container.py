@@ -17,17 +17,24 @@ configuration with this list (:func:`configuration_problems`).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
-import attrs
-
-from mango.provider import InvalidInput, NetworkMode, SandboxSpec
+from mango.provider import NetworkMode, SandboxSpec
 from mango_provider_docker.execution import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
+from mango_provider_docker.limits import (
+    MAX_CPUS,
+    MAX_MEMORY_BYTES,
+    MAX_PIDS_LIMIT,
+    MIN_CPUS,
+    MIN_MEMORY_BYTES,
+    MIN_PIDS_LIMIT,
+    Limits,
+    check_cpus,
+    check_pids_limit,
+    parse_memory,
+)
 
 __all__ = [
     "IDLE_SCRIPT",
@@ -49,87 +56,6 @@ __all__ = [
 
 IDLE_SCRIPT = "while :; do sleep 3600; done"
 """The main process: keeps the container alive so commands can be exec-ed into it."""
-MIN_MEMORY_BYTES = 6 * 1024 * 1024
-"""The smallest memory limit the Docker Engine accepts."""
-MAX_MEMORY_BYTES = 1 << 50
-"""The largest memory limit accepted (1 PiB): beyond any host, far inside the Engine's int64."""
-MIN_CPUS = 0.01
-"""The smallest CPU limit: below it the kernel refuses the CFS quota; the container cannot start."""
-MAX_CPUS = 1024.0
-"""The largest CPU limit accepted; the Engine itself refuses more CPUs than the host has."""
-MIN_PIDS_LIMIT = 16
-"""The smallest pids limit. The init, the idle shell and its ``sleep`` hold three; every exec
-briefly holds up to three more (runc's setns stages) before it becomes the command; a command
-with a few children and the tree killer must fit beside them, or the sandbox cannot run a
-command, or stop one (measured: at 8 the kill of a two-stage pipeline fails to start)."""
-MAX_PIDS_LIMIT = 4 * 1024 * 1024
-"""The largest pids limit: the kernel's ``PID_MAX_LIMIT``; ``pids.max`` refuses more."""
-
-_MEMORY = re.compile(r"(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]?)(?:i?b)?\Z", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-
-
-def parse_memory(text: str) -> int:
-    """Parse a Docker memory size (``512m``, ``1g``, ``1.5GiB``, ``1048576``) into bytes.
-
-    Units are binary, as the docker CLI reads them. ``0`` means no limit.
-    Raises :class:`InvalidInput` for anything else, or a limit outside 6 MiB to 1 PiB.
-    """
-    match = _MEMORY.match(text.strip())
-    if match is None:
-        raise InvalidInput(f"memory limit {text[:40]!r} is not a size such as 512m or 2g")
-    # Decimal, not float: no rounding or overflow whatever the digits.
-    value = int(Decimal(match.group(1)) * _UNITS[match.group(2).lower()])
-    if value and value < MIN_MEMORY_BYTES:
-        raise InvalidInput(f"memory limit {text!r} is below the Docker minimum of 6m")
-    if value > MAX_MEMORY_BYTES:
-        raise InvalidInput(f"memory limit {text!r} is above the maximum of 1p")
-    return value
-
-
-@attrs.frozen
-class Limits:
-    """Resource limits of one container; ``None`` leaves the daemon's default (none)."""
-
-    memory_bytes: int | None = None
-    nano_cpus: int | None = None
-    pids_limit: int | None = None
-
-
-def check_cpus(cpus: float) -> int | None:
-    """The ``NanoCpus`` of a CPU limit; ``0`` means none (``None``).
-
-    Raises :class:`InvalidInput` unless ``cpus`` is 0 or from 0.01 to 1024.
-    """
-    if (
-        isinstance(cpus, bool)
-        or not isinstance(cpus, int | float)
-        or not math.isfinite(cpus)
-        or not (cpus == 0 or MIN_CPUS <= cpus <= MAX_CPUS)
-    ):
-        raise InvalidInput(
-            f"cpu limit must be 0 (none) or from {MIN_CPUS:g} to {MAX_CPUS:g} CPUs, got {cpus!r}"
-        )
-    return round(cpus * 1e9) or None
-
-
-def check_pids_limit(pids_limit: int) -> int | None:
-    """The ``PidsLimit`` of a pids limit; ``0`` means none (``None``).
-
-    Raises :class:`InvalidInput` unless ``pids_limit`` is 0 or a whole number
-    from :data:`MIN_PIDS_LIMIT` to :data:`MAX_PIDS_LIMIT`.
-    """
-    if (
-        isinstance(pids_limit, bool)
-        or not isinstance(pids_limit, int)
-        or not (pids_limit == 0 or MIN_PIDS_LIMIT <= pids_limit <= MAX_PIDS_LIMIT)
-    ):
-        raise InvalidInput(
-            f"pids limit must be 0 (none) or a whole number from {MIN_PIDS_LIMIT} to "
-            f"{MAX_PIDS_LIMIT}, got {pids_limit!r}: a sandbox needs room for its init, its "
-            "idle shell and the command's processes"
-        )
-    return pids_limit or None
 
 
 def resolve_limits(spec: SandboxSpec, defaults: Limits) -> Limits:

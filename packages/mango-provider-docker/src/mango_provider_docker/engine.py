@@ -42,6 +42,7 @@ from mango_provider_docker.errors import (
 __all__ = [
     "API_TIMEOUT_SECONDS",
     "CONNECT_TIMEOUT_SECONDS",
+    "PULL_HINT",
     "REMOVE_WAIT_SECONDS",
     "Engine",
     "PathStat",
@@ -132,6 +133,26 @@ def _api_version(value: str | None) -> str:
             "daemon's own",
         )
     return text if text.startswith("v") else "v" + text
+
+
+PULL_HINT = (
+    "check the Docker Engine's network and proxy settings (the daemon pulls, not mango), "
+    "or put the image on the Engine another way (docker load, docker import, a local "
+    "build), then set MANGO_SANDBOX_PULL=0"
+)
+"""What to do when a pull cannot reach the registry (offline machines, blocked networks)."""
+
+# How dockerd (Go's net and net/http) words a registry it cannot reach.
+_UNREACHABLE_REGISTRY = (
+    "dial tcp",
+    "no such host",
+    "connection refused",
+    "i/o timeout",
+    "network is unreachable",
+    "TLS handshake timeout",
+    "Client.Timeout exceeded",
+    "request canceled while waiting for connection",
+)
 
 
 class Engine:
@@ -405,6 +426,14 @@ class Engine:
         except SandboxNotFound as exc:
             # A 404 here is about the image, not a sandbox.
             raise ConfigurationError(f"image {image!r} was not found: {exc}") from exc
+        except ProviderUnavailable as exc:
+            if any(marker in str(exc) for marker in _UNREACHABLE_REGISTRY):
+                raise ProviderUnavailable(
+                    f"cannot pull image {image!r}: the Docker Engine could not reach the "
+                    f"image's registry ({exc})",
+                    hint=PULL_HINT,
+                ) from exc
+            raise
 
     # ------------------------------------------------------------------ exec
 

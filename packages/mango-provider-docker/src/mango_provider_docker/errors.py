@@ -39,11 +39,11 @@ from mango.provider import (
     ProviderUnavailable,
     SandboxNotFound,
 )
+from mango_provider_docker.layout import API_VERSION_ENV
 
 __all__ = ["API_VERSION_ENV", "DAEMON_HINT", "engine_errors", "translate_docker_error"]
 
 DAEMON_HINT = "is dockerd running? DOCKER_HOST selects the daemon"
-API_VERSION_ENV = "DOCKER_API_VERSION"
 _CLIENT_VERSION = re.compile(r"client version \S+ is too (new|old)", re.IGNORECASE)
 
 

@@ -31,7 +31,12 @@ from mango.provider.hostdirs import ensure_private_dir
 from mango.provider.ownership import Ownership
 
 __all__ = [
+    "API_VERSION_ENV",
     "CONTAINER_ID",
+    "DEFAULT_CPUS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_MEMORY",
+    "DEFAULT_PIDS_LIMIT",
     "PROVIDER_NAME",
     "RESOURCE_DIR_ENV",
     "WORKSPACE",
@@ -46,8 +51,15 @@ PROVIDER_NAME = "docker"
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"
+API_VERSION_ENV = "DOCKER_API_VERSION"
+"""Pins the Engine API version (default: the daemon's own)."""
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}\Z")
 """A full container id: the only form a reference of this provider holds."""
+DEFAULT_IMAGE = "alpine:latest"
+"""Image of sandboxes whose spec names none (``MANGO_SANDBOX_IMAGE`` overrides it)."""
+DEFAULT_MEMORY = "1g"
+DEFAULT_CPUS = 1.0
+DEFAULT_PIDS_LIMIT = 512
 
 
 def container_labels(document: Mapping[str, Any]) -> Mapping[str, Any]:

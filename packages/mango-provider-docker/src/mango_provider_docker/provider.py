@@ -39,6 +39,10 @@ from mango_provider_docker.container import (
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import (
     CONTAINER_ID,
+    DEFAULT_CPUS,
+    DEFAULT_IMAGE,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS_LIMIT,
     PROVIDER_NAME,
     check_container_id,
     container_labels,
@@ -61,11 +65,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "alpine:latest"
-"""Image of sandboxes whose spec names none (``MANGO_SANDBOX_IMAGE`` overrides it)."""
-DEFAULT_MEMORY = "1g"
-DEFAULT_CPUS = 1.0
-DEFAULT_PIDS_LIMIT = 512
 CONFLICT_WAIT_SECONDS = 30.0
 """After losing the race for a container name, how long to wait for the winner's container."""
 CLOSE_WAIT_SECONDS = 30.0

@@ -8,7 +8,13 @@ never by interpolation, and use only shell builtins on their common path
 :data:`EXEC_WRAPPER` runs every command. It enters the working directory below
 ``/workspace`` one component at a time (creating missing directories and
 refusing symlinks), prints one status line on stdout, then ``exec``\\ s the
-command, which keeps the wrapper's pid. The status line is the first thing on
+command, which keeps the wrapper's pid. A program that cannot be run is
+reported as the local provider reports it (``mango: NAME: command not found``
+and 127, ``mango: PATH: No such file or directory`` and 127, ``mango: PATH:
+Permission denied`` and 126), not with the shell's own message, which would
+name this wrapper's line numbers. Its own variables are prefixed ``_mango_``
+and unset before the ``exec``, so they never shadow the command's
+environment. The status line is the first thing on
 stdout, before the command can print anything:
 
 * ``mango-exec:<pid>`` -- the command's pid inside the container is ``<pid>``;
@@ -40,21 +46,38 @@ STATUS_PID = b"mango-exec:"
 STATUS_ERROR = b"mango-exec-error:"
 """Prefix of the wrapper's status line when the command could not start."""
 
-EXEC_WRAPPER = r"""d=$1; shift
+EXEC_WRAPPER = r"""_mango_d=$1; shift
 if [ -L /workspace ] || ! cd -P /workspace 2>/dev/null; then
     printf 'mango-exec-error:root\n'; exit 125
 fi
-if [ -n "$d" ]; then
+if [ -n "$_mango_d" ]; then
     IFS=/; set -f
-    for c in $d; do
-        if [ -L "./$c" ]; then printf 'mango-exec-error:symlink\n'; exit 125; fi
-        [ -e "./$c" ] || mkdir "./$c" 2>/dev/null
-        if ! cd -P "./$c" 2>/dev/null; then printf 'mango-exec-error:notdir\n'; exit 125; fi
+    for _mango_c in $_mango_d; do
+        if [ -L "./$_mango_c" ]; then printf 'mango-exec-error:symlink\n'; exit 125; fi
+        [ -e "./$_mango_c" ] || mkdir "./$_mango_c" 2>/dev/null
+        if ! cd -P "./$_mango_c" 2>/dev/null; then printf 'mango-exec-error:notdir\n'; exit 125; fi
     done
     unset IFS; set +f
 fi
 unset OLDPWD
 printf 'mango-exec:%s\n' "$$"
+case $1 in
+*/*)
+    if [ ! -e "$1" ]; then printf 'mango: %s: No such file or directory\n' "$1" >&2; exit 127; fi
+    if [ -d "$1" ] || [ ! -x "$1" ]; then
+        printf 'mango: %s: Permission denied\n' "$1" >&2; exit 126
+    fi
+    ;;
+*)
+    _mango_f=; set -f; IFS=:
+    for _mango_c in $PATH; do
+        if [ -f "${_mango_c:-.}/$1" ] && [ -x "${_mango_c:-.}/$1" ]; then _mango_f=1; break; fi
+    done
+    unset IFS; set +f
+    if [ -z "$_mango_f" ]; then printf 'mango: %s: command not found\n' "$1" >&2; exit 127; fi
+    ;;
+esac
+unset _mango_c _mango_d _mango_f
 exec "$@"
 """
 """``sh -c EXEC_WRAPPER sh CWD ARGV...``: see the module docstring."""

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
@@ -29,23 +29,31 @@ from mango.provider import (
     state_dir,
 )
 from mango.provider.hostdirs import absolute_dir_setting
-from mango_provider_docker.conformance import open_conformance_provider
-from mango_provider_docker.container import (
+from mango_provider_docker.layout import (
+    API_VERSION_ENV,
+    DEFAULT_CPUS,
+    DEFAULT_IMAGE,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS_LIMIT,
+    PROVIDER_NAME,
+    RESOURCE_DIR_ENV,
+)
+from mango_provider_docker.limits import (
     MAX_CPUS,
     MAX_PIDS_LIMIT,
     check_cpus,
     check_pids_limit,
     parse_memory,
 )
-from mango_provider_docker.errors import API_VERSION_ENV
-from mango_provider_docker.layout import PROVIDER_NAME, RESOURCE_DIR_ENV
-from mango_provider_docker.provider import (
-    DEFAULT_CPUS,
-    DEFAULT_IMAGE,
-    DEFAULT_MEMORY,
-    DEFAULT_PIDS_LIMIT,
-    DockerProvider,
-)
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from mango_provider_docker.provider import DockerProvider
+
+# The engine, container and provider modules (aiodocker, aiohttp) are imported
+# only when the provider is opened: this module is what the plugin's entry
+# point loads, on every mango command, whichever provider is selected.
 
 __all__ = [
     "API_VERSION_ENV",
@@ -221,6 +229,8 @@ def open_docker_provider(
 
     It does no I/O; the Engine is contacted on first use.
     """
+    from mango_provider_docker.provider import DockerProvider
+
     settings = read_docker_settings(environ)
     return DockerProvider(
         settings.resource_dir,
@@ -235,6 +245,13 @@ def open_docker_provider(
         pull_missing_images=settings.pull,
         progress=StderrProgress(),
     )
+
+
+def open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DockerProvider]:
+    """The conformance target's opener (see :mod:`mango_provider_docker.conformance`)."""
+    from mango_provider_docker.conformance import open_conformance_provider as open_target
+
+    return open_target(scratch_dir)
 
 
 REGISTRATION = ProviderRegistration(

@@ -335,12 +335,30 @@ class SessionManager:
         Never creates or attaches: the bound reference (or, for an intent-only
         Session, what ``Provider.find`` reports) is removed with
         ``Provider.destroy``. If destroy fails the binding is kept so a retry
-        can finish. A lost reference counts as already destroyed.
+        can finish. A lost reference counts as already destroyed. A Session
+        bound to (or being provisioned by) another provider is refused with
+        :class:`OwnershipError` before anything changes: it is not fenced.
         """
         validate_session_id(session_id)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
+                await self._refuse_foreign(session_id)
                 await self._run(_Operation(session_id, _C.DELETE, SandboxSpec()))
+
+    async def _refuse_foreign(self, session_id: str) -> None:
+        """Raise :class:`OwnershipError` if another provider's binding or intent holds the Session.
+
+        Checked before the fence: a command run with the wrong provider
+        selected must leave the Session as it found it, not fenced and stuck
+        until the right provider's worker comes along.
+        """
+        binding = await self.store.get_binding(session_id)
+        if binding is not None:
+            self._require_own(session_id, binding.ref.provider, "delete")
+            return
+        intent = await self.store.get_intent(session_id)
+        if intent is not None:
+            self._require_own(session_id, intent.provider, "delete")
 
     async def delete_session(self, session_id: str, *, deadline: float | None = None) -> bool:
         """Release the sandbox and delete the Session row; False if it was already gone."""
@@ -719,8 +737,9 @@ class SessionManager:
         if provider != self.provider.name:
             raise OwnershipError(
                 f"session {session_id!r} belongs to provider {provider!r}, "
-                f"this worker runs {self.provider.name!r}",
-                hint=f"run a worker with MANGO_SANDBOX={provider} to {action} it",
+                f"not to {self.provider.name!r} (the provider selected here)",
+                hint=f"{action} it with MANGO_SANDBOX={provider} "
+                "(on the durable path: in a worker of that provider)",
             )
 
     def _check_sandbox(self, sandbox: Sandbox) -> None:

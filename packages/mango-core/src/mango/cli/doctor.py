@@ -88,7 +88,7 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
 
     namespace = settings.namespace
     try:
-        async with open_database(settings) as url:
+        async with open_database(settings, linger=True) as url:
             store = await open_store(url, min_size=1, max_size=1)
             try:
                 await store.list_sessions(1)

@@ -8,22 +8,20 @@ and Temporal; providers and their credentials stay on workers.
 from __future__ import annotations
 
 import asyncio
-import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
 
 from mango.cli.doctor import Check
 from mango.config import Settings
-from mango.domain.errors import ConfigurationError, InvalidInput, MangoError
+from mango.domain.errors import ConfigurationError, MangoError
 from mango.domain.values import Command, ExecResult, SandboxSpec
 from mango.embedded.temporal import embedded_temporal, running_address
 from mango.postgres import PostgresBindingStore, open_store
 from mango.runtime import open_database
 from mango.temporal.client import Orchestrator, connect, worker_health
 from mango.temporal.routing import task_queue_for
-from mango.temporal.tools import ToolCall
 
 __all__ = [
     "delete_via_temporal",
@@ -66,7 +64,7 @@ async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIte
 async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
     async with (
         open_temporal(settings, start_embedded=False) as client,
-        open_database(settings) as url,
+        open_database(settings, linger=True) as url,
     ):
         store: PostgresBindingStore = await open_store(url, min_size=1, max_size=2)
         try:
@@ -77,34 +75,32 @@ async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
             await store.aclose()
 
 
-async def exec_via_temporal(settings: Settings, session_id: str, command: Command) -> ExecResult:
-    """Run ``command`` as a ``bash`` tool step of the Session's workflow; return its result.
+async def exec_via_temporal(
+    settings: Settings,
+    session_id: str,
+    command: Command,
+    *,
+    max_wait: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> ExecResult:
+    """Run ``command`` as an ``Exec`` step of the Session's workflow; return its result.
 
-    The argv vector is quoted for ``/bin/sh -c 'exec ...'``, so it runs as
-    the same single process as on the direct path. Standard input must be
-    UTF-8 text on this path.
+    The worker runs it through the ``ExecCommand`` activity: the same
+    sandbox call as the direct path, so the same output cap, truncation
+    flags and byte-exact stdin. While the provider is unavailable,
+    ``on_wait`` hears why; after ``max_wait`` seconds (default
+    ``MANGO_TEMPORAL_MAX_WAIT``) the step is cancelled and
+    :class:`ProviderUnavailable` raised.
     """
-    try:
-        stdin = command.stdin.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput("--stdin with --via-temporal takes UTF-8 text only") from None
-    arguments: dict[str, object] = {
-        "command": "exec " + shlex.join(command.argv),
-        "cwd": command.cwd,
-        "env": command.env_dict,
-        "stdin": stdin,
-    }
-    if command.timeout is not None:
-        arguments["timeout"] = command.timeout
+    report = (lambda waiting: on_wait(waiting.describe())) if on_wait is not None else None
     async with _orchestrator(settings) as orchestrator:
-        result = await orchestrator.run_tool(
+        return await orchestrator.exec(
             session_id,
-            ToolCall("bash", arguments),
+            command,
             spec=SandboxSpec(timeout=settings.exec_timeout),
+            max_wait=settings.temporal_max_wait if max_wait is None else max_wait,
+            on_wait=report,
         )
-    if result.exec_result is None:  # pragma: no cover - bash always sets it
-        raise MangoError("the worker returned no command result")
-    return result.exec_result
 
 
 async def delete_via_temporal(settings: Settings, session_ids: list[str]) -> list[bool]:

@@ -3,27 +3,32 @@
 Every command reads its configuration from the environment (see the README's
 configuration table). Expected failures print one ``error:`` line and, where
 there is one, a ``hint:`` line; never a traceback.
+
+Start-up time matters here (an agent may run hundreds of commands): only
+click, attrs and mango's own light modules are imported up front. The
+database driver, the plugins and Temporal are imported by the commands that
+use them, and the embedded PostgreSQL is left running between commands
+(``MANGO_EMBEDDED_IDLE_SECONDS``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from mango.cli.doctor import run_doctor
 from mango.cli.output import echo_json, echo_table
 from mango.cli.worker import worker as worker_command
 from mango.config import Settings
 from mango.domain.errors import InvalidInput, MangoError, PermanentError
-from mango.domain.lifecycle import observe
-from mango.domain.ports import Sandbox
 from mango.domain.values import (
     Command,
     ExecResult,
@@ -31,15 +36,22 @@ from mango.domain.values import (
     OutputStream,
     validate_session_id,
 )
-from mango.runtime import Runtime, open_runtime, select_provider
 
-__all__ = ["cli", "main"]
+if TYPE_CHECKING:
+    from mango.domain.ports import Sandbox
+    from mango.runtime import Runtime
+
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TIMEOUT", "cli", "main"]
 
 T = TypeVar("T")
 
 EXIT_ERROR = 2
+"""Every expected failure: bad input or settings, an unreachable part, a failed check."""
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
+"""SIGINT (128 + 2)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (128 + 15)."""
 
 
 def _fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoReturn:
@@ -50,13 +62,43 @@ def _fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoRe
 
 
 def _run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine, turning mango errors into one clear line."""
+    """Run a coroutine, turning mango errors into one clear line.
+
+    SIGINT and SIGTERM both cancel it, and a cancelled command is killed (its
+    process tree, wherever it runs) before we exit, so no work outlives
+    ``mango``. Further signals during that clean-up are ignored: SIGKILL is
+    the way to leave without it.
+    """
+    terminated = False
+
+    async def main() -> T:
+        nonlocal terminated
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - asyncio.run runs us in a task
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            if not terminated:
+                terminated = True
+                task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await factory()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
     try:
-        return asyncio.run(factory())  # type: ignore[arg-type]
+        return asyncio.run(main())
     except MangoError as exc:
         _fail(str(exc), exc.hint)
     except KeyboardInterrupt:
         _fail("interrupted", code=EXIT_INTERRUPTED)
+    except asyncio.CancelledError:
+        if terminated:
+            _fail("terminated", code=EXIT_TERMINATED)
+        raise
     except OSError as exc:
         _fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})")
 
@@ -185,6 +227,13 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     "--stdin", "use_stdin", is_flag=True, help="Pass this process's standard input to the command."
 )
 @click.option("--via-temporal/--direct", "via_temporal", default=None, help=_VIA_TEMPORAL_HELP)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --via-temporal: how long to wait while the provider is unavailable (attempts "
+    "fail and are retried) before giving up. Default: MANGO_TEMPORAL_MAX_WAIT, else 120.",
+)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(  # noqa: PLR0917 - click passes every option as an argument
     session_id: str,
@@ -193,12 +242,13 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     env_pairs: tuple[str, ...],
     use_stdin: bool,
     via_temporal: bool | None,
+    max_wait: float | None,
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV in the Session's sandbox and exit with its exit code.
 
     Output is written as it arrives (with --via-temporal: when the command has
-    finished). Interrupting mango (Ctrl-C) kills the command.
+    finished). Interrupting mango (Ctrl-C, SIGTERM) kills the command.
 
     \b
     Example:
@@ -216,7 +266,19 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
         from mango.cli.durable import exec_via_temporal
 
         settings = _settings()
-        sys.exit(_emit(_run(lambda: exec_via_temporal(settings, session_id, command))))
+
+        def report(line: str) -> None:
+            click.echo(f"mango: {line}", err=True)
+
+        sys.exit(
+            _emit(
+                _run(
+                    lambda: exec_via_temporal(
+                        settings, session_id, command, max_wait=max_wait, on_wait=report
+                    )
+                )
+            )
+        )
 
     async def run(rt: Runtime) -> int:
         await rt.manager.ensure_session(session_id)
@@ -269,7 +331,9 @@ def _with_runtime(body: Callable[[Runtime], Awaitable[T]]) -> T:
     settings = _settings()
 
     async def go() -> T:
-        async with open_runtime(settings) as rt:
+        from mango.runtime import open_runtime
+
+        async with open_runtime(settings, linger=True) as rt:
             return await body(rt)
 
     return _run(go)
@@ -354,6 +418,8 @@ def sessions_list(limit: int, as_json: bool) -> None:
     """List Sessions with their sandbox binding."""
 
     async def run(rt: Runtime) -> list[dict[str, Any]]:
+        from mango.domain.lifecycle import observe
+
         rows = []
         for record in await rt.store.list_sessions(limit):
             binding = await rt.store.get_binding(record.session_id)
@@ -447,7 +513,7 @@ def reconcile(limit: int, as_json: bool) -> None:
             for sid, text in item["failures"]:
                 click.echo(f"  {sid}: {text}")
     if report["provisioning"]["failures"] or report["deletions"]["failures"]:
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 # ---------------------------------------------------------------- doctor
@@ -456,7 +522,9 @@ def reconcile(limit: int, as_json: bool) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def doctor(as_json: bool) -> None:
-    """Check configuration and the reachability of every part."""
+    """Check configuration and the reachability of every part; exit 2 if a check fails."""
+    from mango.cli.doctor import run_doctor
+
     checks = _run(lambda: run_doctor(os.environ))
     if as_json:
         echo_json([c.as_dict() for c in checks])
@@ -467,15 +535,84 @@ def doctor(as_json: bool) -> None:
             if check.hint and not check.ok:
                 click.echo(f"       hint: {check.hint}")
     if not all(check.ok for check in checks):
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
+
+
+# ---------------------------------------------------------------- embedded
+
+
+@cli.group()
+def embedded() -> None:
+    """The embedded PostgreSQL that commands share when MANGO_DATABASE_URL is unset.
+
+    Commands leave it running for MANGO_EMBEDDED_IDLE_SECONDS (default 300)
+    after their last use, so the next one starts quickly; a detached reaper
+    stops it after that. 'mango worker' keeps it for as long as it runs.
+    """
+
+
+def _embedded_server() -> Any:
+    settings = _settings()
+    if settings.database_url is not None:
+        _fail(
+            "MANGO_DATABASE_URL is set, so no embedded PostgreSQL is used",
+            "unset it to manage the embedded server under MANGO_STATE_DIR",
+        )
+    from mango.embedded.postgres import EmbeddedPostgres
+
+    return EmbeddedPostgres(settings.state_dir / "postgres")
+
+
+@embedded.command(name="status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def embedded_status(as_json: bool) -> None:
+    """Show whether the embedded PostgreSQL runs, who uses it, and when it stops."""
+    status = _embedded_server().status()
+    if as_json:
+        echo_json(status.as_dict())
+        return
+    if not status.running:
+        click.echo(f"not running ({status.data_dir})")
+        return
+    use = "in use" if status.in_use else "idle"
+    reaper = f"reaper pid {status.reaper_pid}" if status.reaper_pid else "no reaper"
+    click.echo(
+        f"running: pid {status.pid}, port {status.port}, {use}, {reaper} ({status.data_dir})"
+    )
+
+
+@embedded.command(name="stop")
+def embedded_stop() -> None:
+    """Stop the embedded PostgreSQL now (refused while a worker or a command uses it)."""
+    server = _embedded_server()
+    stopped = _run(lambda: asyncio.to_thread(server.shutdown))
+    click.echo("stopped" if stopped else "not running")
 
 
 cli.add_command(worker_command)
 
 
 def main() -> None:
-    """Entry point of the ``mango`` script."""
-    cli(prog_name="mango")
+    """Entry point of the ``mango`` script.
 
-
-_ = select_provider  # re-exported for the worker entry point
+    After a command that used Temporal the process ends with ``os._exit``
+    once its output is flushed: the SDK's Rust threads can otherwise abort
+    the interpreter's teardown (SIGABRT, "PyGILState_Release ... finalizing";
+    temporalio/sdk-python#300), turning a finished command into exit -6.
+    Everything the command opened is already closed by then.
+    """
+    try:
+        cli(prog_name="mango")
+    except SystemExit as exit_:
+        code = exit_.code
+    else:  # pragma: no cover - click's standalone mode always exits
+        code = 0
+    if "temporalio" not in sys.modules:
+        raise SystemExit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)  # what SystemExit does with a message
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0)

@@ -20,9 +20,20 @@ and widens permissions up to ``/``. This module drives ``initdb`` and
   initialise nor start twice.
 * **Reuse.** A server already running on ``D`` (started by another process)
   is used as is. Each handle holds a shared ``flock`` on ``D.holders`` while
-  it uses the server; the handle that can take it exclusively at stop time is
-  the last one and shuts the server down (fast mode). The kernel drops the
-  locks of a killed process, so a crash never pins the server.
+  it uses the server (and touches the file's mtime when it takes and releases
+  it: the time of the last use); the handle that can take it exclusively at
+  stop time is the last one and shuts the server down (fast mode). The kernel
+  drops the locks of a killed process, so a crash never pins the server.
+* **Lingering.** A handle with ``idle_seconds > 0`` (the command line's) does
+  not stop the server when it is the last one: the next command joins it in
+  milliseconds instead of paying a start and a stop. A detached reaper
+  (:mod:`mango.embedded._reaper`, one per data directory, holding
+  ``D.reaper``) stops it once nobody has used it for ``idle_seconds``. The
+  reaper is started with the server, so a command killed with SIGKILL still
+  leaves a server that stops on its own (a handle that cannot start one
+  stops the server as the last user, as without lingering);
+  :meth:`EmbeddedPostgres.shutdown` (``mango embedded stop``) stops an
+  unused server at once.
 * **Stale pid files.** A ``postmaster.pid`` whose process is gone, a zombie,
   or not a PostgreSQL serving ``D`` is removed, and leftover children of a
   killed server are given time to exit before the new start.
@@ -83,11 +94,13 @@ from mango.embedded._host import (
     processes_in,
     run_as_account,
 )
+from mango.embedded._reaper import ensure_reaper, reaper_pid, stop_reaper
 
 __all__ = [
     "DATABASE",
     "HOST",
     "EmbeddedPostgres",
+    "EmbeddedStatus",
     "default_data_dir",
     "embedded_postgres",
     "state_dir",
@@ -113,6 +126,26 @@ def default_data_dir() -> Path:
     return state_dir() / "postgres"
 
 
+@attrs.frozen
+class EmbeddedStatus:
+    """What :meth:`EmbeddedPostgres.status` found (``mango embedded status``)."""
+
+    data_dir: Path
+    running: bool
+    pid: int | None = None
+    port: int | None = None
+    in_use: bool = False
+    """Some process holds the server right now (a command, a worker, an application)."""
+    last_used: float | None = None
+    """Wall-clock time (``time.time()``) a handle last took or released the server."""
+    reaper_pid: int | None = None
+    """The detached process that stops the server once idle, if one runs."""
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {**attrs.asdict(self), "data_dir": str(self.data_dir)}
+
+
 class EmbeddedPostgres:
     """A handle on the private server of one data directory (blocking API).
 
@@ -123,14 +156,22 @@ class EmbeddedPostgres:
     thread-safe; open one per thread. Expected failures raise
     :class:`ConfigurationError` (fix the setup) or :class:`ProviderUnavailable`
     (retry); messages never contain the password.
+
+    With ``idle_seconds > 0`` the last handle leaves the server running and a
+    detached reaper stops it after that many seconds without use (see the
+    module docstring); with 0 (the default) the last handle stops it.
     """
 
-    def __init__(self, data_dir: Path | None = None, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, data_dir: Path | None = None, *, timeout: float = 60.0, idle_seconds: float = 0.0
+    ) -> None:
         base = default_data_dir() if data_dir is None else Path(data_dir)
         self.data_dir = base.expanduser().absolute()
         """The cluster directory."""
         self.timeout = timeout
         """Seconds allowed for the server to start or stop."""
+        self.idle_seconds = idle_seconds
+        """Seconds an unused server keeps running after the last handle (0: stop at once)."""
         self._holder: int | None = None
         self._bin_dir: Path | None = None
         self._account: Account | None = None
@@ -156,14 +197,7 @@ class EmbeddedPostgres:
         """Make sure the server runs and hold it; return the URL. Idempotent per handle."""
         if self._url is not None:
             return self._url
-        bin_dir = find_binaries()
-        account = run_as_account(self.data_dir)
-        if account is not None and find_unreachable(account, bin_dir) is not None:
-            # The server account cannot reach the virtual environment: run a
-            # world-readable copy kept beside the data directory instead.
-            self._prepare_parent(account)
-            bin_dir = stage_binaries(bin_dir, self.data_dir.parent / ".pginstall")
-        self._prepare_parent(account, bin_dir)
+        bin_dir, account = self._tools(prepare=True)
         with exclusive_lock(
             self._sibling(".lock"), timeout=self.timeout * 3, what="starting PostgreSQL"
         ):
@@ -174,12 +208,17 @@ class EmbeddedPostgres:
             fcntl.flock(holder, fcntl.LOCK_SH)
             try:
                 url = self._start_locked(bin_dir, account)
+                _touch(holder)
             except BaseException:
                 with contextlib.suppress(Exception):
                     self._stop_if_last(holder, bin_dir, account)
                 os.close(holder)
                 raise
         self._holder, self._bin_dir, self._account, self._url = holder, bin_dir, account, url
+        if self.idle_seconds > 0:
+            # Started with the server, not at stop: a command killed before it
+            # stops must not leave a server that nobody ever stops.
+            ensure_reaper(self.data_dir, self.idle_seconds, self.timeout)
         return url
 
     def stop(self) -> None:
@@ -187,14 +226,134 @@ class EmbeddedPostgres:
         holder, bin_dir = self._holder, self._bin_dir
         if holder is None or bin_dir is None:
             return
+        # Normally in place since start(); this replaces one that was killed.
+        # Without a reaper nothing would stop the server later: stop it now.
+        linger = self.idle_seconds > 0 and ensure_reaper(
+            self.data_dir, self.idle_seconds, self.timeout
+        )
         try:
             with exclusive_lock(
                 self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
             ):
-                self._stop_if_last(holder, bin_dir, self._account)
+                _touch(holder)
+                if not linger:
+                    self._stop_if_last(holder, bin_dir, self._account)
         finally:
             os.close(holder)
             self._holder = self._url = None
+
+    # ------------------------------------------------------------ lingering
+
+    def status(self) -> EmbeddedStatus:
+        """Whether the server runs, whether anyone holds it, and its reaper. Changes nothing."""
+        postmaster = read_postmaster(self.data_dir)
+        running = postmaster is not None and is_server_of(postmaster.pid, self.data_dir)
+        last_used: float | None = None
+        in_use = False
+        with contextlib.suppress(FileNotFoundError):
+            last_used = self._sibling(".holders").stat().st_mtime
+            in_use = not _lock_is_free(self._sibling(".holders"), shared_ok=False)
+        return EmbeddedStatus(
+            data_dir=self.data_dir,
+            running=running,
+            pid=postmaster.pid if running and postmaster is not None else None,
+            port=postmaster.port if running and postmaster is not None else None,
+            in_use=in_use,
+            last_used=last_used,
+            reaper_pid=reaper_pid(self.data_dir),
+        )
+
+    def shutdown(self) -> bool:
+        """Stop the server now if nobody uses it; True if it was running.
+
+        Also ends the reaper. A server still held by another process (a
+        worker, a running command) is left alone: :class:`ProviderUnavailable`.
+        """
+        try:
+            if self._running_postmaster_or_none() is None:
+                return False
+            bin_dir, account = self._tools(prepare=False)
+            with exclusive_lock(
+                self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
+            ):
+                holder = os.open(
+                    self._sibling(".holders"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                )
+                try:
+                    if not self._stop_if_last(holder, bin_dir, account):
+                        if self._running_postmaster_or_none() is None:
+                            return False
+                        raise ProviderUnavailable(
+                            f"the embedded PostgreSQL on {self.data_dir} is in use by another "
+                            "process (a 'mango worker', a running command or an application)",
+                            hint="stop that process first; the server then stops once idle",
+                        )
+                finally:
+                    os.close(holder)
+            return True
+        finally:
+            stop_reaper(self.data_dir)
+
+    def stop_if_idle(self) -> float | None:
+        """The reaper's step: stop the server if unused for ``idle_seconds``.
+
+        Returns None when there is nothing left to watch (stopped now, or
+        not running, or the directory is gone), else the seconds to wait
+        before asking again.
+        """
+        remaining = self._idle_remaining()
+        if remaining is None or remaining > 0:
+            return remaining
+        if self._running_postmaster_or_none() is None:
+            return None
+        bin_dir, account = self._tools(prepare=False)
+        with exclusive_lock(
+            self._sibling(".lock"), timeout=self.timeout * 3, what="stopping an idle PostgreSQL"
+        ):
+            holder = os.open(self._sibling(".holders"), os.O_RDWR | os.O_CLOEXEC)
+            try:
+                # Read again under the lock: a command may have just released it.
+                remaining = os.fstat(holder).st_mtime + self.idle_seconds - time.time()
+                stopped = remaining <= 0 and self._stop_if_last(holder, bin_dir, account)
+            finally:
+                os.close(holder)
+        if remaining > 0:
+            return remaining
+        if stopped:
+            _LOG.info("stopped PostgreSQL on %s after %g s idle", self.data_dir, self.idle_seconds)
+            return None
+        if self._running_postmaster_or_none() is None:
+            return None
+        return self.idle_seconds  # in use: a holder touches the file when it leaves
+
+    def _idle_remaining(self) -> float | None:
+        """Seconds until the idle period ends (negative: over); None if there is no cluster."""
+        if not self.data_dir.is_dir():
+            return None
+        try:
+            return self._sibling(".holders").stat().st_mtime + self.idle_seconds - time.time()
+        except FileNotFoundError:
+            return None
+
+    def _running_postmaster_or_none(self) -> Postmaster | None:
+        postmaster = read_postmaster(self.data_dir)
+        if postmaster is None or not is_server_of(postmaster.pid, self.data_dir):
+            return None
+        return postmaster
+
+    def _tools(self, *, prepare: bool) -> tuple[Path, Account | None]:
+        """The binaries to run and the account to run them as (checked reachable)."""
+        bin_dir = find_binaries()
+        account = run_as_account(self.data_dir)
+        if account is not None and find_unreachable(account, bin_dir) is not None:
+            # The server account cannot reach the virtual environment: run a
+            # world-readable copy kept beside the data directory instead.
+            if prepare:
+                self._prepare_parent(account)
+            bin_dir = stage_binaries(bin_dir, self.data_dir.parent / ".pginstall")
+        if prepare:
+            self._prepare_parent(account, bin_dir)
+        return bin_dir, account
 
     def __enter__(self) -> str:
         return self.start()
@@ -244,38 +403,22 @@ class EmbeddedPostgres:
 
     def _start_locked(self, bin_dir: Path, account: Account | None) -> str:
         credentials = read_credentials(self._sibling(".credentials.json"))
-        while True:
-            postmaster = self._running_postmaster()
-            if postmaster is None or postmaster.port is None:
-                credentials = self._ensure_cluster(bin_dir, account, credentials)
-                port = self._launch(bin_dir, account, credentials)
-                ensure_database(credentials.password, port)
-                break
+        postmaster = self._running_postmaster()
+        if postmaster is None or postmaster.port is None:
+            credentials = self._ensure_cluster(bin_dir, account, credentials)
+            port = self._launch(bin_dir, account, credentials)
+            ensure_database(credentials.password, port)
+        else:
             if credentials is None:
                 raise self._lost_credentials()
+            # No connection here: whoever started it created the database under
+            # this lock, and joining must cost the next command nothing. A server
+            # that dies right now fails the caller's first connection instead
+            # (ProviderUnavailable, retryable), and the next start recovers.
             port = postmaster.port
-            try:
-                ensure_database(credentials.password, port)
-            except ProviderUnavailable:
-                # A server that was dying when we looked (killed, crashed) refuses
-                # us; once it is gone, start afresh. A live one that refuses is an error.
-                if not self._await_exit(postmaster.pid):
-                    raise
-                _LOG.warning("PostgreSQL (pid %d) exited while joining it", postmaster.pid)
-                continue
             _LOG.info("reusing PostgreSQL (pid %d) on %s", postmaster.pid, self.data_dir)
-            break
         password = quote(credentials.password, safe="")
         return f"postgresql://{SUPERUSER}:{password}@{HOST}:{port}/{DATABASE}"
-
-    def _await_exit(self, pid: int, grace: float = 5.0) -> bool:
-        """Wait up to ``grace`` seconds for ``pid`` to stop serving us; True if it did."""
-        deadline = time.monotonic() + grace
-        while is_server_of(pid, self.data_dir):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-        return True
 
     def _running_postmaster(self) -> Postmaster | None:
         """The ready server on our data directory, or None after clearing a stale pid file."""
@@ -428,15 +571,18 @@ class EmbeddedPostgres:
 
     # ------------------------------------------------------------------ stop
 
-    def _stop_if_last(self, holder: int, bin_dir: Path, account: Account | None) -> None:
-        """Shut the server down if ``holder`` is the only handle left (start lock held)."""
+    def _stop_if_last(self, holder: int, bin_dir: Path, account: Account | None) -> bool:
+        """Shut the server down if ``holder`` is the only handle left (start lock held).
+
+        True if a running server was stopped.
+        """
         try:
             fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return  # another handle still uses the server
+            return False  # another handle still uses the server
         postmaster = read_postmaster(self.data_dir)
         if postmaster is None or not is_server_of(postmaster.pid, self.data_dir):
-            return
+            return False
         _LOG.info("stopping PostgreSQL (pid %d) on %s", postmaster.pid, self.data_dir)
         argv = [
             *(str(bin_dir / "pg_ctl"), "stop", "--wait", "--mode=fast"),
@@ -449,6 +595,7 @@ class EmbeddedPostgres:
                 f"{tail(output)}",
                 hint=f"see {self.log_path}",
             )
+        return True
 
     # ----------------------------------------------------------- credentials
 
@@ -458,6 +605,27 @@ class EmbeddedPostgres:
             f"existing cluster {self.data_dir} is unknown",
             hint="restore the file, or move the data directory away to start afresh",
         )
+
+
+def _touch(fd: int) -> None:
+    """Record a use of the server: the holders file's mtime is when it was last used."""
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+def _lock_is_free(path: Path, *, shared_ok: bool) -> bool:
+    """True if nobody holds ``path`` (``flock``); with ``shared_ok``, only exclusive counts."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared_ok else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 async def _in_thread_to_completion(func: Callable[[], _T]) -> _T:
@@ -482,16 +650,17 @@ async def _in_thread_to_completion(func: Callable[[], _T]) -> _T:
 
 @contextlib.asynccontextmanager
 async def embedded_postgres(
-    data_dir: Path | None = None, *, timeout: float = 60.0
+    data_dir: Path | None = None, *, timeout: float = 60.0, idle_seconds: float = 0.0
 ) -> AsyncIterator[str]:
     """Run (or join) the embedded server for the block and yield its ``postgresql://`` URL.
 
     ``data_dir`` defaults to ``<state dir>/postgres``. On exit the server is
-    shut down (fast mode) unless another handle still uses it. Raises
+    shut down (fast mode) unless another handle still uses it, or, with
+    ``idle_seconds > 0``, left to stop after that long unused. Raises
     :class:`ConfigurationError` or :class:`ProviderUnavailable` with an
     actionable message.
     """
-    server = EmbeddedPostgres(data_dir, timeout=timeout)
+    server = EmbeddedPostgres(data_dir, timeout=timeout, idle_seconds=idle_seconds)
     try:
         yield await _in_thread_to_completion(server.start)
     finally:

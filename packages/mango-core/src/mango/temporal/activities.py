@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import attrs
 from temporalio import activity
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
@@ -47,7 +48,7 @@ from mango.domain.errors import (
 )
 from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
-from mango.domain.values import SandboxSpec, validate_session_id
+from mango.domain.values import ExecResult, SandboxSpec, validate_session_id
 from mango.temporal.failures import to_application_error
 from mango.temporal.messages import (
     AcquireInput,
@@ -56,6 +57,7 @@ from mango.temporal.messages import (
     CredentialStatus,
     DeleteSessionRecordInput,
     DeleteSessionRecordOutput,
+    ExecStepInput,
     FinishDeletionsInput,
     HealthInput,
     ProviderHealth,
@@ -71,6 +73,7 @@ from mango.temporal.messages import (
     WriteFileInput,
     WriteFileOutput,
 )
+from mango.temporal.payloads import data_converter
 from mango.temporal.routing import (
     CLEANUP_WORKFLOW,
     DEFAULT_TASK_QUEUE_PREFIX,
@@ -81,20 +84,34 @@ from mango.temporal.routing import (
 )
 from mango.temporal.tools import ToolRunner, parse_arguments
 
-__all__ = ["MangoActivities"]
+__all__ = ["DEFAULT_BLOB_LIMIT", "MangoActivities"]
+
+DEFAULT_BLOB_LIMIT = 2 * 1024 * 1024
+"""Temporal's default blob size limit, assumed when the server does not report its own."""
+_PAYLOAD_MARGIN = 64 * 1024
 
 _LOG = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
 async def _boundary(work: Awaitable[_T]) -> _T:
-    """Await ``work``, translating mango errors into Temporal failures once."""
+    """Await ``work``, translating mango errors into Temporal failures once.
+
+    A retryable failure is sent without the exceptions it was raised from:
+    the server keeps an activity's last failure (what a waiting client shows)
+    only if it is small (a few KiB), and the chain's stack traces are not.
+    It is logged here in full instead. A final failure keeps its chain.
+    """
     try:
         return await work
     except ApplicationError:
         raise
     except MangoError as exc:
-        raise to_application_error(exc) from exc
+        failure = to_application_error(exc)
+        if failure.non_retryable:
+            raise failure from exc
+        _LOG.warning("attempt failed, to be retried: %s", exc, exc_info=exc)
+        raise failure from None
 
 
 def _activity_deadline() -> float | None:
@@ -121,14 +138,20 @@ def _activity_deadline() -> float | None:
 
 
 async def _heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
-    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it."""
+    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it.
+
+    A local activity does not heartbeat (it has no heartbeat timeout: the
+    workflow task it runs in is what times out if the worker dies).
+    """
     task = asyncio.ensure_future(work)
+    beat = not activity.info().is_local
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:
                 return task.result()
-            activity.heartbeat()
+            if beat:
+                activity.heartbeat()
     finally:
         if not task.done():
             task.cancel()
@@ -150,6 +173,7 @@ class MangoActivities:
     tools: ToolRunner = attrs.field(factory=ToolRunner)
     heartbeat_interval: float = 1.0
     environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, repr=False)
+    _blob_limit: int | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def provider(self) -> str:
@@ -166,6 +190,7 @@ class MangoActivities:
         return [
             self.acquire_sandbox,
             self.execute_tool,
+            self.exec_command,
             self.read_file,
             self.write_file,
             self.release_sandbox,
@@ -222,6 +247,71 @@ class MangoActivities:
             return await self.tools.run(sandbox, request.call)
 
         return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    @activity.defn(name="ExecCommand")
+    async def exec_command(self, request: ExecStepInput) -> ExecResult:
+        """Run one command in the Session's sandbox, as ``mango exec`` does directly.
+
+        The result is the provider's own: the same per-stream output cap and
+        truncation flags as the direct path, stdin passed byte for byte.
+        Cancelling the activity cancels the command (its process tree).
+        """
+
+        async def work() -> ExecResult:
+            sandbox = await self._sandbox(request.session_id, request.spec)
+            return await self._fit(await sandbox.exec(request.command))
+
+        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    async def _fit(self, result: ExecResult) -> ExecResult:
+        """``result``, cut further if its payload would exceed the namespace's size limit.
+
+        The server (and the SDK before it) refuses a payload over the
+        namespace's blob size limit (2 MiB by default): the step would fail
+        after the command ran, and every retry would run it again. Both
+        streams at a large cap can exceed it, so the longer stream keeps a
+        shorter prefix (its truncation flag set) until the result fits.
+        """
+        budget = await self._payload_budget()
+        for _ in range(8):
+            size = await self._payload_size(result)
+            if size <= budget:
+                return result
+            over = size - budget
+            # base85 in JSON: 5 characters per 4 bytes, plus slack for the rest.
+            cut = over * 4 // 5 + 1024
+            if len(result.stdout) >= len(result.stderr):
+                keep = max(len(result.stdout) - cut, 0)
+                result = attrs.evolve(result, stdout=result.stdout[:keep], stdout_truncated=True)
+            else:
+                keep = max(len(result.stderr) - cut, 0)
+                result = attrs.evolve(result, stderr=result.stderr[:keep], stderr_truncated=True)
+            _LOG.warning(
+                "exec output cut to %d + %d bytes to fit Temporal's payload limit (%d bytes)",
+                len(result.stdout),
+                len(result.stderr),
+                budget,
+            )
+        return result
+
+    async def _payload_budget(self) -> int:
+        """The namespace's blob size limit (asked once), less room for the envelope."""
+        if self._blob_limit is None:
+            limit = 0
+            if self.client is not None:
+                try:
+                    response = await self.client.workflow_service.describe_namespace(
+                        DescribeNamespaceRequest(namespace=self.client.namespace)
+                    )
+                    limit = response.namespace_info.limits.blob_size_limit_error
+                except RPCError as exc:
+                    _LOG.warning("could not read the namespace's payload limit: %s", exc)
+            self._blob_limit = limit if limit > 0 else DEFAULT_BLOB_LIMIT
+        return self._blob_limit - _PAYLOAD_MARGIN
+
+    async def _payload_size(self, result: ExecResult) -> int:
+        converter = self.client.data_converter if self.client is not None else data_converter
+        return sum(payload.ByteSize() for payload in await converter.encode([result]))
 
     @activity.defn(name="ReadFile")
     async def read_file(self, request: ReadFileInput) -> ReadFileOutput:

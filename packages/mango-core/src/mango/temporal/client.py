@@ -13,11 +13,14 @@ after the fence, a worker's reconciler finds the fenced Session and finishes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 from temporalio.api.enums.v1 import TaskQueueType
@@ -27,6 +30,7 @@ from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
     WorkflowFailureError,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -36,11 +40,18 @@ from temporalio.service import RPCError
 from mango.config import PayloadKey
 from mango.domain.errors import ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
-from mango.domain.values import SandboxSpec, validate_provider_name, validate_session_id
+from mango.domain.values import (
+    Command,
+    ExecResult,
+    SandboxSpec,
+    validate_provider_name,
+    validate_session_id,
+)
 from mango.temporal.codec import converter_for
 from mango.temporal.failures import raise_as_mango_error
 from mango.temporal.messages import (
     CleanupInput,
+    ExecStep,
     HealthInput,
     ProviderHealth,
     SessionWorkflowInput,
@@ -49,7 +60,9 @@ from mango.temporal.messages import (
     ToolResult,
 )
 from mango.temporal.routing import (
+    CANCEL_STEP_SIGNAL,
     DEFAULT_TASK_QUEUE_PREFIX,
+    EXEC_UPDATE,
     RUN_TOOL_UPDATE,
     cleanup_workflow_id,
     route_provider,
@@ -62,6 +75,7 @@ from mango.temporal.workflows import ProviderHealthWorkflow, SandboxCleanupWorkf
 __all__ = [
     "POLLER_FRESHNESS",
     "Orchestrator",
+    "Waiting",
     "active_pollers",
     "connect",
     "require_worker",
@@ -123,6 +137,40 @@ async def active_pollers(client: Client, task_queue: str) -> list[str]:
     ]
 
 
+@attrs.frozen
+class Waiting:
+    """What a step waits for: an activity that failed and is being retried.
+
+    Reported to :meth:`Orchestrator.exec`'s ``on_wait`` each time a new
+    attempt has failed, so a person sees why nothing happens yet.
+    """
+
+    activity: str
+    """What is retried (the activity's summary, e.g. ``acquire sandbox``)."""
+    attempt: int
+    """The attempt that will run next."""
+    reason: str
+    """The last attempt's failure, as the worker reported it."""
+    retry_in: float | None
+    """Seconds until the next attempt, if the server said."""
+    waited: float
+    """Seconds since the first failed attempt this client saw."""
+    give_up_in: float
+    """Seconds left before the client gives up."""
+
+    def describe(self) -> str:
+        """One line for a terminal."""
+        retry = f"; retrying in {self.retry_in:.0f} s" if self.retry_in is not None else ""
+        return (
+            f"waiting: {self.activity} failed (attempt {self.attempt - 1}): {self.reason}"
+            f"{retry}; giving up in {max(self.give_up_in, 0):.0f} s"
+        )
+
+
+_WATCH_INTERVAL = 1.0
+_CANCEL_GRACE = 30.0
+
+
 @attrs.define
 class Orchestrator:
     """Starts work for Sessions on the right provider's workers and waits for it."""
@@ -159,15 +207,34 @@ class Orchestrator:
         """
         validate_session_id(session_id)
         parse_arguments(call)
+        start = await self._prepare(session_id, spec)
+        try:
+            with _rpc_errors(f"run a tool step of session {session_id!r}"):
+                # By name: the SDK's overloads mistype async update methods.
+                result: ToolResult = await self.client.execute_update_with_start_workflow(
+                    RUN_TOOL_UPDATE, call, start_workflow_operation=start, result_type=ToolResult
+                )
+        except WorkflowUpdateFailedError as exc:
+            raise_as_mango_error(exc)
+        return result
+
+    async def _prepare(
+        self, session_id: str, spec: SandboxSpec | None
+    ) -> WithStartWorkflowOperation[Any, Any]:
+        """Route, check for a worker, then create the Session row; the start of its workflow.
+
+        The worker check comes first: a step that cannot run leaves no
+        Session row behind.
+        """
+        provider, task_queue = await self.route(session_id)
+        await self._check_worker(provider, task_queue, "run the step")
         record = await self.store.ensure_session(session_id)
         if record.deleting:
             raise SessionDeleting(
                 f"session {session_id!r} is being deleted",
                 hint="wait for the deletion to finish, then use a new session id",
             )
-        provider, task_queue = await self.route(session_id)
-        await self._check_worker(provider, task_queue, "run the step")
-        start = WithStartWorkflowOperation(
+        return WithStartWorkflowOperation(
             SessionWorkflow.run,
             SessionWorkflowInput(
                 session_id=session_id,
@@ -180,15 +247,61 @@ class Orchestrator:
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+
+    async def exec(
+        self,
+        session_id: str,
+        command: Command,
+        spec: SandboxSpec | None = None,
+        *,
+        max_wait: float = 120.0,
+        on_wait: Callable[[Waiting], None] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the Session's sandbox through its workflow; the provider's result.
+
+        The same result as calling the sandbox directly (output cap,
+        truncation flags, exit status; stdin passed as bytes). While an
+        activity of the step fails and is retried (the provider is
+        unavailable), ``on_wait`` hears why; after ``max_wait`` seconds of
+        that, the step is cancelled and :class:`ProviderUnavailable` raised.
+        The workflow itself keeps its retry policy for every other step.
+        Cancelling this coroutine cancels the step too (its command is
+        killed) before it re-raises, so no work outlives the caller.
+        """
+        validate_session_id(session_id)
+        start = await self._prepare(session_id, spec)
+        step = ExecStep(step_id=uuid.uuid4().hex, command=command)
+        handle = self.client.get_workflow_handle(session_workflow_id(session_id))
+
+        async def run() -> ExecResult:
+            try:
+                with _rpc_errors(f"run a command in session {session_id!r}"):
+                    # By name: the SDK's overloads mistype async update methods.
+                    result: ExecResult = await self.client.execute_update_with_start_workflow(
+                        EXEC_UPDATE,
+                        step,
+                        start_workflow_operation=start,
+                        result_type=ExecResult,
+                        id=step.step_id,
+                    )
+            except WorkflowUpdateFailedError as exc:
+                raise_as_mango_error(exc)
+            return result
+
+        update = asyncio.ensure_future(run())
         try:
-            with _rpc_errors(f"run a tool step of session {session_id!r}"):
-                # By name: the SDK's overloads mistype async update methods.
-                result: ToolResult = await self.client.execute_update_with_start_workflow(
-                    RUN_TOOL_UPDATE, call, start_workflow_operation=start, result_type=ToolResult
-                )
-        except WorkflowUpdateFailedError as exc:
-            raise_as_mango_error(exc)
-        return result
+            reason = await _watch(self.client, handle, update, max_wait, on_wait)
+        except BaseException:
+            await _cancel_step(handle, step.step_id, update)
+            raise
+        if reason is None:
+            return update.result()
+        await _cancel_step(handle, step.step_id, update)
+        raise ProviderUnavailable(
+            f"gave up after {max_wait:g} s of failed attempts in session {session_id!r}: {reason}",
+            hint="fix what the error names (the provider is unavailable to the worker), or "
+            "wait longer with --max-wait / MANGO_TEMPORAL_MAX_WAIT; the step was cancelled",
+        )
 
     async def delete_session(self, session_id: str) -> bool:
         """Fence, then run (or join) the cleanup workflow and wait; False if already gone."""
@@ -221,6 +334,95 @@ class Orchestrator:
         return await worker_health(
             self.client, provider or self.default_provider, self.task_queue_prefix, timeout
         )
+
+
+async def _watch(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    update: asyncio.Future[ExecResult],
+    max_wait: float,
+    on_wait: Callable[[Waiting], None] | None,
+) -> str | None:
+    """Wait for ``update``; None when it is done, else why the client gives up.
+
+    Once a second, while it runs, the workflow's pending activities are
+    read: one that failed and waits for its next attempt makes the client
+    report (each new attempt once) and counts towards ``max_wait``. A fast
+    step never pays for a describe call.
+    """
+    loop = asyncio.get_running_loop()
+    since: float | None = None
+    reported = ""
+    while True:
+        done, _ = await asyncio.wait({update}, timeout=_WATCH_INTERVAL)
+        if done:
+            return None
+        try:
+            description = await handle.describe()
+        except RPCError:
+            continue  # a passing hiccup: the update itself reports real failures
+        failing = [
+            p for p in description.raw_description.pending_activities if p.last_failure.message
+        ]
+        if not failing:
+            since = None
+            continue
+        pending = failing[0]
+        now = loop.time()
+        since = now if since is None else since
+        failure = await client.data_converter.decode_failure(pending.last_failure)
+        reason = getattr(failure, "message", "") or str(failure) or type(failure).__name__
+        if now - since >= max_wait:
+            return reason
+        key = f"{pending.activity_id}:{pending.attempt}"
+        if on_wait is not None and key != reported:
+            reported = key
+            retry_in = None
+            if pending.HasField("next_attempt_schedule_time"):
+                at = pending.next_attempt_schedule_time.ToDatetime(tzinfo=UTC)
+                retry_in = max((at - datetime.now(UTC)).total_seconds(), 0.0)
+            on_wait(
+                Waiting(
+                    activity=_activity_name(pending),
+                    attempt=pending.attempt,
+                    reason=reason,
+                    retry_in=retry_in,
+                    waited=now - since,
+                    give_up_in=max_wait - (now - since),
+                )
+            )
+
+
+def _activity_name(pending: Any) -> str:
+    name = str(pending.activity_type.name)
+    return {"AcquireSandbox": "acquire sandbox", "ExecCommand": "exec"}.get(name, name)
+
+
+async def _cancel_step(
+    handle: WorkflowHandle[Any, Any], step_id: str, update: asyncio.Future[ExecResult]
+) -> None:
+    """Cancel the step and wait (bounded) until the workflow reports it gone.
+
+    Shielded from our own cancellation: a Ctrl-C or SIGTERM is exactly when
+    the command must be killed before the client exits.
+    """
+
+    async def cancel() -> None:
+        if not update.done():
+            with contextlib.suppress(RPCError):
+                await handle.signal(CANCEL_STEP_SIGNAL, step_id)
+            await asyncio.wait({update}, timeout=_CANCEL_GRACE)
+        if not update.done():
+            update.cancel()
+        with contextlib.suppress(BaseException):
+            await update
+
+    task = asyncio.ensure_future(cancel())
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue  # already cancelling; a second signal must not leave the command running
 
 
 def _start_worker_hint(provider: str) -> str:

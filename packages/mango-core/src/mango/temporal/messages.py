@@ -14,6 +14,7 @@ import attrs
 from mango.app.session_manager import ReconcileReport
 from mango.domain.errors import InvalidInput
 from mango.domain.values import (
+    Command,
     ExecResult,
     PackagePlan,
     SandboxRef,
@@ -31,6 +32,8 @@ __all__ = [
     "CredentialStatus",
     "DeleteSessionRecordInput",
     "DeleteSessionRecordOutput",
+    "ExecStep",
+    "ExecStepInput",
     "FinishDeletionsInput",
     "HealthInput",
     "ProviderHealth",
@@ -89,6 +92,12 @@ class StepPolicy:
     maximum_attempts: int = attrs.field(default=0, validator=_non_negative)
     stop_grace: float = attrs.field(default=30.0, validator=_positive)
     """How long cleanup waits for a cancelled Session workflow before terminating it."""
+    local_exec_limit: float = attrs.field(default=10.0, validator=_non_negative)
+    """Exec steps whose command has a timeout of at most this many seconds run as local
+    activities (in the worker that runs the workflow task: two fewer server round
+    trips, about 10 ms); unbounded or longer ones, and every step when 0, run as
+    normal activities, whose heartbeats let the server notice a dead worker. Both are
+    at least once: a worker that dies mid-step has the step run again elsewhere."""
 
 
 # ---------------------------------------------------------------- activities
@@ -115,6 +124,26 @@ class ToolStepInput:
 
     session_id: str = attrs.field(validator=_session_id)
     call: ToolCall
+    spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+
+
+@attrs.frozen
+class ExecStep:
+    """One command for the Session's sandbox (the ``Exec`` update): ``mango exec``'s durable twin.
+
+    ``step_id`` is chosen by the client and names the step for ``CancelStep``.
+    """
+
+    step_id: str = attrs.field(validator=attrs.validators.min_len(1))
+    command: Command
+
+
+@attrs.frozen
+class ExecStepInput:
+    """Run one command in the Session's sandbox; the result is the provider's ``ExecResult``."""
+
+    session_id: str = attrs.field(validator=_session_id)
+    command: Command
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
 
 
@@ -317,7 +346,7 @@ def _warm_up() -> None:
     table, where names a class annotation refers to may be missing; hooks
     built here are cached on the shared converter and reused there.
     """
-    nested = (ExecResult, PackagePlan, SandboxRef, SandboxSpec, ToolCall, ToolResult)
+    nested = (Command, ExecResult, PackagePlan, SandboxRef, SandboxSpec, ToolCall, ToolResult)
     messages = tuple(
         value
         for name, value in globals().items()

@@ -23,8 +23,10 @@ from mango.domain.ports import BindingStore
 from mango.domain.values import validate_provider_name, validate_session_id
 
 __all__ = [
+    "CANCEL_STEP_SIGNAL",
     "CLEANUP_WORKFLOW",
     "DEFAULT_TASK_QUEUE_PREFIX",
+    "EXEC_UPDATE",
     "HEALTH_WORKFLOW",
     "RECONCILER_WORKFLOW",
     "RUN_TOOL_UPDATE",
@@ -45,6 +47,8 @@ CLEANUP_WORKFLOW = "SandboxCleanupWorkflow"
 RECONCILER_WORKFLOW = "ReconcilerWorkflow"
 HEALTH_WORKFLOW = "ProviderHealthWorkflow"
 RUN_TOOL_UPDATE = "RunTool"
+EXEC_UPDATE = "Exec"
+CANCEL_STEP_SIGNAL = "CancelStep"
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 

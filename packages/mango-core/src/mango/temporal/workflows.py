@@ -1,11 +1,14 @@
 """Deterministic workflows. Everything non-deterministic happens in activities.
 
 * :class:`SessionWorkflow` (id ``session:<session id>``): one per Session;
-  tool steps arrive as the ``RunTool`` update and run one at a time, in the
-  order they were accepted. The first step of a run acquires the sandbox
-  (provisioning it durably). A run ends after ``idle_timeout`` without a step
-  (the next request starts a new one) and continues as new after
-  ``steps_per_run`` steps. Cancelling it cancels the running step and the
+  tool steps arrive as the ``RunTool`` update and commands as the ``Exec``
+  update (``mango exec --via-temporal``: the ``ExecCommand`` activity, with
+  the direct path's result), and run one at a time, in the order they were
+  accepted; the ``CancelStep`` signal cancels one pending or running ``Exec``
+  step (its command is killed), leaving the workflow serving. The first step
+  of a run acquires the sandbox (provisioning it durably). A run ends after
+  ``idle_timeout`` without a step (the next request starts a new one) and
+  continues as new after ``steps_per_run`` steps. Cancelling it cancels the running step and the
   command inside the sandbox.
 * :class:`SandboxCleanupWorkflow` (id ``sandbox-cleanup:<session id>``): stops
   the Session workflow, releases the sandbox (destroy, binding, intent), then
@@ -32,12 +35,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from mango.domain.values import ExecResult
     from mango.temporal.activities import MangoActivities
     from mango.temporal.messages import (
         AcquireInput,
         CleanupInput,
         CleanupOutput,
         DeleteSessionRecordInput,
+        ExecStep,
+        ExecStepInput,
         FinishDeletionsInput,
         HealthInput,
         ProviderHealth,
@@ -55,7 +61,9 @@ with workflow.unsafe.imports_passed_through():
         ToolStepInput,
     )
     from mango.temporal.routing import (
+        CANCEL_STEP_SIGNAL,
         CLEANUP_WORKFLOW,
+        EXEC_UPDATE,
         HEALTH_WORKFLOW,
         RECONCILER_WORKFLOW,
         RUN_TOOL_UPDATE,
@@ -100,6 +108,9 @@ class SessionWorkflow:
         self._cancelled = False
         # A list, not a set: iteration order must be the same on every replay.
         self._running: list[workflow.ActivityHandle[Any]] = []
+        self._pending_steps: set[str] = set()  # Exec steps accepted, not finished
+        self._cancelled_steps: set[str] = set()
+        self._current_step: str | None = None
 
     @workflow.run
     async def run(self, request: SessionWorkflowInput) -> SessionWorkflowOutput:
@@ -168,23 +179,113 @@ class SessionWorkflow:
                 "the session workflow is being cancelled", type=_STEP_CANCELLED, non_retryable=True
             )
 
+    @workflow.update(name=EXEC_UPDATE)
+    async def exec_command(self, step: ExecStep) -> ExecResult:
+        """Run one command after the steps accepted before it; return the provider's result."""
+        self._busy += 1
+        self._touched = True
+        self._pending_steps.add(step.step_id)
+        try:
+            async with self._lock:
+                if self._cancelled or step.step_id in self._cancelled_steps:
+                    raise _cancelled_step("exec")
+                self._current_step = step.step_id
+                try:
+                    return await self._exec_step(step)
+                finally:
+                    self._current_step = None
+                    self._steps += 1
+        finally:
+            self._pending_steps.discard(step.step_id)
+            self._cancelled_steps.discard(step.step_id)
+            self._busy -= 1
+            self._touched = True
+
+    @exec_command.validator
+    def _validate_exec(self, step: ExecStep) -> None:
+        if self._cancelled:
+            raise ApplicationError(
+                "the session workflow is being cancelled", type=_STEP_CANCELLED, non_retryable=True
+            )
+        if step.step_id in self._pending_steps:
+            raise ApplicationError(
+                f"step {step.step_id!r} is already pending", type="InvalidInput", non_retryable=True
+            )
+
+    @workflow.signal(name=CANCEL_STEP_SIGNAL)
+    def cancel_step(self, step_id: str) -> None:
+        """Cancel one ``Exec`` step: drop it if it still waits, kill its command if it runs."""
+        if step_id not in self._pending_steps:
+            return  # finished already (or never came): nothing to do, nothing to remember
+        self._cancelled_steps.add(step_id)
+        if self._current_step == step_id:
+            for handle in self._running:
+                handle.cancel()
+
+    async def _exec_step(self, step: ExecStep) -> ExecResult:
+        policy = self._input.policy
+        request = ExecStepInput(
+            session_id=self._input.session_id, command=step.command, spec=self._input.spec
+        )
+        timeout = step.command.timeout or self._input.spec.timeout
+        wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        try:
+            await self._acquire()
+            if timeout is not None and timeout <= policy.local_exec_limit:
+                # Short and bounded: no server round trip for scheduling and
+                # completion. A crash still re-runs it (the workflow task times
+                # out and another worker replays it), as a normal activity would.
+                return await self._tracked(
+                    workflow.start_local_activity_method(
+                        MangoActivities.exec_command,
+                        request,
+                        start_to_close_timeout=timedelta(seconds=timeout + 60.0),
+                        retry_policy=_retry(policy),
+                        cancellation_type=wait,
+                        summary="exec (local)",
+                    )
+                )
+            return await self._tracked(
+                workflow.start_activity_method(
+                    MangoActivities.exec_command,
+                    request,
+                    start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                    heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                    retry_policy=_retry(policy),
+                    cancellation_type=wait,
+                    summary="exec",
+                )
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise _cancelled_step("exec") from err
+            raise
+        except asyncio.CancelledError as err:
+            raise _cancelled_step("exec") from err
+
+    async def _acquire(self) -> None:
+        """Acquire the sandbox once per run (provisioning it durably on first use)."""
+        if self._acquired:
+            return
+        policy = self._input.policy
+        await self._tracked(
+            workflow.start_activity_method(
+                MangoActivities.acquire_sandbox,
+                AcquireInput(session_id=self._input.session_id, spec=self._input.spec),
+                start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                retry_policy=_retry(policy),
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary="acquire sandbox",
+            )
+        )
+        self._acquired = True
+
     async def _step(self, call: ToolCall) -> ToolResult:
         policy = self._input.policy
         wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         try:
-            if not self._acquired:
-                await self._tracked(
-                    workflow.start_activity_method(
-                        MangoActivities.acquire_sandbox,
-                        AcquireInput(session_id=self._input.session_id, spec=self._input.spec),
-                        start_to_close_timeout=timedelta(seconds=policy.start_to_close),
-                        heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
-                        retry_policy=_retry(policy),
-                        cancellation_type=wait,
-                        summary="acquire sandbox",
-                    )
-                )
-                self._acquired = True
+            await self._acquire()
             result = await self._tracked(
                 workflow.start_activity_method(
                     MangoActivities.execute_tool,
