@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
-import platformdirs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
 from mango.domain.registry import SettingSpec, validate_namespace
@@ -83,6 +82,10 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
         return path
     if os.name == "posix" and os.geteuid() == 0:
         return ROOT_STATE_DIR
+    # Imported here: only a non-root process without MANGO_STATE_DIR needs it, and
+    # every provider plugin imports this module through the provider surface.
+    import platformdirs
+
     return platformdirs.user_state_path("mango", appauthor=False)
 
 
