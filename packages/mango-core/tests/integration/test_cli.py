@@ -245,3 +245,24 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_files_read_streams_a_file_past_the_read_cap(run) -> None:  # type: ignore[no-untyped-def]
+    """files read streams: a 1 GiB sparse file costs the CLI far less memory than its size."""
+    made = run("exec", "--session", "big", "--", "sh", "-c", "truncate -s 1G huge.bin")
+    assert made.returncode == 0, made.stderr
+    small = run("exec", "--session", "big", "--", "sh", "-c", "seq 1 200000 > seq.txt")
+    assert small.returncode == 0, small.stderr
+    capped = {"MANGO_MAX_READ_BYTES": "4096"}
+    read = run("files", "read", "--session", "big", "seq.txt", extra=capped)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == b"".join(b"%d\n" % n for n in range(1, 200001))
+
+    process = run.popen("files", "read", "--session", "big", "huge.bin", "-o", os.devnull)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stderr = process.stderr.read()
+    process.stdout.close()
+    process.stderr.close()
+    assert process.returncode == 0, stderr
+    assert usage.ru_maxrss * 1024 < 256 * 1024 * 1024, f"peak RSS {usage.ru_maxrss} KiB"

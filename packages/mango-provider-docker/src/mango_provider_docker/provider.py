@@ -14,6 +14,7 @@ import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     ConfigurationError,
     InvalidInput,
@@ -126,6 +127,10 @@ class DockerProvider:
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
+    max_read_bytes: int = attrs.field(
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+    )
+    """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     pull_missing_images: bool = attrs.field(default=True, kw_only=True)
     """Pull an image that is not present; when False, a missing image is a configuration error."""
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -178,6 +183,7 @@ class DockerProvider:
             host_dir=host_dir(self.resource_dir, self.ownership, session_key),
             engine=self._engine,
             max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
             background=self._background,
         )

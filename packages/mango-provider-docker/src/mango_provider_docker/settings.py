@@ -15,6 +15,7 @@ import attrs
 from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -24,6 +25,7 @@ from mango.provider import (
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    max_read_bytes,
     state_dir,
 )
 from mango.provider.hostdirs import absolute_dir_setting
@@ -110,6 +112,7 @@ SETTINGS = (
         default="1",
     ),
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the Docker provider reads, as its registration declares them."""
 
@@ -127,6 +130,7 @@ class DockerSettings:
     pids_limit: int
     pull: bool
     max_output_bytes: int
+    max_read_bytes: int
 
 
 def _number(env: Mapping[str, str], name: str, default: str, *, integer: bool) -> float:
@@ -166,6 +170,7 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
         pids_limit=int(_number(env, PIDS_LIMIT_ENV, str(DEFAULT_PIDS_LIMIT), integer=True)),
         pull=pull_text in ("1", "true", "yes"),
         max_output_bytes=max_output_bytes(env),
+        max_read_bytes=max_read_bytes(env),
     )
     try:
         default_limits(settings.memory, settings.cpus, settings.pids_limit)
@@ -213,6 +218,7 @@ def open_docker_provider(
         cpus=settings.cpus,
         pids_limit=settings.pids_limit,
         max_output_bytes=settings.max_output_bytes,
+        max_read_bytes=settings.max_read_bytes,
         pull_missing_images=settings.pull,
         progress=StderrProgress(),
     )

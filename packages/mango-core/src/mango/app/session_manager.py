@@ -27,7 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 
@@ -107,17 +107,20 @@ def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
 _LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
 
 
-@attrs.define
-class _WatchedEvents:
-    """An exec event stream whose :class:`SandboxNotFound` records the loss."""
+_Event = TypeVar("_Event")
 
-    events: AsyncIterator[ExecEvent]
+
+@attrs.define
+class _Watched(Generic[_Event]):
+    """A stream (exec events, file chunks) whose :class:`SandboxNotFound` records the loss."""
+
+    events: AsyncIterator[_Event]
     on_lost: _LossRecorder
 
-    def __aiter__(self) -> _WatchedEvents:
+    def __aiter__(self) -> _Watched[_Event]:
         return self
 
-    async def __anext__(self) -> ExecEvent:
+    async def __anext__(self) -> _Event:
         try:
             return await self.events.__anext__()
         except SandboxNotFound as exc:
@@ -153,15 +156,26 @@ class _SessionSandbox(SandboxWrapper):
             except SandboxNotFound as exc:
                 await self.on_lost(exc)
                 raise
-            yield _WatchedEvents(events, self.on_lost)
+            yield _Watched(events, self.on_lost)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read ``path``; a vanished resource is recorded as lost."""
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read ``path`` (bounded); a vanished resource is recorded as lost."""
         try:
-            return await self.inner.read_file(path)
+            return await self.inner.read_file(path, max_bytes=max_bytes)
         except SandboxNotFound as exc:
             await self.on_lost(exc)
             raise
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream ``path``; a vanished resource is recorded as lost."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                chunks = await stack.enter_async_context(self.inner.open_file(path))
+            except SandboxNotFound as exc:
+                await self.on_lost(exc)
+                raise
+            yield _Watched(chunks, self.on_lost)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``path``; a vanished resource is recorded as lost."""

@@ -8,6 +8,7 @@ there is one, a ``hint:`` line; never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -293,10 +294,14 @@ def files() -> None:
 )
 @click.argument("path")
 def files_read(session_id: str, output: Path | None, path: str) -> None:
-    """Print the file at PATH (workspace-relative)."""
+    """Print the file at PATH (workspace-relative).
+
+    The file is streamed in chunks (Sandbox.open_file), so files of any size
+    work without being held in memory.
+    """
     session_id = _session(session_id)
 
-    async def run(rt: Runtime) -> bytes:
+    async def run(rt: Runtime) -> None:
         # Reading never provisions: a mistyped Session id must not create a sandbox.
         sandbox = await rt.manager.acquire_existing(session_id, rt.default_spec())
         if sandbox is None:
@@ -304,17 +309,17 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
                 f"no session {session_id!r} with a sandbox to read from",
                 hint="check the id with 'mango sessions list'",
             )
-        try:
-            return await sandbox.read_file(path)
-        except FileNotFoundError:
-            raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                chunks = await stack.enter_async_context(sandbox.open_file(path))
+            except FileNotFoundError:
+                raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+            target = sys.stdout.buffer if output is None else stack.enter_context(output.open("wb"))
+            async for chunk in chunks:
+                target.write(chunk)
+            target.flush()
 
-    data = _with_runtime(run)
-    if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        output.write_bytes(data)
+    _with_runtime(run)
 
 
 @files.command(name="write")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mango.config import Settings
+from mango.config import Settings, max_read_bytes
 
 if TYPE_CHECKING:
     from mango.temporal.messages import ReconcilerInput
@@ -50,6 +50,7 @@ async def run_worker(
     from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
     from mango.temporal.faults import fault_point_from_env, inject_faults
+    from mango.temporal.tools import ToolRunner
     from mango.temporal.worker import serve
 
     fault = fault_point_from_env()
@@ -93,6 +94,7 @@ async def run_worker(
                 client,
                 registration,
                 task_queue_prefix=settings.task_queue_prefix,
+                tools=ToolRunner(max_read_bytes=max_read_bytes()),
             )
             await serve(
                 client,

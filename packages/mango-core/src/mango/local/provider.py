@@ -23,6 +23,7 @@ from mango.local.layout import (
 from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     InvalidInput,
     OwnedResource,
@@ -41,9 +42,9 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
     return Path(value).absolute()
 
 
-def _positive_int(_instance: object, _attribute: object, value: Any) -> None:
+def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"max_output_bytes must be a positive integer, got {value!r}")
+        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 def _check_spec(spec: object) -> SandboxSpec:
@@ -63,7 +64,8 @@ class LocalProvider:
 
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
     instance over the same ``base_dir`` (a restarted worker) finds what an
-    earlier one made. ``max_output_bytes`` caps each output stream of an exec.
+    earlier one made. ``max_output_bytes`` caps each output stream of an exec;
+    ``max_read_bytes`` is the default bound of a buffered ``read_file``.
     ``namespace`` is the deployment's (``ProviderContext.namespace``): two
     providers with different namespaces over one ``base_dir`` never share,
     see or remove each other's directories.
@@ -75,6 +77,10 @@ class LocalProvider:
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
+    max_read_bytes: int = attrs.field(
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+    )
+    """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
@@ -100,6 +106,7 @@ class LocalProvider:
             session_dir=session_dir,
             spec=spec,
             max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
         )
 

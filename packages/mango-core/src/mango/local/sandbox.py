@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
-from mango.local.files import ensure_workspace_dir, read_workspace_file, write_workspace_file
+from mango.local.files import (
+    READ_CHUNK_BYTES,
+    ensure_workspace_dir,
+    open_workspace_file,
+    read_chunk,
+    read_workspace_file,
+    write_workspace_file,
+)
 from mango.local.layout import remove_session_dir, workspace_root
 from mango.provider import (
     Command,
@@ -22,6 +32,7 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
+from mango.provider.reads import ThreadedChunks, read_limit
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -50,6 +61,7 @@ class LocalSandbox(StreamedExec):
     _session_dir: Path
     _spec: SandboxSpec
     _max_output_bytes: int
+    _max_read_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
 
     @property
@@ -101,15 +113,44 @@ class LocalSandbox(StreamedExec):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
 
-        Raises what :mod:`mango.local.files` documents, and
-        :class:`SandboxNotFound` if the workspace is gone.
+        At most ``max_bytes`` (default: the provider's read cap): the size is
+        checked before reading and the read stops past the bound, with
+        :class:`FileTooLarge`. Raises what :mod:`mango.local.files` documents,
+        and :class:`SandboxNotFound` if the workspace is gone.
+        """
+        limit = read_limit(max_bytes, self._max_read_bytes)
+        self.path_policy.locate(path)
+        await checkpoint()
+        return await asyncio.to_thread(read_workspace_file, self.path_policy, path, limit)
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream the regular file ``path`` in chunks of at most 1 MiB, whatever its size.
+
+        The path is checked and the file opened on entry (the errors of
+        :meth:`read_file`, except :class:`FileTooLarge`); leaving the block
+        closes it.
         """
         self.path_policy.locate(path)
         await checkpoint()
-        return await asyncio.to_thread(read_workspace_file, self.path_policy, path)
+        opening = asyncio.get_running_loop().run_in_executor(
+            None, open_workspace_file, self.path_policy, path
+        )
+        try:
+            fd = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The open still runs in its thread: whatever it opens is closed.
+            opening.add_done_callback(_close_opened)
+            raise
+        chunks = ThreadedChunks(lambda: read_chunk(fd, READ_CHUNK_BYTES, path))
+        try:
+            yield chunks
+        finally:
+            await chunks.aclose()
+            os.close(fd)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate ``path`` with ``data``, creating parent directories.
@@ -133,3 +174,8 @@ class LocalSandbox(StreamedExec):
         await checkpoint()
         await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)
         await asyncio.to_thread(remove_session_dir, self._session_dir)
+
+
+def _close_opened(opening: asyncio.Future[int]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        os.close(opening.result())

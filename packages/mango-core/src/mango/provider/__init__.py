@@ -13,6 +13,8 @@ library are submodules, imported only by the providers that use them:
 
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
+:mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
+size check, a bounded collector),
 :mod:`mango.provider.hostdirs` (provider-owned directories on the worker host)
 and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
 """
@@ -23,9 +25,13 @@ import pluggy
 
 from mango.config import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_ENV,
+    MAX_READ_BYTES_SETTING,
     max_output_bytes,
+    max_read_bytes,
     state_dir,
 )
 from mango.domain.capabilities import Capability, CapabilitySet, admit
@@ -100,8 +106,11 @@ from mango.provider.paths import (
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_READ_BYTES",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_READ_BYTES_ENV",
+    "MAX_READ_BYTES_SETTING",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -157,6 +166,7 @@ __all__ = [
     "hookimpl",
     "is_permanent",
     "max_output_bytes",
+    "max_read_bytes",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "session_key_hash",
