@@ -352,6 +352,22 @@ class Engine:
             async with asyncio.timeout(API_TIMEOUT_SECONDS):
                 await self._raw("POST", f"containers/{container_id}/unpause")
 
+    async def kill_container(self, container_id: str) -> bool:
+        """``POST /containers/{id}/kill`` (SIGKILL): stop every process now; False if gone.
+
+        A container that is not running is fine (the daemon answers 409).
+        """
+        with self.errors(f"kill container {container_id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    await self._raw("POST", f"containers/{container_id}/kill")
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status != 409:
+                    raise
+        return True
+
     async def remove_container(self, container_id: str) -> bool:
         """Force-remove a container and its anonymous volumes; False if it was already gone.
 

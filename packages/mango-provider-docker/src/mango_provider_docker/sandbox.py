@@ -165,12 +165,15 @@ class DockerSandbox(StreamedExec):
         await write_workspace_file(self._engine, self.container_id, path, payload)
 
     async def destroy(self) -> None:
-        """Force-remove the container (and its anonymous volumes) and the host directory.
+        """Kill the container, remove the host directory, then the container (and its volumes).
 
-        Idempotent. Commands still running get ``ExecResult(cancelled=True)``.
-        After this, attach raises :class:`SandboxNotFound`.
+        Idempotent; the same order as ``DockerProvider.destroy``. Commands
+        still running, from this process or any other, get
+        ``ExecResult(cancelled=True, exit_code=-1)``. After this, attach
+        raises :class:`SandboxNotFound`.
         """
         await asyncio.sleep(0)
         self._tracker.mark_destroyed(self.container_id)
-        await self._engine.remove_container(self.container_id)
+        await self._engine.kill_container(self.container_id)
         await asyncio.to_thread(remove_dir, self._host_dir)
+        await self._engine.remove_container(self.container_id)

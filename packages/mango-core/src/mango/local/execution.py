@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from mango.provider import ExecResult, OutputStream
@@ -237,10 +237,13 @@ async def run_command(
     timeout: float | None,
     channel: ExecChannel,
     handle: ExecHandle,
+    on_start: Callable[[int], None] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in ``cwd`` with exactly ``env``, feeding its output to ``channel``.
 
     Returns the final result (exit code and flags, no output bytes).
+    ``on_start(pgid)`` runs as soon as the command's process group exists
+    (its kill action is already set, so it may call ``handle.destroy()``).
 
     A program that cannot be started gives exit code 127 (not found) or 126
     (not executable) with a message on stderr, as a shell would. An
@@ -284,6 +287,8 @@ async def run_command(
         # start_new_session: the child called setsid(), so its pgid is its pid.
         pgid = process.pid
         handle.set_kill(lambda: kill_group(pgid, signal.SIGKILL))
+        if on_start is not None:
+            on_start(pgid)
         outcome = await _supervise(process, readers, handle, deadline)
         return channel.result(
             exit_code=_exit_code(process.returncode) if outcome == "finished" else -1,

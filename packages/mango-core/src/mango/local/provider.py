@@ -13,11 +13,13 @@ import attrs
 from mango.local.layout import (
     PROVIDER_NAME,
     check_base_dir,
+    check_reference,
+    check_removal,
     ensure_session_dir,
     expected_session_dir,
     list_session_dirs,
     owned_session_dir,
-    remove_session_dir,
+    remove_session,
     verify_session_dir,
 )
 from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
@@ -155,23 +157,44 @@ class LocalProvider:
         return None if session_dir is None else SandboxRef(PROVIDER_NAME, str(session_dir))
 
     async def destroy(self, session_key: str, ref: SandboxRef) -> None:
-        """Remove ``ref``'s directory without attaching; idempotent.
+        """Remove ``ref``'s directory and everything of it without attaching; idempotent.
 
-        Ownership is checked by the path and the owner record beside the
-        workspace (never by files inside it); raises :class:`OwnershipError`
-        for another Session's or another deployment's directory. Commands
-        this process runs in it are killed first.
+        Ownership is checked by the path and the owner record outside the
+        session directory (never by anything a command can reach through the
+        workspace); raises :class:`OwnershipError` for another Session's or
+        another deployment's directory. Commands running in it are killed
+        first, whichever process started them; the leftovers of an
+        interrupted removal are finished.
         """
         key = validate_session_id(session_key)
         ref = self.ownership.check_ref(ref)
         await checkpoint()
         session_dir = await asyncio.to_thread(
-            owned_session_dir, self.base_dir, self.ownership, key, ref.external_id
+            check_reference, self.base_dir, self.ownership, key, ref.external_id
         )
-        target = session_dir or expected_session_dir(self.base_dir, self.ownership, key)
-        await self._tracker.terminate(str(target), DESTROY_WAIT_SECONDS)
-        # Also when the directory is gone: finishes a removal a crash interrupted.
-        await asyncio.to_thread(remove_session_dir, target)
+        await self._remove(key, session_dir, force=False)
+
+    async def purge(self, session_key: str, *, force: bool = False) -> None:
+        """Remove everything ``session_key`` has under ``base_dir``, by its names; idempotent.
+
+        The session directory (whatever a command turned it into), the
+        leftovers of an interrupted removal, the run records and the owner
+        record. The owner record is checked first (:class:`OwnershipError` for
+        another owner's, or for none beside an existing directory) unless
+        ``force``: then the directory named for this key in this namespace is
+        removed whatever the records say (links are never followed).
+        """
+        key = validate_session_id(session_key)
+        await checkpoint()
+        await self._remove(
+            key, expected_session_dir(self.base_dir, self.ownership, key), force=force
+        )
+
+    async def _remove(self, key: str, session_dir: Path, *, force: bool) -> None:
+        if not force:
+            await asyncio.to_thread(check_removal, session_dir, self.ownership, key)
+        await self._tracker.terminate(str(session_dir), DESTROY_WAIT_SECONDS)
+        await asyncio.to_thread(remove_session, session_dir)
 
     async def list_owned(self) -> Sequence[OwnedResource]:
         """Every session directory under ``base_dir`` that this namespace owns."""

@@ -19,7 +19,8 @@ from mango.local.files import (
     read_workspace_file,
     write_workspace_file,
 )
-from mango.local.layout import remove_session_dir, workspace_root
+from mango.local.layout import remove_session, workspace_root
+from mango.local.runs import forget_run, record_run
 from mango.provider import (
     Command,
     ExecResult,
@@ -30,7 +31,8 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import ExecTracker, StreamedExec, checkpoint
+from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
+from mango.provider.hostdirs import is_real_directory
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
 
@@ -98,8 +100,9 @@ class LocalSandbox(StreamedExec):
             if handle.destroyed:
                 return channel.result(exit_code=-1, cancelled=True)
             env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
+            records: list[Path | None] = []
             try:
-                return await run_command(
+                result = await run_command(
                     argv=command.argv,
                     stdin=command.stdin,
                     env=env,
@@ -107,11 +110,35 @@ class LocalSandbox(StreamedExec):
                     timeout=timeout,
                     channel=channel,
                     handle=handle,
+                    on_start=lambda pgid: records.append(self._started(pgid, handle)),
                 )
             except OSError as exc:
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
+            finally:
+                for record in records:
+                    forget_run(record)
+            if result.exit_code != 0 and not result.cancelled and self._deleted():
+                # Killed by a destroy in another process (mango sessions delete):
+                # say so, as a destroy in this process does.
+                return attrs.evolve(result, exit_code=-1, timed_out=False, cancelled=True)
+            return result
+
+    def _deleted(self) -> bool:
+        """True once a destroy (from any process) has renamed the session directory away."""
+        return not is_real_directory(self._session_dir)
+
+    def _started(self, pgid: int, handle: ExecHandle) -> Path | None:
+        """Record the new process group (see :mod:`mango.local.runs`), then check for a destroy.
+
+        Record first, check second: a destroy renames the directory first and
+        reads the records second, so whichever comes last sees the other.
+        """
+        record = record_run(self._session_dir.parent, self._session_dir.name, pgid)
+        if self._deleted():
+            handle.destroy()
+        return record
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
@@ -168,12 +195,13 @@ class LocalSandbox(StreamedExec):
     async def destroy(self) -> None:
         """Kill this sandbox's running commands and remove its directory. Idempotent.
 
-        Commands still running get ``ExecResult(cancelled=True)``. After this,
-        attach raises :class:`SandboxNotFound`.
+        Commands still running, started by this process or any other, are
+        killed and get ``ExecResult(cancelled=True, exit_code=-1)``. After
+        this, attach raises :class:`SandboxNotFound`.
         """
         await checkpoint()
         await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)
-        await asyncio.to_thread(remove_session_dir, self._session_dir)
+        await asyncio.to_thread(remove_session, self._session_dir)
 
 
 def _close_opened(opening: asyncio.Future[int]) -> None:

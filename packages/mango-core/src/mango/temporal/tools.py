@@ -378,7 +378,7 @@ class ToolRunner:
         if result.timed_out:
             parts.append("[timed out; the command was terminated]")
         elif result.cancelled:
-            parts.append("[cancelled; the sandbox was torn down]")
+            parts.append("[stopped: the Session's sandbox was deleted while the command ran]")
         elif result.exit_code != 0:
             parts.append(f"[exit code {result.exit_code}]")
         truncated = result.stdout_truncated or result.stderr_truncated
