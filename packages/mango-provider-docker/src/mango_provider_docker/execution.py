@@ -65,6 +65,7 @@ __all__ = [
     "SAFE_PATH",
     "SETTLE_SECONDS",
     "SHELL",
+    "TEARDOWN_SETTLE_SECONDS",
     "ContainerNotRunning",
     "run_command",
 ]
@@ -79,6 +80,8 @@ DRAIN_SECONDS = 5.0
 """After a kill, how long the stream may stay open before it is abandoned."""
 SETTLE_SECONDS = 15.0
 """How long a kill waits for an in-flight start, or for the wrapper's pid line."""
+TEARDOWN_SETTLE_SECONDS = 2.0
+"""After a command died of SIGKILL, how long its container may take to show it was stopped."""
 _EXIT_TIMED_OUT = -1
 _EXIT_KILLED = 128 + 9
 
@@ -203,13 +206,27 @@ class _Run:
         return self.result(exit_code=exit_code if isinstance(exit_code, int) else -1)
 
     async def _container_torn_down(self) -> bool:
-        """True if the container is gone, being removed or stopped: a destroy elsewhere."""
-        try:
-            inspect = await self._engine.inspect_container(self._container_id)
-        except ProviderUnavailable:
-            return False
-        state = (inspect or {}).get("State") or {}
-        return inspect is None or state.get("Status") == "removing" or not state.get("Running")
+        """True if the container is gone, being removed or stopped: a destroy, maybe elsewhere.
+
+        A destroy kills the whole container, and the daemon may report the
+        exec's exit a moment before the container's, so a container still
+        shown running is asked again for up to :data:`TEARDOWN_SETTLE_SECONDS`
+        before the 137 is taken as the command's own (an OOM kill, ``kill -9``).
+        """
+        deadline = asyncio.get_running_loop().time() + TEARDOWN_SETTLE_SECONDS
+        delay = 0.01
+        while True:
+            try:
+                inspect = await self._engine.inspect_container(self._container_id)
+            except ProviderUnavailable:
+                return False
+            state = (inspect or {}).get("State") or {}
+            if inspect is None or state.get("Status") == "removing" or not state.get("Running"):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     def raise_wrapper_error(self) -> None:
         """Raise what the wrapper's error status line means, if it printed one."""
