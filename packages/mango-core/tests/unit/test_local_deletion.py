@@ -31,7 +31,7 @@ from mango.domain.values import (
     SandboxSpec,
 )
 from mango.local import LocalProvider
-from mango.local.runs import kill_recorded_runs, record_run
+from mango.local.runs import COMPACT_BYTES, kill_logged_runs, log_run, run_log
 
 SPEC = SandboxSpec(timeout=60.0)
 NAMESPACE = "deletion-test"
@@ -251,19 +251,40 @@ async def test_a_deletion_from_another_process_stops_running_commands(base: Path
     assert remnants(base) == []
 
 
-def test_only_the_recorded_process_group_is_killed(base: Path) -> None:
-    """A stale record (the number reused by another process) is not killed; a true one is."""
-    base.mkdir(parents=True)
+def test_only_the_logged_process_group_is_killed(base: Path) -> None:
+    """A line older than the process now using the number is not killed; a true one is."""
+    (base / ".runs").mkdir(parents=True)
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        record = record_run(base, "mango-x", stranger.pid)
-        assert record is not None
-        record.write_text("1")  # another start time: the number was reused
-        assert kill_recorded_runs(base, "mango-x") == 0
+        log = run_log(base, "mango-x")
+        log.write_bytes(b"%d 1\n" % stranger.pid)  # logged long before it started: reused
+        assert kill_logged_runs(base, "mango-x") == 0
         assert stranger.poll() is None
-        record_run(base, "mango-x", stranger.pid)  # the true start time
-        assert kill_recorded_runs(base, "mango-x") == 1
+        assert log_run(str(log), stranger.pid)
+        assert kill_logged_runs(base, "mango-x") == 1
         assert stranger.wait(10) == -signal.SIGKILL
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_the_run_log_is_compacted_to_live_groups(base: Path) -> None:
+    """Past COMPACT_BYTES an append rewrites the log with the groups that still exist."""
+    log = str(run_log(base, "mango-y"))
+    assert not log_run(log, 12345)  # no log: the caller decides
+    (base / ".runs").mkdir(parents=True)
+    assert log_run(log, os.getpgrp(), create=True)
+    dead = subprocess.Popen(["true"], start_new_session=True)
+    dead.wait()
+    sizes = []
+    for _ in range(COMPACT_BYTES // 10):  # lines are about 20 bytes: at least one compaction
+        log_run(log, dead.pid)
+        sizes.append(Path(log).stat().st_size)
+        if len(sizes) > 1 and sizes[-1] < sizes[-2]:
+            break
+    assert sizes[-1] < sizes[-2], "the log was never compacted"
+    assert max(sizes) > COMPACT_BYTES - 100
+    lines = run_log(base, "mango-y").read_bytes().splitlines()
+    assert len(lines) == 1
+    assert any(line.startswith(b"%d " % os.getpgrp()) for line in lines)
+    assert kill_logged_runs(base, "mango-y") == 0  # never our own group

@@ -6,7 +6,7 @@ directory::
 
     <base>/mango-<32 hex>/workspace/        the workspace root (HOME and cwd of commands)
     <base>/.owners/mango-<32 hex>.json      owner record (labels), read-only
-    <base>/.runs/mango-<32 hex>/<pgid>      running commands (see mango.local.runs)
+    <base>/.runs/mango-<32 hex>             started commands (see mango.local.runs)
 
 The directory name is the deterministic name of
 :class:`~mango.provider.ownership.Ownership`, so it has a fixed length, never
@@ -29,7 +29,7 @@ before keep working; changing the old file afterwards changes nothing.
 Removal (:func:`remove_session`) is ordered so that a crash at any point
 leaves the owner record in place until everything else is gone: rename the
 session directory to a ``.deleting-`` leftover (the commit point), stop the
-recorded commands, remove the leftovers, the run records, and last the owner
+logged commands, remove the leftovers, the run log, and last the owner
 record. The next destroy, purge or reconcile finishes what a crash left.
 """
 
@@ -44,7 +44,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from mango.local.runs import RUNS_DIR, kill_recorded_runs, runs_dir
+from mango.local.runs import RUNS_DIR, kill_logged_runs, run_log
 from mango.provider import (
     OwnedResource,
     OwnershipError,
@@ -201,7 +201,10 @@ def ensure_session_dir(base_dir: Path, ownership: Ownership, session_key: str) -
         with contextlib.suppress(FileExistsError):
             root.mkdir(mode=0o755)
         require_real_directory(root, "local sandbox workspace")
-        runs_dir(base, session_dir.name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        log = run_log(base, session_dir.name)
+        log.parent.mkdir(mode=0o700, exist_ok=True)
+        # Made here, once: the exec path only appends (creating a file per exec is slow).
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     return session_dir
 
 
@@ -257,11 +260,11 @@ def verify_session_dir(
 
 
 def session_remnants(session_dir: Path) -> list[Path]:
-    """Everything of ``session_dir`` still on disk: itself, leftovers, run records, owner record."""
+    """Everything of ``session_dir`` still on disk: itself, leftovers, run log, owner record."""
     candidates = [
         session_dir,
         *leftovers(session_dir),
-        runs_dir(session_dir.parent, session_dir.name),
+        run_log(session_dir.parent, session_dir.name),
         owner_record_path(session_dir),
     ]
     return [path for path in candidates if os.path.lexists(path)]
@@ -284,16 +287,20 @@ def remove_session(session_dir: Path) -> None:
 
     In this order (see the module docstring): the session directory is
     renamed to a leftover (whatever it is: a link or a file is renamed as it
-    is, never followed), the recorded commands are killed, the leftovers and
-    run records are removed, and the owner record last. Ownership is the
+    is, never followed), the logged commands are killed, the leftovers and
+    the run log are removed, and the owner record last. Ownership is the
     caller's to check (:func:`check_removal`).
     """
     base = session_dir.parent
     with host_errors(base, setting=SANDBOX_DIR_ENV, what="cannot remove a local sandbox"):
         retire_dir(session_dir)
-        kill_recorded_runs(base, session_dir.name)
+        kill_logged_runs(base, session_dir.name)
         purge_leftovers(session_dir)
-        shutil.rmtree(runs_dir(base, session_dir.name), ignore_errors=True)
+        log = run_log(base, session_dir.name)
+        if os.path.lexists(log) and not is_real_directory(log):
+            log.unlink()
+        else:  # a directory there (never made by mango): removed as a leftover would be
+            shutil.rmtree(log, ignore_errors=True)
         owner_record_path(session_dir).unlink(missing_ok=True)
 
 

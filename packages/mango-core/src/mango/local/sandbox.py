@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from mango.local.files import (
     write_workspace_file,
 )
 from mango.local.layout import remove_session, workspace_root
-from mango.local.runs import forget_run, record_run
+from mango.local.runs import log_run, run_log
 from mango.provider import (
     Command,
     ExecResult,
@@ -32,7 +33,6 @@ from mango.provider import (
     SandboxSpec,
 )
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
-from mango.provider.hostdirs import is_real_directory
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
 
@@ -65,6 +65,20 @@ class LocalSandbox(StreamedExec):
     _max_output_bytes: int
     _max_read_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
+    # Plain strings: the exec path checks them on every command (Path objects cost more).
+    _session_path: str = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(lambda self: str(self._session_dir), takes_self=True),
+    )
+    _run_log: str = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: str(run_log(self._session_dir.parent, self._session_dir.name)),
+            takes_self=True,
+        ),
+    )
 
     @property
     def ref(self) -> SandboxRef:
@@ -100,7 +114,6 @@ class LocalSandbox(StreamedExec):
             if handle.destroyed:
                 return channel.result(exit_code=-1, cancelled=True)
             env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
-            records: list[Path | None] = []
             try:
                 result = await run_command(
                     argv=command.argv,
@@ -110,15 +123,12 @@ class LocalSandbox(StreamedExec):
                     timeout=timeout,
                     channel=channel,
                     handle=handle,
-                    on_start=lambda pgid: records.append(self._started(pgid, handle)),
+                    on_start=lambda pgid: self._started(pgid, handle),
                 )
             except OSError as exc:
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
                     raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
-            finally:
-                for record in records:
-                    forget_run(record)
             if result.exit_code != 0 and not result.cancelled and self._deleted():
                 # Killed by a destroy in another process (mango sessions delete):
                 # say so, as a destroy in this process does.
@@ -127,18 +137,21 @@ class LocalSandbox(StreamedExec):
 
     def _deleted(self) -> bool:
         """True once a destroy (from any process) has renamed the session directory away."""
-        return not is_real_directory(self._session_dir)
+        try:
+            return not stat.S_ISDIR(os.lstat(self._session_path).st_mode)
+        except OSError:
+            return True
 
-    def _started(self, pgid: int, handle: ExecHandle) -> Path | None:
-        """Record the new process group (see :mod:`mango.local.runs`), then check for a destroy.
+    def _started(self, pgid: int, handle: ExecHandle) -> None:
+        """Log the new process group (see :mod:`mango.local.runs`), then check for a destroy.
 
-        Record first, check second: a destroy renames the directory first and
-        reads the records second, so whichever comes last sees the other.
+        Log first, check second: a destroy renames the directory first and
+        reads the log second, so whichever comes last sees the other.
         """
-        record = record_run(self._session_dir.parent, self._session_dir.name, pgid)
+        if not log_run(self._run_log, pgid) and not self._deleted():
+            log_run(self._run_log, pgid, create=True)  # a sandbox from before run logs
         if self._deleted():
             handle.destroy()
-        return record
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
