@@ -214,6 +214,24 @@ async def test_an_interrupted_removal_of_an_intent_only_session_is_finished(base
     assert await store.get_session("half") is None
 
 
+async def test_an_intent_only_session_whose_directory_became_a_link_is_deleted(
+    base: Path, outside: Path
+) -> None:
+    """find reports the key's entry whatever it became; the deletion removes the link only."""
+    store = InMemoryBindingStore()
+    provider = LocalProvider(base, namespace=NAMESPACE)
+    await store.ensure_session("linked")
+    await store.put_intent(ProvisioningIntent("linked", "local", SPEC, spec_hash(SPEC)))
+    sandbox = await provider.create("linked", SPEC)
+    swap = "cd .. && mv ../$(basename $PWD) ../elsewhere && ln -s {} ../$(basename $PWD)"
+    result = await sandbox.exec(Command(("sh", "-c", swap.format(outside))))
+    assert result.exit_code == 0, result.stderr
+    assert await provider.find("linked") == sandbox.ref
+    assert await manager(base, store).delete_session("linked") is True
+    assert unlock_moved(base) == []
+    assert exists(outside, "precious.txt")
+
+
 async def test_leftovers_without_any_row_are_purged_by_name(base: Path) -> None:
     """purge(key) removes a key's leftovers and records even with no directory left."""
     provider = LocalProvider(base, namespace=NAMESPACE)

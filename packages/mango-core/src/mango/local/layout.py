@@ -163,16 +163,14 @@ def _write_record_if_absent(session_dir: Path, labels: dict[str, Any]) -> None:
 def _record_labels(session_dir: Path, *, migrate: bool = True) -> dict[str, Any] | None:
     """The labels of ``session_dir``'s owner record; a format-2 record is moved out first."""
     labels = _labels_of(_read_document(owner_record_path(session_dir)))
-    if labels is not None:
-        return labels
+    if labels is not None or not is_real_directory(session_dir):
+        return labels  # a format-2 record is never read through a link in the directory's place
     legacy = _labels_of(_read_document(session_dir / LEGACY_MARKER_NAME))
-    if legacy is not None and not migrate:
+    if legacy is None or not migrate:
         return legacy
-    if legacy is not None and is_real_directory(session_dir):
-        with contextlib.suppress(OSError):
-            _write_record_if_absent(session_dir, legacy)
-        return _labels_of(_read_document(owner_record_path(session_dir))) or legacy
-    return None
+    with contextlib.suppress(OSError):
+        _write_record_if_absent(session_dir, legacy)
+    return _labels_of(_read_document(owner_record_path(session_dir))) or legacy
 
 
 def _check_record(session_dir: Path, ownership: Ownership, session_key: str) -> None:
@@ -234,10 +232,13 @@ def owned_session_dir(
 
     Checks the path (it must be this key's directory in this namespace) and
     the owner record, never anything inside the session directory. Raises
-    :class:`OwnershipError` otherwise. Never creates anything.
+    :class:`OwnershipError` otherwise. Never creates anything. Whatever a
+    command put in the directory's place (a link, a file) is still returned
+    when the record is this key's: it is this Session's to destroy, though
+    :func:`verify_session_dir` refuses to attach to it.
     """
     expected = check_reference(base_dir, ownership, session_key, external_id)
-    if not require_real_directory(expected, "local sandbox directory"):
+    if not os.path.lexists(expected):
         return None
     _check_record(expected, ownership, session_key)
     return expected
@@ -254,6 +255,7 @@ def verify_session_dir(
     session_dir = owned_session_dir(base_dir, ownership, session_key, external_id)
     if session_dir is None:
         raise SandboxNotFound(f"local sandbox {external_id} no longer exists")
+    require_real_directory(session_dir, "local sandbox directory")
     if not require_real_directory(workspace_root(session_dir), "local sandbox workspace"):
         raise SandboxNotFound(f"local sandbox workspace {workspace_root(session_dir)} is gone")
     return session_dir
