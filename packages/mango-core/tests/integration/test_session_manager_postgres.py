@@ -21,35 +21,12 @@ from mango.domain import (
     spec_hash,
 )
 from mango.domain.ports import Sandbox
-from mango.local import LocalProvider as _PlainLocalProvider
-from mango.local.layout import expected_session_dir
+from mango.local import LocalProvider
 from mango.postgres import PostgresBindingStore, open_store
 
 pytestmark = pytest.mark.postgres
 
 SPEC = SandboxSpec(timeout=30)
-
-
-class LocalProvider(_PlainLocalProvider):
-    """The local provider with ``find``/``destroy`` built from its public operations.
-
-    Stand-in until the local provider ships its own find/destroy (issue 8,
-    another branch); the lead drops this class on merge.
-    """
-
-    async def find(self, session_key: str) -> SandboxRef | None:
-        ref = SandboxRef("local", str(expected_session_dir(self.base_dir, session_key)))
-        try:
-            return (await self.attach(session_key, ref, SandboxSpec())).ref
-        except SandboxNotFound:
-            return None
-
-    async def destroy(self, session_key: str, ref: SandboxRef) -> None:  # type: ignore[override]
-        try:
-            sandbox = await self.attach(session_key, ref, SandboxSpec())
-        except SandboxNotFound:
-            return
-        await sandbox.destroy()
 
 
 class Crash(Exception):
