@@ -622,6 +622,18 @@ class SessionManager:
         return ()
 
     async def _destroy_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        try:
+            return await self._teardown(op)
+        except OwnershipError as exc:
+            if exc.hint is not None:
+                raise
+            raise OwnershipError(
+                str(exc),
+                hint=f"if a command damaged the sandbox's records, 'mango sessions delete "
+                f"--force {op.session_id}' removes what mango owns under the Session's names",
+            ) from exc
+
+    async def _teardown(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
         # Re-read after the fence: from here on no worker can add an intent or a binding.
         op.binding = await self.store.get_binding(op.session_id)
         if op.binding is not None:
