@@ -58,7 +58,6 @@ from mango.provider.hostdirs import (
     ensure_private_dir,
     host_errors,
     is_real_directory,
-    leftovers,
     purge_leftovers,
     require_real_directory,
     retire_dir,
@@ -82,7 +81,6 @@ __all__ = [
     "owned_session_dir",
     "owner_record_path",
     "remove_session",
-    "session_remnants",
     "verify_session_dir",
     "workspace_root",
 ]
@@ -259,17 +257,6 @@ def verify_session_dir(
     if not require_real_directory(workspace_root(session_dir), "local sandbox workspace"):
         raise SandboxNotFound(f"local sandbox workspace {workspace_root(session_dir)} is gone")
     return session_dir
-
-
-def session_remnants(session_dir: Path) -> list[Path]:
-    """Everything of ``session_dir`` still on disk: itself, leftovers, run log, owner record."""
-    candidates = [
-        session_dir,
-        *leftovers(session_dir),
-        run_log(session_dir.parent, session_dir.name),
-        owner_record_path(session_dir),
-    ]
-    return [path for path in candidates if os.path.lexists(path)]
 
 
 def check_removal(session_dir: Path, ownership: Ownership, session_key: str) -> None:
