@@ -174,10 +174,10 @@ class EscapingSandbox(WrappedSandbox):
             return None
         return Path(os.path.normpath(Path(self.root) / path))
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         outside = self._outside(path)
         if outside is None:
-            return await super().read_file(path)
+            return await super().read_file(path, max_bytes=max_bytes)
         return await asyncio.to_thread(outside.read_bytes)
 
     async def write_file(self, path: str, data: bytes) -> None:
@@ -326,6 +326,20 @@ class ExecIgnoresExitCodes(WrappedProvider):
     sandbox_class = ExitZeroSandbox
 
 
+class UnboundedReadSandbox(WrappedSandbox):
+    """Ignores ``max_bytes``: a buffered read returns the whole file, however large."""
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        del max_bytes
+        return await self.inner.read_file(path, max_bytes=1 << 40)
+
+
+class UnboundedRead(WrappedProvider):
+    """``read_file`` has no bound."""
+
+    sandbox_class = UnboundedReadSandbox
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -337,6 +351,7 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "not-found-is-generic": NotFoundIsGeneric,
     "cancellation-ignored": CancellationIgnored,
     "unbounded-output": _unbounded,
+    "unbounded-read": UnboundedRead,
     "write-does-not-truncate": WriteDoesNotTruncate,
     "escape-allowed": EscapeAllowed,
     "stderr-merged": StderrMerged,

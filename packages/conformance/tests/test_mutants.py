@@ -41,6 +41,10 @@ CAUGHT_BY: dict[str, set[str]] = {
         MACHINE,
     },
     "unbounded-output": {"test_output_is_bounded_and_flagged"},
+    "unbounded-read": {
+        "test_read_bound_is_checked_before_reading",
+        "test_read_at_and_past_the_bound",
+    },
     "write-does-not-truncate": {
         "test_overwrite_truncates",
         "test_empty_file_round_trip",

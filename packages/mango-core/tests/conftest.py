@@ -15,6 +15,7 @@ it stands for no real backend, so unit tests and store tests may use it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -30,6 +31,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from mango.config import DEFAULT_MAX_READ_BYTES
 from mango.domain import (
     CapabilitySet,
     Command,
@@ -43,6 +45,7 @@ from mango.domain import (
 )
 from mango.embedded import EmbeddedPostgres
 from mango.postgres import PostgresBindingStore, open_store
+from mango.provider.reads import check_size, read_limit
 
 
 def with_database(url: str, name: str) -> str:
@@ -157,10 +160,22 @@ class MemorySandbox:
         self.world.commands.append(command)
         return ExecResult(stdout=" ".join(command.argv).encode())
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         if self.ref.external_id not in self.world.resources:
             raise SandboxNotFound(f"{self.ref} is gone")
-        return self.world.files[self.ref.external_id][path]
+        data = self.world.files[self.ref.external_id][path]
+        check_size(path, len(data), read_limit(max_bytes, DEFAULT_MAX_READ_BYTES))
+        return data
+
+    @contextlib.asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        data = await self.read_file(path, max_bytes=1 << 62)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), 4):
+                yield data[start : start + 4]
+
+        yield chunks()
 
     async def write_file(self, path: str, data: bytes) -> None:
         if self.ref.external_id not in self.world.resources:

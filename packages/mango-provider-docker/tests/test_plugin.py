@@ -64,6 +64,7 @@ def test_registration_is_beta_with_no_capabilities() -> None:
         "MANGO_SANDBOX_CPUS",
         "MANGO_SANDBOX_PIDS_LIMIT",
         "MANGO_MAX_OUTPUT_BYTES",
+        "MANGO_MAX_READ_BYTES",
     } <= names
     assert not any(setting.secret for setting in SETTINGS)
 
@@ -119,6 +120,7 @@ def test_settings_from_environment() -> None:
             "MANGO_SANDBOX_PIDS_LIMIT": "0",
             "MANGO_SANDBOX_PULL": "0",
             "MANGO_MAX_OUTPUT_BYTES": "4096",
+            "MANGO_MAX_READ_BYTES": "8192",
         }
     )
     assert settings.image == "busybox:1"
@@ -127,7 +129,7 @@ def test_settings_from_environment() -> None:
     assert settings.api_version == "1.41"
     assert (settings.memory, settings.cpus, settings.pids_limit) == ("0", 2.5, 0)
     assert not settings.pull
-    assert settings.max_output_bytes == 4096
+    assert (settings.max_output_bytes, settings.max_read_bytes) == (4096, 8192)
     provider = open_docker_provider(
         ProviderContext(namespace="ns-test"),
         {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
@@ -164,6 +166,8 @@ def test_settings_from_environment() -> None:
         ("MANGO_SANDBOX_PIDS_LIMIT", "-1"),
         ("DOCKER_API_VERSION", "abc"),
         ("DOCKER_API_VERSION", "1.41x"),
+        ("MANGO_MAX_READ_BYTES", "0"),
+        ("MANGO_MAX_READ_BYTES", "2000000000"),
     ],
 )
 def test_bad_settings_name_the_variable(name: str, value: str) -> None:

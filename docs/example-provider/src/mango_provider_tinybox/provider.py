@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from mango.provider import (
+    DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     Command,
     ConfigurationError,
@@ -46,6 +47,13 @@ from mango.provider import (
 from mango.provider.execution import StreamedExec
 from mango.provider.output import ExecChannel
 from mango.provider.ownership import NAME_PREFIX, Ownership, derived_namespace
+from mango.provider.reads import (
+    READ_CHUNK_BYTES,
+    BoundedBuffer,
+    ThreadedChunks,
+    check_size,
+    read_limit,
+)
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -75,10 +83,12 @@ class TinyboxProvider:
         *,
         namespace: str,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.ownership = Ownership(PROVIDER_NAME, namespace)
         self.max_output_bytes = max_output_bytes
+        self.max_read_bytes = max_read_bytes
 
     @classmethod
     def from_env(cls, namespace: str) -> TinyboxProvider:
@@ -156,6 +166,7 @@ class TinyboxProvider:
             self.base_dir / external_id,
             spec,
             self.max_output_bytes,
+            self.max_read_bytes,
         )
 
     def _ensure(self, external_id: str, session_key: str) -> None:
@@ -222,11 +233,14 @@ class TinyboxSandbox(StreamedExec):
     (``_exec_body``); the kit caps the output, streams it or buffers it.
     """
 
-    def __init__(self, ref: SandboxRef, box: Path, spec: SandboxSpec, cap: int) -> None:
+    def __init__(
+        self, ref: SandboxRef, box: Path, spec: SandboxSpec, cap: int, read_cap: int
+    ) -> None:
         self._ref = ref
         self._box = box
         self._spec = spec
         self._max_output_bytes = cap
+        self._max_read_bytes = read_cap
 
     @property
     def ref(self) -> SandboxRef:
@@ -291,9 +305,25 @@ class TinyboxSandbox(StreamedExec):
             timed_out=timed_out,
         )
 
-    async def read_file(self, path: str) -> bytes:
-        """The bytes of a regular file; FileNotFoundError, PermanentError or PathEscapeError."""
-        return await asyncio.to_thread(self._read, path)
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of a regular file of at most ``max_bytes`` (default: the read cap).
+
+        FileTooLarge past the bound (the size is checked before reading),
+        FileNotFoundError, PermanentError or PathEscapeError.
+        """
+        limit = read_limit(max_bytes, self._max_read_bytes)
+        return await asyncio.to_thread(self._read, path, limit)
+
+    @contextlib.asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a regular file in chunks, whatever its size; the path is checked on entry."""
+        fd = await asyncio.to_thread(self._open, path)
+        chunks = ThreadedChunks(lambda: os.read(fd, READ_CHUNK_BYTES))
+        try:
+            yield chunks
+        finally:
+            await chunks.aclose()  # a read may still run in its thread
+            os.close(fd)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate ``path``, creating parents; symlinks are never followed."""
@@ -332,7 +362,16 @@ class TinyboxSandbox(StreamedExec):
     def _directory(self, path: str) -> str:
         return str(self._walk(split_workspace_path(path, allow_root=True), path, create=True))
 
-    def _read(self, path: str) -> bytes:
+    def _read(self, path: str, limit: int) -> bytes:
+        fd = self._open(path)
+        with os.fdopen(fd, "rb", buffering=0) as handle:
+            check_size(path, os.fstat(fd).st_size, limit)  # before a byte is read
+            buffer = BoundedBuffer(path, limit)  # FileTooLarge if it grows past the bound
+            while chunk := handle.read(min(READ_CHUNK_BYTES, buffer.remaining + 1)):
+                buffer.add(chunk)
+            return buffer.getvalue()
+
+    def _open(self, path: str) -> int:
         parts = split_workspace_path(path)  # PathEscapeError for '..' and absolute paths
         target = self._walk(parts[:-1], path, create=False) / parts[-1]
         try:
@@ -344,8 +383,7 @@ class TinyboxSandbox(StreamedExec):
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise PermanentError(f"{path!r} is not a regular file")
-        with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+        return fd
 
     def _write(self, path: str, data: bytes) -> None:
         parts = split_workspace_path(path)

@@ -11,6 +11,7 @@ from mango.provider import Capability, ConformanceTarget
 from mango_conformance.checks.capabilities import CapabilityChecks, declared_capabilities
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.parity import ParityChecks
+from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
@@ -21,7 +22,9 @@ from mango_conformance.targets import as_target
 __all__ = ["ProviderSuite"]
 
 
-class ProviderSuite(ParityChecks, GapChecks, StreamChecks, CapabilityChecks, StatefulChecks):
+class ProviderSuite(
+    ParityChecks, GapChecks, ReadChecks, StreamChecks, CapabilityChecks, StatefulChecks
+):
     """Every check of the mango provider contract, in one class.
 
     Subclass it in a test module (the name must start with ``Test``) and

@@ -24,6 +24,7 @@ from mango.domain.values import validate_host, validate_provider_name
 __all__ = [
     "DEFAULT_EMBEDDED_IDLE_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_READ_BYTES",
     "DEFAULT_PROVIDER",
     "DEFAULT_TASK_QUEUE_PREFIX",
     "DEFAULT_TEMPORAL_NAMESPACE",
@@ -32,6 +33,9 @@ __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_READ_BYTES_ENV",
+    "MAX_READ_BYTES_LIMIT",
+    "MAX_READ_BYTES_SETTING",
     "MAX_WAIT_ENV",
     "NAMESPACE_ENV",
     "PACKAGE_MANAGER_HOSTS_ENV",
@@ -40,6 +44,7 @@ __all__ = [
     "PayloadKey",
     "Settings",
     "max_output_bytes",
+    "max_read_bytes",
     "number_setting",
     "package_manager_hosts",
     "payload_keys",
@@ -54,6 +59,19 @@ MAX_OUTPUT_BYTES_SETTING = SettingSpec(
     env=MAX_OUTPUT_BYTES_ENV,
     description="per-stream cap, in bytes, on the output an exec keeps",
     default=str(DEFAULT_MAX_OUTPUT_BYTES),
+)
+MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
+DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
+"""Default bound of a buffered ``read_file`` (``open_file`` streams files of any size)."""
+MAX_READ_BYTES_LIMIT = 1024 * 1024 * 1024
+"""Upper bound of ``MANGO_MAX_READ_BYTES``: a buffered read holds the whole file in memory."""
+MAX_READ_BYTES_SETTING = SettingSpec(
+    env=MAX_READ_BYTES_ENV,
+    description=(
+        "largest file, in bytes, a buffered read returns (larger files fail with FileTooLarge; "
+        "'mango files read' streams them)"
+    ),
+    default=str(DEFAULT_MAX_READ_BYTES),
 )
 NAMESPACE_ENV = "MANGO_NAMESPACE"
 ROOT_STATE_DIR = Path("/var/lib/mango")
@@ -177,6 +195,20 @@ def package_manager_hosts(env: Mapping[str, str] | None = None) -> tuple[str, ..
         except InvalidInput as exc:
             raise ConfigurationError(f"{PACKAGE_MANAGER_HOSTS_ENV}: {exc}") from None
     return tuple(sorted(hosts))
+
+
+def max_read_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The bound of a buffered read from ``MANGO_MAX_READ_BYTES`` (1 byte to 1 GiB)."""
+    env = os.environ if env is None else env
+    value = number_setting(
+        env,
+        MAX_READ_BYTES_ENV,
+        minimum=1,
+        maximum=MAX_READ_BYTES_LIMIT,
+        integer=True,
+        unit="bytes",
+    )
+    return DEFAULT_MAX_READ_BYTES if value is None else int(value)
 
 
 PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"

@@ -7,6 +7,7 @@ database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +15,7 @@ import attrs
 
 from mango.app import SessionManager
 from mango.config import Settings
-from mango.domain.ports import BindingStore
+from mango.domain.ports import BindingStore, Provider
 from mango.domain.registry import ProviderContext, ProviderRegistration, ProviderRegistry
 from mango.domain.values import SandboxSpec
 from mango.plugins import PluginHost, load_plugins
@@ -84,6 +85,15 @@ async def open_database(settings: Settings, *, linger: bool = False) -> AsyncIte
         yield url
 
 
+def _with_faults(provider: Provider, store: BindingStore) -> tuple[Provider, BindingStore]:
+    """Crash injection for recovery tests (``MANGO_FAULT_POINT``); unchanged when it is unset."""
+    if not os.environ.get("MANGO_FAULT_POINT", "").strip():
+        return provider, store
+    from mango.temporal.faults import fault_point_from_env, inject_faults
+
+    return inject_faults(provider, store, fault_point_from_env())
+
+
 @asynccontextmanager
 async def open_runtime(
     settings: Settings, host: PluginHost | None = None, *, linger: bool = False
@@ -91,15 +101,20 @@ async def open_runtime(
     """Open plugins, database, store, provider and SessionManager; close them in reverse.
 
     ``linger`` is passed to :func:`open_database`.
+
+    With ``MANGO_FAULT_POINT`` set (recovery tests only) the manager's
+    provider and store crash the process at that point
+    (:mod:`mango.temporal.faults`); ``Runtime.store`` stays the plain store.
     """
     registry, registration = select_provider(settings, host)
     async with open_database(settings, linger=linger) as url:
         store = await open_store(url)
         try:
             provider = registry.open(settings.sandbox, await deployment_context(settings, store))
+            managed_provider, managed_store = _with_faults(provider, store)
             manager = SessionManager(
-                provider,
-                store,
+                managed_provider,
+                managed_store,
                 registration.capabilities,
                 registration.quirks,
                 package_manager_hosts=settings.package_manager_hosts,

@@ -120,7 +120,7 @@ def test_sessions_list_shows_a_lost_sandbox(run, tmp_path: Path) -> None:  # typ
     assert b"lost" in failed.stderr
     listed = json.loads(run("sessions", "list", "--json").stdout)
     assert [(row["session_id"], row["state"]) for row in listed] == [("s1", "lost")]
-    assert not list((tmp_path / "state" / "sandboxes").glob("session-*"))
+    assert not list((tmp_path / "state" / "sandboxes").glob("mango-*"))
     deleted = json.loads(run("sessions", "delete", "s1", "--json").stdout)
     assert deleted == [{"session_id": "s1", "deleted": True}]
 
@@ -373,3 +373,60 @@ def test_root_from_a_private_temporary_directory(run, embedded_data_dir: Path) -
         assert "MANGO_POSTGRES_USER" in readme
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def test_files_read_streams_a_file_past_the_read_cap(run) -> None:  # type: ignore[no-untyped-def]
+    """files read streams: a 1 GiB sparse file costs the CLI far less memory than its size."""
+    made = run("exec", "--session", "big", "--", "sh", "-c", "truncate -s 1G huge.bin")
+    assert made.returncode == 0, made.stderr
+    small = run("exec", "--session", "big", "--", "sh", "-c", "seq 1 200000 > seq.txt")
+    assert small.returncode == 0, small.stderr
+    capped = {"MANGO_MAX_READ_BYTES": "4096"}
+    read = run("files", "read", "--session", "big", "seq.txt", extra=capped)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == b"".join(b"%d\n" % n for n in range(1, 200001))
+
+    process = run.popen("files", "read", "--session", "big", "huge.bin", "-o", os.devnull)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stderr = process.stderr.read()
+    process.stdout.close()
+    process.stderr.close()
+    assert process.returncode == 0, stderr
+    assert usage.ru_maxrss * 1024 < 256 * 1024 * 1024, f"peak RSS {usage.ru_maxrss} KiB"
+
+
+def test_deleting_a_session_stops_its_running_command(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A command running in another mango process is stopped and told its Session was deleted."""
+    assert run("exec", "--session", "busy", "--", "true").returncode == 0
+    running = run.popen("exec", "--session", "busy", "--", "sh", "-c", "echo up; exec sleep 300")
+    ready, _, _ = select.select([running.stdout], [], [], 60)
+    assert ready
+    assert running.stdout.readline() == b"up\n"
+    started = time.monotonic()
+    deleted = run("sessions", "delete", "busy")
+    assert deleted.returncode == 0, deleted.stderr
+    _, stderr = running.communicate(timeout=30)
+    assert time.monotonic() - started < 30
+    assert running.returncode == 130
+    assert b"sandbox was deleted while it ran" in stderr
+    assert not list((tmp_path / "state" / "sandboxes").glob("mango-*"))
+
+
+def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A deliberately removed owner record blocks delete and reconcile; --force removes it all."""
+    made = run("exec", "--session", "wrecked", "--", "sh", "-c", "rm -f ../../.owners/*")
+    assert made.returncode == 0, made.stderr
+    refused = run("sessions", "delete", "wrecked")
+    assert refused.returncode == 2
+    assert b"unmanaged" in refused.stderr
+    assert run("reconcile").returncode == 2
+    both = run("sessions", "delete", "--force", "--via-temporal", "wrecked")
+    assert both.returncode == 2
+    assert b"--force runs here" in both.stderr
+    forced = json.loads(run("sessions", "delete", "--force", "--json", "wrecked").stdout)
+    assert forced == [{"session_id": "wrecked", "deleted": True}]
+    base = tmp_path / "state" / "sandboxes"
+    assert not list(base.glob("mango-*"))
+    assert not list(base.glob(".owners/*"))
+    assert run("reconcile").returncode == 0

@@ -70,7 +70,7 @@ async def test_crash_while_provisioning(
     await faulty.wait_ready()
     step = asyncio.ensure_future(harness.orchestrator.run_tool(session_id, echo("survived")))
     assert await faulty.wait_exit() == SIGKILLED, faulty.text()
-    assert f"killing worker pid {faulty.process.pid} at {point}" in faulty.text()
+    assert f"killing pid {faulty.process.pid} at {point}" in faulty.text()
     assert not step.done()
 
     clean = spawn_worker()
@@ -83,26 +83,38 @@ async def test_crash_while_provisioning(
     await assert_fully_deleted(harness, session_id, base)
 
 
-async def test_crash_during_destroy(
-    harness: Harness, spawn_worker: Callable[..., WorkerProcess]
+DELETION_POINTS = [
+    FaultPoint.AFTER_FENCE,
+    FaultPoint.AFTER_RENAME,
+    FaultPoint.AFTER_REMOVAL,
+    FaultPoint.DURING_DESTROY,
+    FaultPoint.AFTER_BINDING_REMOVED,
+]
+
+
+@pytest.mark.parametrize("point", DELETION_POINTS, ids=str)
+async def test_crash_during_deletion(
+    harness: Harness, spawn_worker: Callable[..., WorkerProcess], point: FaultPoint
 ) -> None:
-    """A deletion interrupted after destroy finishes on the next worker; nothing leaks."""
-    session_id = harness.sid("crash-destroy")
+    """A deletion interrupted at any step finishes on the next worker; nothing of it is left."""
+    session_id = harness.sid(f"crash-{point}")
     base = harness.sandbox_dir
-    faulty = spawn_worker(FaultPoint.DURING_DESTROY.value)
+    faulty = spawn_worker(point.value)
     await faulty.wait_ready()
     await harness.orchestrator.run_tool(session_id, echo("bound"))
     await assert_bound_exactly_once(harness, session_id, base)
 
     deletion = asyncio.ensure_future(harness.orchestrator.delete_session(session_id))
     assert await faulty.wait_exit() == SIGKILLED, faulty.text()
-    assert session_dirs(base) == []  # destroyed...
-    assert await harness.store.get_binding(session_id) is not None  # ...but still bound
+    if point is FaultPoint.DURING_DESTROY:
+        assert session_dirs(base) == []  # destroyed...
+        assert await harness.store.get_binding(session_id) is not None  # ...but still bound
 
     clean = spawn_worker()
     await clean.wait_ready()
     assert await asyncio.wait_for(deletion, 90) is True
     await assert_fully_deleted(harness, session_id, base)
+    assert not any((base / ".owners").glob("*")), "an owner record was left behind"
 
 
 async def test_orphaned_intent_is_reconciled_after_a_crash(

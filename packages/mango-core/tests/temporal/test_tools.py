@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from mango.app import SandboxWrapper
 from mango.domain import ExecResult, InvalidInput, PathEscapeError, SandboxSpec
 from mango.local import LocalProvider, LocalSandbox
+from mango.temporal.lines import read_line_window
 from mango.temporal.tools import (
     ToolCall,
     ToolFailed,
@@ -205,3 +213,109 @@ def test_paths_may_not_escape_the_workspace() -> None:
 def test_glob_to_regex(pattern: str, path: str, matches: bool) -> None:
     """Glob semantics for relative paths."""
     assert bool(glob_to_regex(pattern).match(path)) is matches
+
+
+# ---------------------------------------------------------------- bounded reads
+
+
+@attrs.define
+class CountingSandbox(SandboxWrapper):
+    """Counts the bytes the wrapped sandbox streams; a buffered read is an error here."""
+
+    streamed: int = 0
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        raise AssertionError("the read tool must stream, never load the file")
+
+    @contextlib.asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        async with self.inner.open_file(path) as chunks:
+
+            async def counted() -> AsyncIterator[bytes]:
+                async for chunk in chunks:
+                    self.streamed += len(chunk)
+                    yield chunk
+
+            yield counted()
+
+
+async def test_read_streams_only_what_its_window_needs(sandbox: LocalSandbox) -> None:
+    """A window at the start of a large file reads one chunk of it, not the file."""
+    lines = "".join(f"line {n}\n" for n in range(400_000))  # about 4.7 MB
+    await sandbox.write_file("big.log", lines.encode())
+    counting = CountingSandbox(sandbox)
+    result = await ToolRunner().run(counting, ToolCall("read", {"path": "big.log", "limit": 3}))
+    assert (result.output, result.truncated) == ("line 0\nline 1\nline 2\n", True)
+    assert counting.streamed <= 1024 * 1024
+
+
+async def test_read_keeps_at_most_its_output_cap(sandbox: LocalSandbox) -> None:
+    """Without a window end, reading stops once the output cap is passed."""
+    await sandbox.write_file("big.log", b"0123456789\n" * 500_000)
+    counting = CountingSandbox(sandbox)
+    runner = ToolRunner(max_output_bytes=1000)
+    result = await runner.run(counting, ToolCall("read", {"path": "big.log"}))
+    assert result.truncated
+    assert result.output.endswith("[output truncated]")
+    assert len(result.output.encode()) <= 1000 + len("\n[output truncated]")
+    assert counting.streamed <= 1024 * 1024
+
+
+async def test_read_never_scans_past_its_read_bound(sandbox: LocalSandbox) -> None:
+    """Lines beyond max_read_bytes are not reached: the result says so and points at bash."""
+    await sandbox.write_file("big.log", b"".join(b"%07d\n" % n for n in range(100_000)))
+    counting = CountingSandbox(sandbox)
+    runner = ToolRunner(max_read_bytes=64 * 1024)
+    call = ToolCall("read", {"path": "big.log", "offset": 90_000, "limit": 2})
+    result = await runner.run(counting, call)
+    assert result.truncated
+    assert result.output.startswith("\n[stopped after the first 65536 bytes of the file")
+    assert "sed -n" in result.output
+    assert counting.streamed <= 64 * 1024 + 1024 * 1024
+
+
+async def test_read_of_an_8gib_sparse_file_is_prompt(sandbox: LocalSandbox) -> None:
+    """NUL bytes at the start make it binary after one chunk, whatever the size."""
+    with (Path(sandbox.root) / "huge.bin").open("wb") as handle:
+        handle.truncate(8 * 1024 * 1024 * 1024)
+    counting = CountingSandbox(sandbox)
+    result = await ToolRunner().run(counting, ToolCall("read", {"path": "huge.bin"}))
+    assert result.output == "huge.bin is a binary file"
+    assert counting.streamed <= 1024 * 1024
+
+
+async def test_edit_refuses_a_file_past_its_read_bound(sandbox: LocalSandbox) -> None:
+    """edit loads at most max_read_bytes: a larger file is a ToolFailed naming the bound."""
+    await sandbox.write_file("f.txt", b"a" * 200)
+    runner = ToolRunner(max_read_bytes=100)
+    with pytest.raises(ToolFailed, match="larger than 100 bytes"):
+        await run(sandbox, "edit", runner, path="f.txt", old_string="a", new_string="b")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="ab\r\n\x0b\x85\u2028é", max_size=60),
+    cuts=st.lists(st.integers(min_value=0, max_value=80), max_size=6),
+    start=st.integers(min_value=0, max_value=8),
+    count=st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+)
+def test_line_window_matches_splitlines(
+    text: str, cuts: list[int], start: int, count: int | None
+) -> None:
+    """However the bytes are chunked, the window is exactly str.splitlines' slice."""
+    data = text.encode()
+    bounds = sorted({0, len(data), *(cut for cut in cuts if cut < len(data))})
+    pieces = [data[a:b] for a, b in itertools.pairwise(bounds)]
+
+    async def stream() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    end = None if count is None else start + count
+    window = asyncio.run(
+        read_line_window(stream(), start=start, end=end, cap=10_000, scan_limit=10_000)
+    )
+    lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+    assert window.text == "".join(lines[start:end])
+    assert window.more == (end is not None and end < len(lines))
+    assert not window.stopped

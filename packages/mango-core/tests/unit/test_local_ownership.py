@@ -24,7 +24,19 @@ def _is_dir(ref: SandboxRef) -> bool:
 
 
 def _names(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+    """Names in ``directory``, leaving out mango's record trees once they are empty."""
+    if not directory.exists():
+        return []
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if not (p.name in (".owners", ".runs") and not any(p.iterdir()))
+    )
+
+
+def _record(ref: SandboxRef) -> Path:
+    session_dir = Path(ref.external_id)
+    return session_dir.parent / ".owners" / f"{session_dir.name}.json"
 
 
 def _overwrite(record: Path, text: str) -> None:
@@ -47,27 +59,34 @@ def base(tmp_path: Path) -> Path:
 
 
 async def test_another_deployments_record_is_refused_by_name(base: Path) -> None:
-    """A directory moved under our name but recorded for another namespace is not ours."""
+    """A directory moved under our name, or a record of another namespace there, is not ours."""
     ours = LocalProvider(base, namespace="team-a")
     theirs = await LocalProvider(base, namespace="team-b").create(KEY, SPEC)
     _move(theirs.ref, base / ours.ownership.name(KEY))
+    with pytest.raises(OwnershipError, match="unmanaged"):
+        await ours.find(KEY)
+    with pytest.raises(OwnershipError, match="unmanaged"):
+        await ours.create(KEY, SPEC)
+    assert await ours.list_owned() == []
+    _record(theirs.ref).rename(base / ".owners" / f"{ours.ownership.name(KEY)}.json")
     with pytest.raises(OwnershipError, match="another deployment"):
         await ours.find(KEY)
     with pytest.raises(OwnershipError, match="another deployment"):
-        await ours.create(KEY, SPEC)
+        await ours.destroy(KEY, SandboxRef("local", str(base / ours.ownership.name(KEY))))
     assert await ours.list_owned() == []
 
 
 async def test_destroy_trusts_the_owner_record_not_the_workspace(base: Path) -> None:
-    """A forged owner.json inside the workspace changes nothing; a tampered record refuses."""
+    """Forged records in the workspace or beside it change nothing; a tampered record refuses."""
     provider = LocalProvider(base, namespace="team-a")
     sandbox = await provider.create(KEY, SPEC)
     forged = {"format": 2, "provider": "local", "labels": provider.ownership.labels("other")}
     await sandbox.write_file("owner.json", json.dumps(forged).encode())
+    (Path(sandbox.ref.external_id) / "owner.json").write_text(json.dumps(forged))
     assert await provider.find(KEY) == sandbox.ref
     with pytest.raises(OwnershipError, match="does not belong to this session"):
         await provider.destroy("other", sandbox.ref)
-    _overwrite(Path(sandbox.ref.external_id) / "owner.json", json.dumps(forged))
+    _overwrite(_record(sandbox.ref), json.dumps(forged))
     with pytest.raises(OwnershipError, match="another session"):
         await provider.destroy(KEY, sandbox.ref)
     assert _is_dir(sandbox.ref)

@@ -57,6 +57,7 @@ def test_registration_is_admission_safe() -> None:
     assert [setting.env for setting in registration.settings] == [
         SANDBOX_DIR_ENV,
         MAX_OUTPUT_BYTES_ENV,
+        "MANGO_MAX_READ_BYTES",
     ]
     assert not any(setting.secret for setting in registration.settings)
     assert "NOT an isolation boundary" in registration.description

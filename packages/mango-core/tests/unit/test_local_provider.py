@@ -34,11 +34,22 @@ KEY = "session-Alpha 1"
 
 
 def entries(path: Path) -> list[str] | None:
-    """Sorted names in the directory ``path``, or None if it does not exist."""
+    """Sorted names in the directory ``path`` (mango's empty record trees left out), or None."""
     try:
-        return sorted(child.name for child in path.iterdir())
+        children = sorted(path.iterdir())
     except FileNotFoundError:
         return None
+    return [
+        child.name
+        for child in children
+        if not (child.name in (".owners", ".runs") and not any(child.iterdir()))
+    ]
+
+
+def record(sandbox_ref: SandboxRef) -> Path:
+    """The owner record of a local sandbox: beside its directory, not inside it."""
+    session_dir = Path(sandbox_ref.external_id)
+    return session_dir.parent / ".owners" / f"{session_dir.name}.json"
 
 
 def canonical(path: Path) -> Path:
@@ -97,16 +108,16 @@ def test_max_output_bytes_must_be_positive(base: Path) -> None:
 
 
 async def test_create_layout_and_ref(provider: LocalProvider, base: Path) -> None:
-    """Create makes mango-<name>/{owner.json,workspace}; the ref is the canonical dir."""
+    """Create makes mango-<name>/workspace and .owners/mango-<name>.json; the ref is the dir."""
     sandbox = await provider.create(KEY, SPEC)
     assert isinstance(sandbox, Sandbox)
     session_dir = canonical(base) / Ownership("local", provider.namespace).name(KEY)
     assert sandbox.ref == SandboxRef("local", str(session_dir))
     assert sandbox.root == str(session_dir / "workspace")
     assert (session_dir / "workspace").is_dir()
-    marker = (session_dir / "owner.json").read_text()
+    marker = record(sandbox.ref).read_text()
     assert json.loads(marker) == {
-        "format": 2,
+        "format": 3,
         "provider": "local",
         "labels": {
             "io.mango.managed": "true",
@@ -115,7 +126,8 @@ async def test_create_layout_and_ref(provider: LocalProvider, base: Path) -> Non
         },
     }
     assert KEY not in marker
-    assert sorted(p.name for p in session_dir.iterdir()) == ["owner.json", "workspace"]
+    assert sorted(p.name for p in session_dir.iterdir()) == ["workspace"]
+    assert entries(session_dir.parent) == [".owners", ".runs", session_dir.name]
 
 
 async def test_create_is_idempotent_across_instances(provider: LocalProvider, base: Path) -> None:
@@ -225,7 +237,7 @@ async def test_attach_non_canonical_spelling_is_accepted(provider: LocalProvider
 async def test_attach_with_tampered_marker_is_ownership_error(provider: LocalProvider) -> None:
     """A marker altered on disk makes attach refuse the directory."""
     created = await provider.create(KEY, SPEC)
-    marker = Path(created.ref.external_id) / "owner.json"
+    marker = record(created.ref)
     marker.chmod(0o644)
     document = json.loads(marker.read_text())
     document["labels"]["io.mango.session_key"] = session_key_hash("someone else")
@@ -237,7 +249,7 @@ async def test_attach_with_tampered_marker_is_ownership_error(provider: LocalPro
 async def test_attach_with_missing_marker_is_ownership_error(provider: LocalProvider) -> None:
     """A session directory without its marker is not trusted."""
     created = await provider.create(KEY, SPEC)
-    (Path(created.ref.external_id) / "owner.json").unlink()
+    record(created.ref).unlink()
     with pytest.raises(OwnershipError):
         await provider.attach(KEY, created.ref, SPEC)
 
@@ -245,7 +257,7 @@ async def test_attach_with_missing_marker_is_ownership_error(provider: LocalProv
 async def test_create_refuses_a_foreign_marker(provider: LocalProvider) -> None:
     """Create does not adopt a directory whose marker names another key."""
     created = await provider.create(KEY, SPEC)
-    marker = Path(created.ref.external_id) / "owner.json"
+    marker = record(created.ref)
     marker.chmod(0o644)
     marker.write_text("{}")
     with pytest.raises(OwnershipError):

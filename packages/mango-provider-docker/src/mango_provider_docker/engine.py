@@ -41,6 +41,7 @@ from mango_provider_docker.errors import (
 
 __all__ = [
     "API_TIMEOUT_SECONDS",
+    "ARCHIVE_CHUNK_BYTES",
     "CONNECT_TIMEOUT_SECONDS",
     "PULL_HINT",
     "REMOVE_WAIT_SECONDS",
@@ -56,6 +57,9 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 """Upper bound on reaching the daemon and negotiating the API version."""
 REMOVE_WAIT_SECONDS = 30.0
 """How long a remove waits for a removal already in progress elsewhere."""
+ARCHIVE_CHUNK_BYTES = 256 * 1024
+"""Largest chunk of an archive download handed to the caller at once."""
+_ERROR_BODY_BYTES = 64 * 1024
 
 # Go's os.FileMode type bits, as the archive stat header reports them.
 _MODE_DIR = 1 << 31
@@ -153,6 +157,22 @@ _UNREACHABLE_REGISTRY = (
     "Client.Timeout exceeded",
     "request canceled while waiting for connection",
 )
+
+
+class _ArchiveChunks:
+    """The chunks of an archive download, with transport errors mapped to mango errors."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], what: str, engine: Engine) -> None:
+        self._chunks = chunks
+        self._what = what
+        self._engine = engine
+
+    def __aiter__(self) -> _ArchiveChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        with self._engine.errors(self._what):
+            return await self._chunks.__anext__()
 
 
 class Engine:
@@ -269,7 +289,8 @@ class Engine:
 
     # ------------------------------------------------------------------ raw HTTP
 
-    async def _raw(
+    @contextlib.asynccontextmanager
+    async def _request(
         self,
         method: str,
         path: str,
@@ -277,9 +298,10 @@ class Engine:
         params: Mapping[str, str] | None = None,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """One request that aiodocker has no method for; non-2xx raises :class:`DockerError`.
 
+        Yields the response with its body unread (the caller reads or streams it).
         Until the API version is known the request goes unversioned (the
         daemon then speaks its own version, as a negotiation would pick) and
         the version is learnt from the answer's ``Api-Version`` header, so a
@@ -294,15 +316,32 @@ class Engine:
         async with docker.session.request(
             method, url, params=params, data=body_stream, headers=headers
         ) as response:
-            body = await response.read()
             if version == "auto" and docker.api_version == "auto":
                 self._learn_version(docker, response.headers)
             if response.status >= 400:
-                message = body.decode("utf-8", "replace")
+                # Error bodies are short JSON documents; never a file's content.
+                message = (await response.content.read(_ERROR_BODY_BYTES)).decode(
+                    "utf-8", "replace"
+                )
                 with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
                     message = str(json.loads(message)["message"])
                 raise aiodocker.DockerError(response.status, message)
-            return response.status, response.headers, body
+            yield response
+
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """:meth:`_request` with the whole body read: for control-plane answers only."""
+        async with self._request(
+            method, path, params=params, data=data, headers=headers
+        ) as response:
+            return response.status, response.headers, await response.read()
 
     # ------------------------------------------------------------------ containers
 
@@ -348,6 +387,22 @@ class Engine:
         with self.errors(f"unpause container {container_id}"):
             async with asyncio.timeout(API_TIMEOUT_SECONDS):
                 await self._raw("POST", f"containers/{container_id}/unpause")
+
+    async def kill_container(self, container_id: str) -> bool:
+        """``POST /containers/{id}/kill`` (SIGKILL): stop every process now; False if gone.
+
+        A container that is not running is fine (the daemon answers 409).
+        """
+        with self.errors(f"kill container {container_id}"):
+            try:
+                async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                    await self._raw("POST", f"containers/{container_id}/kill")
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return False
+                if exc.status != 409:
+                    raise
+        return True
 
     async def remove_container(self, container_id: str) -> bool:
         """Force-remove a container and its anonymous volumes; False if it was already gone.
@@ -522,21 +577,37 @@ class Engine:
             raise ProviderUnavailable(f"the Docker Engine sent no {_STAT_HEADER} header")
         return PathStat.from_header(header)
 
-    async def get_archive(self, container_id: str, path: str) -> bytes | None:
-        """``GET /containers/{id}/archive?path=...``: a tar of ``path``; ``None`` if it is missing.
+    @contextlib.asynccontextmanager
+    async def open_archive(
+        self, container_id: str, path: str
+    ) -> AsyncIterator[AsyncIterator[bytes] | None]:
+        """``GET /containers/{id}/archive?path=...``: the tar of ``path`` as a stream of chunks.
 
-        Raises :class:`SandboxNotFound` if the container is gone.
+        Yields ``None`` if the path is missing. The body is never held whole:
+        chunks of at most :data:`ARCHIVE_CHUNK_BYTES` arrive as the caller
+        reads them (aiohttp pauses the socket while the caller does not), and
+        leaving the block closes the transfer. Raises :class:`SandboxNotFound`
+        if the container is gone.
         """
-        with self.errors(f"read {path} from container {container_id}"):
-            try:
-                _, _, body = await self._raw(
-                    "GET", f"containers/{container_id}/archive", params={"path": path}
-                )
-            except aiodocker.DockerError as exc:
-                if exc.status == 404 and "no such container" not in exc.message.lower():
-                    return None
-                raise
-        return body
+        what = f"read {path} from container {container_id}"
+        async with contextlib.AsyncExitStack() as stack:
+            with self.errors(what):
+                try:
+                    async with asyncio.timeout(API_TIMEOUT_SECONDS):
+                        response = await stack.enter_async_context(
+                            self._request(
+                                "GET", f"containers/{container_id}/archive", params={"path": path}
+                            )
+                        )
+                except aiodocker.DockerError as exc:
+                    if exc.status == 404 and "no such container" not in exc.message.lower():
+                        response = None
+                    else:
+                        raise
+            if response is None:
+                yield None
+            else:
+                yield _ArchiveChunks(response.content.iter_chunked(ARCHIVE_CHUNK_BYTES), what, self)
 
     async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
         """``PUT /containers/{id}/archive?path=...``: extract a tar below the directory ``path``.

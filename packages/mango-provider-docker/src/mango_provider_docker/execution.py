@@ -20,8 +20,13 @@ Termination keeps the sandbox usable: only the command's process tree dies.
   is re-raised. A task cancelled before the exec was started runs nothing.
   If the cancellation lands while the start request is in flight, the start
   is allowed to settle first, so a command that did start is always found.
-* **destroy** of the sandbox while the command runs: the container goes, the
-  stream ends, and the result has ``cancelled=True`` and ``exit_code=-1``.
+* **destroy** of the sandbox while the command runs, in this process or any
+  other (``mango sessions delete``): the container is killed and removed,
+  the stream ends, and the result has ``cancelled=True`` and
+  ``exit_code=-1``. A command that ends by a signal (exit 137, or its exec
+  gone with the container) while its container is no longer running or no
+  longer exists is reported the same way; one killed inside a running
+  container (the OOM killer, ``kill -9``) keeps its 137.
 
 Output goes to the exec's :class:`~mango.provider.output.ExecChannel`: each
 stream keeps its first ``cap`` bytes, an exact prefix; later bytes are read
@@ -63,6 +68,7 @@ __all__ = [
     "SAFE_PATH",
     "SETTLE_SECONDS",
     "SHELL",
+    "TEARDOWN_SETTLE_SECONDS",
     "ContainerNotRunning",
     "not_started_error",
     "run_command",
@@ -81,7 +87,10 @@ SETTLE_SECONDS = 15.0
 MAX_COMMAND_BYTES = 4 * 1024 * 1024
 """The most argv and environment bytes an exec may carry: more can never start (the runtime's
 message limit is 4 MiB, and the kernel's ``ARG_MAX`` is 2 MiB under the usual 8 MiB stack)."""
+TEARDOWN_SETTLE_SECONDS = 2.0
+"""After a command died of SIGKILL, how long its container may take to show it was stopped."""
 _EXIT_TIMED_OUT = -1
+_EXIT_KILLED = 128 + 9
 
 
 ContainerNotRunning = SandboxNotRunning
@@ -191,17 +200,42 @@ class _Run:
         """The final :class:`ExecResult` (flags from what was read so far)."""
         return self._channel.result(exit_code=exit_code, timed_out=timed_out, cancelled=cancelled)
 
-    def finished(self, info: dict[str, Any] | None, *, destroyed: bool) -> ExecResult:
+    async def finished(self, info: dict[str, Any] | None, *, destroyed: bool) -> ExecResult:
         """The result of a command that ran to its end (``info``: the exec inspect)."""
         self.raise_wrapper_error()
-        if destroyed:
+        exit_code = None if info is None else info.get("ExitCode")
+        if destroyed or (
+            (info is None or exit_code == _EXIT_KILLED) and await self._container_torn_down()
+        ):
             return self.result(exit_code=-1, cancelled=True)
         if info is None:
             raise SandboxNotFound(f"container {self._container_id} disappeared while a command ran")
         if not self._pump.started:
             raise not_started_error(self._container_id, bytes(self._pump.failure))
-        exit_code = info.get("ExitCode")
         return self.result(exit_code=exit_code if isinstance(exit_code, int) else -1)
+
+    async def _container_torn_down(self) -> bool:
+        """True if the container is gone, being removed or stopped: a destroy, maybe elsewhere.
+
+        A destroy kills the whole container, and the daemon may report the
+        exec's exit a moment before the container's, so a container still
+        shown running is asked again for up to :data:`TEARDOWN_SETTLE_SECONDS`
+        before the 137 is taken as the command's own (an OOM kill, ``kill -9``).
+        """
+        deadline = asyncio.get_running_loop().time() + TEARDOWN_SETTLE_SECONDS
+        delay = 0.01
+        while True:
+            try:
+                inspect = await self._engine.inspect_container(self._container_id)
+            except ProviderUnavailable:
+                return False
+            state = (inspect or {}).get("State") or {}
+            if inspect is None or state.get("Status") == "removing" or not state.get("Running"):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     def raise_wrapper_error(self) -> None:
         """Raise what the wrapper's error status line means, if it printed one."""
@@ -328,7 +362,7 @@ async def _supervise(
             if handle.destroyed:
                 return run.result(exit_code=-1, cancelled=True)
             raise
-        return run.finished(info, destroyed=handle.destroyed)
+        return await run.finished(info, destroyed=handle.destroyed)
     finally:
         if not handed_off:
             if not opening.done():

@@ -8,8 +8,12 @@ target are classified (concurrently) and a symlink anywhere along the path --
 including one a command planted (``ln -s /etc leak``) -- is refused with
 :class:`PathEscapeError` instead of being resolved.
 
-* **read**: the target must be a regular file; ``GET .../archive`` returns a
-  one-member tar whose member type is checked again.
+* **read**: the target must be a regular file, and its size (from the same
+  stat) at most the read bound (:class:`FileTooLarge` before any byte moves);
+  ``GET .../archive`` streams a one-member tar that is parsed as it arrives
+  (:class:`TarMemberReader`): the member type is checked again and its body
+  read in chunks, stopping past the bound, so the archive is never held whole.
+  ``open_file`` hands the same chunks on, for files of any size.
 * **write**: ``PUT .../archive`` at the path's root with a tar holding a
   directory entry (0755) for each missing parent and the file (0644, owner
   root). Existing directories get no entry, so their modes are untouched;
@@ -23,10 +27,12 @@ another place inside the same container, which that command can write anyway.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import tarfile
 import time
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from mango.provider import (
     Entry,
@@ -39,6 +45,7 @@ from mango.provider import (
     StatCallback,
     file_not_found,
 )
+from mango.provider.reads import check_size, collect_bounded
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
 
@@ -46,7 +53,9 @@ __all__ = [
     "DIRECTORY_MODE",
     "FILE_MODE",
     "WORKSPACE_POLICY",
+    "TarMemberReader",
     "container_stat",
+    "open_workspace_file",
     "read_workspace_file",
     "write_workspace_file",
 ]
@@ -85,41 +94,173 @@ def container_stat(engine: Engine, container_id: str) -> StatCallback:
     return stat
 
 
-def _single_member(body: bytes, path: str) -> bytes:
-    try:
-        with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as archive:
-            member = archive.next()
-            if member is None:
-                raise ProviderUnavailable(f"the Docker Engine sent an empty archive for {path!r}")
-            if member.issym() or member.islnk():
-                raise PathEscapeError(
-                    f"path {path!r} is a link; links in the workspace are never followed"
-                )
-            if not member.isreg():
-                raise PermanentError(f"path {path!r} is not a regular file")
-            handle = archive.extractfile(member)
-            if handle is None:
-                raise PermanentError(f"path {path!r} is not a regular file")
-            return handle.read()
-    except tarfile.TarError as exc:
-        raise ProviderUnavailable(
-            f"the Docker Engine sent a malformed archive for {path!r}"
-        ) from exc
+_BLOCK = 512
+_PAX_LIMIT = 1024 * 1024
+"""Largest extended header accepted; real ones are a few hundred bytes."""
+_EXTENDED = {tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE}
+_GNU_LONG = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK}
 
 
-async def read_workspace_file(engine: Engine, container_id: str, path: str) -> bytes:
-    """Return the bytes of the regular file ``path`` (workspace-relative).
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
 
-    Raises :class:`FileNotFoundError` if it or a parent is missing,
+
+def _pax_size(records: bytes) -> int | None:
+    """The ``size`` record of a PAX extended header (``"%d size=%d\n"``), if any."""
+    position = 0
+    size: int | None = None
+    while position < len(records):
+        length_text, space, _ = records[position : position + 20].partition(b" ")
+        if not space or not length_text.isdigit() or int(length_text) <= 0:
+            raise tarfile.HeaderError("malformed extended header")
+        record = records[position : position + int(length_text)]
+        keyword, equals, value = record[len(length_text) + 1 :].partition(b"=")
+        if not equals or not record.endswith(b"\n"):
+            raise tarfile.HeaderError("malformed extended header record")
+        if keyword == b"size":
+            size = int(value[:-1])
+        position += int(length_text)
+    return size
+
+
+class TarMemberReader:
+    """The first member of a tar stream, parsed as the chunks arrive.
+
+    :meth:`open_member` reads headers (PAX extended headers, GNU long names
+    and the member's own; the size from a PAX record wins, base-256 sizes are
+    understood) and :meth:`body` then yields the member's bytes in the chunks
+    the stream delivers. Nothing past the member is read; memory is one chunk.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes], path: str) -> None:
+        self._chunks = chunks
+        self._path = path
+        self._pending = bytearray()
+
+    def _malformed(self, reason: str) -> ProviderUnavailable:
+        return ProviderUnavailable(
+            f"the Docker Engine sent a malformed archive for {self._path!r}: {reason}"
+        )
+
+    async def _fill(self, size: int) -> None:
+        while len(self._pending) < size:
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                raise self._malformed("it ended early") from None
+            self._pending += chunk
+
+    async def _take(self, size: int) -> bytes:
+        await self._fill(size)
+        taken = bytes(self._pending[:size])
+        del self._pending[:size]
+        return taken
+
+    async def _skip(self, size: int) -> None:
+        while size:
+            await self._fill(1)
+            step = min(size, len(self._pending))
+            del self._pending[:step]
+            size -= step
+
+    async def open_member(self) -> tuple[tarfile.TarInfo, int]:
+        """Read up to the first real member's header; return it and its body size."""
+        pax_size: int | None = None
+        while True:
+            block = await self._take(_BLOCK)
+            if not block.strip(b"\0"):
+                raise self._malformed("it holds no member")
+            try:
+                info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+            except tarfile.HeaderError as exc:
+                raise self._malformed(str(exc)) from exc
+            if info.type in _EXTENDED or info.type in _GNU_LONG:
+                if info.size > _PAX_LIMIT:
+                    raise self._malformed("an extended header is too large")
+                records = (await self._take(_padded(info.size)))[: info.size]
+                if info.type == tarfile.XHDTYPE:
+                    try:
+                        pax_size = _pax_size(records)
+                    except (tarfile.HeaderError, ValueError) as exc:
+                        raise self._malformed(str(exc)) from exc
+                continue
+            return info, info.size if pax_size is None else pax_size
+
+    async def body(self, size: int) -> AsyncGenerator[bytes, None]:
+        """Yield the member's ``size`` bytes as they arrive."""
+        remaining = size
+        if self._pending and remaining:
+            head = bytes(self._pending[:remaining])
+            del self._pending[: len(head)]
+            remaining -= len(head)
+            yield head
+        while remaining:
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                raise self._malformed("it ended inside the file") from None
+            if len(chunk) > remaining:
+                chunk = chunk[:remaining]
+            remaining -= len(chunk)
+            yield chunk
+
+
+def _check_member(info: tarfile.TarInfo, path: str) -> None:
+    if info.issym() or info.islnk():
+        raise PathEscapeError(f"path {path!r} is a link; links in the workspace are never followed")
+    if not info.isreg():
+        raise PermanentError(f"path {path!r} is not a regular file")
+
+
+@contextlib.asynccontextmanager
+async def _member_stream(
+    engine: Engine, container_id: str, path: str, *, limit: int | None
+) -> AsyncIterator[tuple[AsyncIterator[bytes], int]]:
+    """The checked body of the regular file ``path``, streamed, and its size."""
+    resolved = await WORKSPACE_POLICY.resolve_read(path, container_stat(engine, container_id))
+    if limit is not None and resolved.entry is not None:
+        check_size(path, resolved.entry.size, limit)  # before a byte of it moves
+    async with engine.open_archive(container_id, resolved.path) as chunks:
+        if chunks is None:
+            raise file_not_found(path)
+        reader = TarMemberReader(chunks, path)
+        info, size = await reader.open_member()
+        _check_member(info, path)
+        if limit is not None:
+            check_size(path, size, limit)  # the file grew after the stat
+        body = reader.body(size)
+        try:
+            yield body, size
+        finally:
+            await body.aclose()
+
+
+async def read_workspace_file(engine: Engine, container_id: str, path: str, limit: int) -> bytes:
+    """Return the bytes of the regular file ``path`` (workspace-relative), at most ``limit``.
+
+    Raises :class:`FileTooLarge` past ``limit`` (checked from the stat before
+    the transfer starts, and again from the archive header),
+    :class:`FileNotFoundError` if it or a parent is missing,
     :class:`PathEscapeError` for escapes and symlinks, :class:`PermanentError`
     for directories and other non-regular files, and :class:`SandboxNotFound`
     if the container is gone.
     """
-    resolved = await WORKSPACE_POLICY.resolve_read(path, container_stat(engine, container_id))
-    body = await engine.get_archive(container_id, resolved.path)
-    if body is None:
-        raise file_not_found(path)
-    return _single_member(body, path)
+    async with _member_stream(engine, container_id, path, limit=limit) as (body, _):
+        return await collect_bounded(body, limit, path=path)
+
+
+@contextlib.asynccontextmanager
+async def open_workspace_file(
+    engine: Engine, container_id: str, path: str
+) -> AsyncIterator[AsyncIterator[bytes]]:
+    """Stream the regular file ``path`` in chunks, whatever its size.
+
+    The path is checked and the transfer opened on entry (the errors of
+    :func:`read_workspace_file`, except :class:`FileTooLarge`); leaving the
+    block closes the transfer.
+    """
+    async with _member_stream(engine, container_id, path, limit=None) as (body, _):
+        yield body
 
 
 def _archive(directories: list[str], name: str, data: bytes) -> bytes:

@@ -14,6 +14,7 @@ import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     ConfigurationError,
     InvalidInput,
     OwnedResource,
@@ -128,6 +129,10 @@ class DockerProvider(ProviderIdentity):
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
+    max_read_bytes: int = attrs.field(
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+    )
+    """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     pull_missing_images: bool = attrs.field(default=True, kw_only=True)
     """Pull an image that is not present; when False, a missing image is a configuration error."""
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -170,6 +175,7 @@ class DockerProvider(ProviderIdentity):
             host_dir=host_dir(self.resource_dir, self.ownership, session_key),
             engine=self._engine,
             max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
             background=self._background,
         )
@@ -319,7 +325,12 @@ class DockerProvider(ProviderIdentity):
 
         The container's labels and name are checked first (never anything
         inside it): :class:`OwnershipError` for another Session's or another
-        deployment's container. A container already gone is success.
+        deployment's container. A container already gone is success. The
+        order keeps the container (whose labels are the ownership record)
+        until last: kill it (every command in it stops, whichever process
+        started it), remove the host directory (rename, then delete), remove
+        the container; a crash at any step leaves something the next destroy,
+        purge or reconcile finds and finishes.
         """
         key = validate_session_id(session_key)
         container_id = check_container_id(self.ownership.check_ref(ref).external_id)
@@ -327,13 +338,41 @@ class DockerProvider(ProviderIdentity):
         inspect = await self._engine.inspect_container(container_id)
         if inspect is not None and inspect.get("Id") == container_id:
             verify_ownership(inspect, self.ownership, key)
-            self._tracker.mark_destroyed(container_id)
-            await self._engine.remove_container(container_id)
-        elif await self._newer_container(key):
-            # ``ref`` is a stale id and the key has a newer container: its host
-            # directory (named by the key) belongs to that one, so it stays.
-            return
+            await self._remove(key, container_id)
+        elif not await self._newer_container(key):
+            # ``ref`` gone and no newer container of the key: its host
+            # directory (named by the key) has no other owner.
+            await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+
+    async def purge(self, session_key: str, *, force: bool = False) -> None:
+        """Remove the key's container (found by its name) and host directory; idempotent.
+
+        A container under the key's name must carry this key's labels in this
+        namespace (:class:`OwnershipError` otherwise; with ``force`` it is left
+        alone, as someone else's, and only the host directory goes). Labels
+        cannot be changed from inside a container, so nothing the sandbox
+        does can make its own container look foreign.
+        """
+        key = validate_session_id(session_key)
+        await asyncio.sleep(0)
+        inspect = await self._engine.inspect_container(self.ownership.name(key))
+        if inspect is not None:
+            try:
+                container_id = verify_ownership(inspect, self.ownership, key)
+            except OwnershipError:
+                if not force:
+                    raise
+                log.warning("forced purge of %s leaves a container it does not own", key)
+            else:
+                await self._remove(key, container_id)
+                return
         await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+
+    async def _remove(self, key: str, container_id: str) -> None:
+        self._tracker.mark_destroyed(container_id)
+        await self._engine.kill_container(container_id)
+        await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+        await self._engine.remove_container(container_id)
 
     async def _newer_container(self, session_key: str) -> bool:
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,12 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.hostdirs import remove_dir
 from mango.provider.output import ExecChannel
+from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
     WORKSPACE_POLICY,
+    open_workspace_file,
     read_workspace_file,
     write_workspace_file,
 )
@@ -67,6 +71,7 @@ class DockerSandbox(StreamedExec):
     _host_dir: Path
     _engine: Engine = attrs.field(repr=False)
     _max_output_bytes: int
+    _max_read_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
     _background: set[asyncio.Task[Any]] = attrs.field(repr=False)
 
@@ -122,14 +127,29 @@ class DockerSandbox(StreamedExec):
             raise SandboxNotFound(f"container {self.container_id} no longer exists")
         await ensure_running(self._engine, self.container_id, inspect)
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.
 
-        Raises what :func:`mango_provider_docker.files.read_workspace_file` documents.
+        At most ``max_bytes`` (default: the provider's read cap), checked
+        before the transfer and while it runs (:class:`FileTooLarge`). Raises
+        what :func:`mango_provider_docker.files.read_workspace_file` documents.
+        """
+        limit = read_limit(max_bytes, self._max_read_bytes)
+        WORKSPACE_POLICY.locate(path)
+        await asyncio.sleep(0)
+        return await read_workspace_file(self._engine, self.container_id, path, limit)
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream the regular file ``path`` from the archive API, whatever its size.
+
+        The path is checked and the transfer opened on entry; leaving the
+        block closes it. The same errors as :meth:`read_file` (no bound).
         """
         WORKSPACE_POLICY.locate(path)
         await asyncio.sleep(0)
-        return await read_workspace_file(self._engine, self.container_id, path)
+        async with open_workspace_file(self._engine, self.container_id, path) as chunks:
+            yield chunks
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or replace ``path`` with ``data`` (mode 0644), creating parent directories.
@@ -145,12 +165,15 @@ class DockerSandbox(StreamedExec):
         await write_workspace_file(self._engine, self.container_id, path, payload)
 
     async def destroy(self) -> None:
-        """Force-remove the container (and its anonymous volumes) and the host directory.
+        """Kill the container, remove the host directory, then the container (and its volumes).
 
-        Idempotent. Commands still running get ``ExecResult(cancelled=True)``.
-        After this, attach raises :class:`SandboxNotFound`.
+        Idempotent; the same order as ``DockerProvider.destroy``. Commands
+        still running, from this process or any other, get
+        ``ExecResult(cancelled=True, exit_code=-1)``. After this, attach
+        raises :class:`SandboxNotFound`.
         """
         await asyncio.sleep(0)
         self._tracker.mark_destroyed(self.container_id)
-        await self._engine.remove_container(self.container_id)
+        await self._engine.kill_container(self.container_id)
         await asyncio.to_thread(remove_dir, self._host_dir)
+        await self._engine.remove_container(self.container_id)

@@ -15,6 +15,7 @@ import attrs
 from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -25,6 +26,7 @@ from mango.provider import (
     SupportLevel,
     TargetCost,
     max_output_bytes,
+    max_read_bytes,
     number_setting,
     state_dir,
 )
@@ -126,6 +128,7 @@ SETTINGS = (
         default="1",
     ),
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the Docker provider reads, as its registration declares them."""
 
@@ -143,6 +146,7 @@ class DockerSettings:
     pids_limit: int
     pull: bool
     max_output_bytes: int
+    max_read_bytes: int
 
 
 _API_VERSION = re.compile(r"v?\d{1,3}\.\d{1,3}\Z")
@@ -198,6 +202,7 @@ def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSett
         pids_limit=pids_limit,
         pull=pull_text in ("1", "true", "yes"),
         max_output_bytes=max_output_bytes(env),
+        max_read_bytes=max_read_bytes(env),
     )
 
 
@@ -242,6 +247,7 @@ def open_docker_provider(
         cpus=settings.cpus,
         pids_limit=settings.pids_limit,
         max_output_bytes=settings.max_output_bytes,
+        max_read_bytes=settings.max_read_bytes,
         pull_missing_images=settings.pull,
         progress=StderrProgress(),
     )

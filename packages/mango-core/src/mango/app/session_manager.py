@@ -20,7 +20,14 @@ applied policy drifted), and a cached client gets it when the spec's
 allowlist changes. A failure leaves the intent, never a binding, so a
 retry or :meth:`SessionManager.reconcile_provisioning` resumes. Teardown
 never creates or attaches: it destroys through ``Provider.destroy`` the bound
-reference, or what ``Provider.find`` reports for an intent-only Session.
+reference, or what ``Provider.find`` reports for an intent-only Session, and
+when no binding is left (an intent-only Session, a deletion a crash
+interrupted) a :class:`~mango.domain.ports.PurgingProvider` also purges what
+it still holds under the Session's names (host directories, the leftovers of
+a removal), so the Session row goes only after everything the provider owns
+for it. A *forced* deletion (``delete_session(..., force=True)``) purges by
+the provider's own names even when records are missing or corrupt, and drops
+a binding the provider refuses as someone else's instead of failing.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 
@@ -68,6 +75,7 @@ from mango.domain.ports import (
     KeepAliveSandbox,
     LimitedNetworkSandbox,
     Provider,
+    PurgingProvider,
     Sandbox,
 )
 from mango.domain.registry import Quirk
@@ -123,17 +131,20 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
 _LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
 
 
-@attrs.define
-class _WatchedEvents:
-    """An exec event stream whose :class:`SandboxNotFound` records the loss."""
+_Event = TypeVar("_Event")
 
-    events: AsyncIterator[ExecEvent]
+
+@attrs.define
+class _Watched(Generic[_Event]):
+    """A stream (exec events, file chunks) whose :class:`SandboxNotFound` records the loss."""
+
+    events: AsyncIterator[_Event]
     on_lost: _LossRecorder
 
-    def __aiter__(self) -> _WatchedEvents:
+    def __aiter__(self) -> _Watched[_Event]:
         return self
 
-    async def __anext__(self) -> ExecEvent:
+    async def __anext__(self) -> _Event:
         try:
             return await self.events.__anext__()
         except SandboxNotFound as exc:
@@ -169,15 +180,26 @@ class _SessionSandbox(SandboxWrapper):
             except SandboxNotFound as exc:
                 await self.on_lost(exc)
                 raise
-            yield _WatchedEvents(events, self.on_lost)
+            yield _Watched(events, self.on_lost)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read ``path``; a vanished resource is recorded as lost."""
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read ``path`` (bounded); a vanished resource is recorded as lost."""
         try:
-            return await self.inner.read_file(path)
+            return await self.inner.read_file(path, max_bytes=max_bytes)
         except SandboxNotFound as exc:
             await self.on_lost(exc)
             raise
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream ``path``; a vanished resource is recorded as lost."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                chunks = await stack.enter_async_context(self.inner.open_file(path))
+            except SandboxNotFound as exc:
+                await self.on_lost(exc)
+                raise
+            yield _Watched(chunks, self.on_lost)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``path``; a vanished resource is recorded as lost."""
@@ -222,6 +244,8 @@ class _Operation:
     lost_ref: SandboxRef | None = None
     lost_cause: SandboxNotFound | None = None
     deleted: bool = False
+    force: bool = False
+    """A forced deletion: purge by the provider's names, drop refused bindings."""
 
 
 class _Reobserve(Exception):
@@ -329,13 +353,25 @@ class SessionManager:
                 op = await self._run(_Operation(session_id, _C.ACQUIRE_EXISTING, spec))
         return op.result
 
-    async def release(self, session_id: str, *, deadline: float | None = None) -> None:
+    async def release(
+        self, session_id: str, *, deadline: float | None = None, force: bool = False
+    ) -> None:
         """Fence the Session and tear its sandbox down; idempotent.
 
         Never creates or attaches: the bound reference (or, for an intent-only
         Session, what ``Provider.find`` reports) is removed with
-        ``Provider.destroy``. If destroy fails the binding is kept so a retry
-        can finish. A lost reference counts as already destroyed. A Session
+        ``Provider.destroy``; with no binding left, a purging provider also
+        purges what it holds under the Session's names. If destroy fails the
+        binding is kept so a retry can finish. A lost reference counts as
+        already destroyed.
+
+        ``force``: for an operator whose Session cannot be deleted because
+        the provider's records were damaged. The provider purges whatever it
+        owns under the Session's deterministic names without trusting those
+        records, and a bound resource it refuses as another owner's
+        (:class:`OwnershipError`) is left alone and its binding dropped.
+        Transient failures still fail (nothing is forced past a backend that
+        cannot answer). A Session
         bound to (or being provisioned by) another provider is refused with
         :class:`OwnershipError` before anything changes: it is not fenced.
         """
@@ -343,7 +379,7 @@ class SessionManager:
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 await self._refuse_foreign(session_id)
-                await self._run(_Operation(session_id, _C.DELETE, SandboxSpec()))
+                await self._run(_Operation(session_id, _C.DELETE, SandboxSpec(), force=force))
 
     async def _refuse_foreign(self, session_id: str) -> None:
         """Raise :class:`OwnershipError` if another provider's binding or intent holds the Session.
@@ -360,9 +396,14 @@ class SessionManager:
         if intent is not None:
             self._require_own(session_id, intent.provider, "delete")
 
-    async def delete_session(self, session_id: str, *, deadline: float | None = None) -> bool:
-        """Release the sandbox and delete the Session row; False if it was already gone."""
-        await self.release(session_id, deadline=deadline)
+    async def delete_session(
+        self, session_id: str, *, deadline: float | None = None, force: bool = False
+    ) -> bool:
+        """Release the sandbox and delete the Session row; False if it was already gone.
+
+        ``force`` as for :meth:`release`.
+        """
+        await self.release(session_id, deadline=deadline, force=force)
         async with self._locks.hold(session_id):
             op = _Operation(session_id, _C.DELETION_FINISHED, SandboxSpec())
             record = await self.store.get_session(session_id)
@@ -653,22 +694,57 @@ class SessionManager:
         return ()
 
     async def _destroy_resource(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
+        try:
+            return await self._teardown(op)
+        except OwnershipError as exc:
+            if exc.hint is not None:
+                raise
+            raise OwnershipError(
+                str(exc),
+                hint=f"if a command damaged the sandbox's records, 'mango sessions delete "
+                f"--force {op.session_id}' removes what mango owns under the Session's names",
+            ) from exc
+
+    async def _teardown(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
         # Re-read after the fence: from here on no worker can add an intent or a binding.
         op.binding = await self.store.get_binding(op.session_id)
         if op.binding is not None:
             self._require_own(op.session_id, op.binding.ref.provider, "delete")
-            await self.provider.destroy(op.session_id, op.binding.ref)
-            return ()
-        op.intent = await self.store.get_intent(op.session_id)
-        if op.intent is not None:
-            self._require_own(op.session_id, op.intent.provider, "delete")
-            # An intent-only Session may or may not have a resource (crash
-            # before or after create): ask, never create one to find out.
-            found = await self.provider.find(op.session_id)
-            if found is not None:
-                await self.provider.destroy(op.session_id, found)
-        # No rows left: whoever removed them destroyed the resource first.
+            await self._destroy(op, op.binding.ref)
+        else:
+            op.intent = await self.store.get_intent(op.session_id)
+            if op.intent is not None:
+                self._require_own(op.session_id, op.intent.provider, "delete")
+                # An intent-only Session may or may not have a resource (crash
+                # before or after create): ask, never create one to find out.
+                found = await self._find_for_deletion(op)
+                if found is not None:
+                    await self._destroy(op, found)
+        if isinstance(self.provider, PurgingProvider) and (op.binding is None or op.force):
+            # No binding left to say what exists (an intent-only Session, or
+            # rows removed by an earlier pass that a crash cut short): the
+            # provider removes whatever it still holds under the Session's
+            # names before the row may go.
+            await self.provider.purge(op.session_id, force=op.force)
         return ()
+
+    async def _find_for_deletion(self, op: _Operation) -> SandboxRef | None:
+        try:
+            return await self.provider.find(op.session_id)
+        except OwnershipError as exc:
+            if not op.force:
+                raise
+            log.warning("session %s: forced deletion skips %s", op.session_id, exc)
+            return None
+
+    async def _destroy(self, op: _Operation, ref: SandboxRef) -> None:
+        try:
+            await self.provider.destroy(op.session_id, ref)
+        except OwnershipError as exc:
+            if not op.force:
+                raise
+            # Not this Session's to remove: a forced deletion forgets the row only.
+            log.warning("session %s: forced deletion leaves %s alone: %s", op.session_id, ref, exc)
 
     async def _remove_binding(self, op: _Operation) -> tuple[LifecycleCommand, ...]:
         if op.binding is not None:

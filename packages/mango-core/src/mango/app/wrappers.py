@@ -45,9 +45,13 @@ class SandboxWrapper:
         """Stream ``command``'s output from the wrapped sandbox."""
         return self.inner.exec_stream(command)
 
-    async def read_file(self, path: str) -> bytes:
-        """Read from the wrapped sandbox."""
-        return await self.inner.read_file(path)
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read from the wrapped sandbox (bounded by ``max_bytes``, else its read cap)."""
+        return await self.inner.read_file(path, max_bytes=max_bytes)
+
+    def open_file(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Stream a file from the wrapped sandbox."""
+        return self.inner.open_file(path)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write to the wrapped sandbox."""

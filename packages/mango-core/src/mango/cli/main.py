@@ -322,7 +322,10 @@ def _emit(result: ExecResult) -> int:
         click.echo("mango: the command timed out and was terminated", err=True)
         return EXIT_TIMEOUT
     if result.cancelled:
-        click.echo("mango: the command was cancelled", err=True)
+        click.echo(
+            "mango: the command was stopped: its Session's sandbox was deleted while it ran",
+            err=True,
+        )
         return EXIT_INTERRUPTED
     return result.exit_code if 0 <= result.exit_code <= 255 else 1
 
@@ -357,10 +360,14 @@ def files() -> None:
 )
 @click.argument("path")
 def files_read(session_id: str, output: Path | None, path: str) -> None:
-    """Print the file at PATH (workspace-relative)."""
+    """Print the file at PATH (workspace-relative).
+
+    The file is streamed in chunks (Sandbox.open_file), so files of any size
+    work without being held in memory.
+    """
     session_id = _session(session_id)
 
-    async def run(rt: Runtime) -> bytes:
+    async def run(rt: Runtime) -> None:
         # Reading never provisions: a mistyped Session id must not create a sandbox.
         sandbox = await rt.manager.acquire_existing(session_id, rt.default_spec())
         if sandbox is None:
@@ -368,17 +375,17 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
                 f"no session {session_id!r} with a sandbox to read from",
                 hint="check the id with 'mango sessions list'",
             )
-        try:
-            return await sandbox.read_file(path)
-        except FileNotFoundError:
-            raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                chunks = await stack.enter_async_context(sandbox.open_file(path))
+            except FileNotFoundError:
+                raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+            target = sys.stdout.buffer if output is None else stack.enter_context(output.open("wb"))
+            async for chunk in chunks:
+                target.write(chunk)
+            target.flush()
 
-    data = _with_runtime(run)
-    if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        output.write_bytes(data)
+    _with_runtime(run)
 
 
 @files.command(name="write")
@@ -454,15 +461,30 @@ def sessions_list(limit: int, as_json: bool) -> None:
 @sessions.command(name="delete")
 @click.argument("session_ids", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Remove what mango owns for the Session by the provider's own names even when its "
+    "records are missing or damaged (a sandbox that deleted or replaced them); a resource "
+    "the provider shows to be someone else's is left alone and only its binding dropped. "
+    "Runs here, never through Temporal.",
+)
 @click.option("--via-temporal/--direct", "via_temporal", default=None, help=_VIA_TEMPORAL_HELP)
-def sessions_delete(session_ids: tuple[str, ...], as_json: bool, via_temporal: bool | None) -> None:
-    """Delete Sessions: fence, destroy the sandbox, then remove the records."""
+def sessions_delete(
+    session_ids: tuple[str, ...], as_json: bool, force: bool, via_temporal: bool | None
+) -> None:
+    """Delete Sessions: fence, stop their commands, destroy the sandbox, remove the records."""
     ids = [_session(value) for value in session_ids]
+    if force and via_temporal:
+        raise click.UsageError("--force runs here, on the provider directly: drop --via-temporal")
 
     async def run(rt: Runtime) -> list[dict[str, Any]]:
-        return [{"session_id": sid, "deleted": await rt.manager.delete_session(sid)} for sid in ids]
+        return [
+            {"session_id": sid, "deleted": await rt.manager.delete_session(sid, force=force)}
+            for sid in ids
+        ]
 
-    if _via_temporal(via_temporal):
+    if not force and _via_temporal(via_temporal):
         from mango.cli.durable import delete_via_temporal
 
         settings = _settings()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mango.config import Settings
+from mango.config import Settings, max_read_bytes
 
 if TYPE_CHECKING:
     from mango.temporal.messages import ReconcilerInput
@@ -44,15 +44,15 @@ async def run_worker(
 ) -> None:
     """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT."""
     # Imported here, not at module level: every other mango command stays quick to start.
-    from mango.app import SessionManager
     from mango.cli.durable import open_temporal
     from mango.plugins import load_plugins
     from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
-    from mango.temporal.faults import fault_point_from_env, inject_faults
+    from mango.temporal.faults import fault_point_from_env
+    from mango.temporal.tools import ToolRunner
     from mango.temporal.worker import serve
 
-    fault = fault_point_from_env()
+    fault_point_from_env()  # a bad MANGO_FAULT_POINT fails here; open_runtime injects it
     host = load_plugins()
     _, registration = select_provider(settings, host)  # unknown provider: fail before starting
     loop = asyncio.get_running_loop()
@@ -81,22 +81,14 @@ async def run_worker(
             open_temporal(settings, start_embedded=True) as client,
             open_runtime(settings, host) as runtime,
         ):
-            provider, store = inject_faults(runtime.manager.provider, runtime.store, fault)
             manager = runtime.manager
-            if fault is not None:
-                manager = SessionManager(
-                    provider,
-                    store,
-                    registration.capabilities,
-                    registration.quirks,
-                    package_manager_hosts=settings.package_manager_hosts,
-                )
             activities = MangoActivities(
                 manager,
-                store,
+                manager.store,
                 client,
                 registration,
                 task_queue_prefix=settings.task_queue_prefix,
+                tools=ToolRunner(max_read_bytes=max_read_bytes()),
             )
             await serve(
                 client,

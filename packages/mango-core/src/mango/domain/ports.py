@@ -33,6 +33,7 @@ __all__ = [
     "LimitedNetworkSandbox",
     "MemoryStoreSandbox",
     "Provider",
+    "PurgingProvider",
     "ResourceLockSandbox",
     "Sandbox",
     "SessionOutputSandbox",
@@ -193,6 +194,34 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release client resources (connections); resources themselves stay."""
+        ...
+
+
+@runtime_checkable
+class PurgingProvider(Protocol):
+    """A provider that keeps state for a Session beside the resource itself.
+
+    Host directories, owner records, the leftovers of a removal or a create
+    that a crash interrupted: a provider that has such state implements
+    :meth:`purge`, and SessionManager calls it when a deletion has no bound
+    reference to destroy (an intent-only Session, a crash between steps) and
+    for a forced deletion. Remote providers whose only state is the remote
+    resource need not implement it.
+    """
+
+    async def purge(self, session_key: str, *, force: bool = False) -> None:
+        """Remove everything this provider holds for ``session_key`` in this namespace.
+
+        Found by the names and records the key determines (never by
+        attaching, never by trusting anything inside the sandbox), including
+        the leftovers of an interrupted create or destroy; commands still
+        running in it are stopped. Idempotent: nothing left is success.
+        Raises :class:`OwnershipError` if a resource under the key's name
+        carries another owner. With ``force=True`` missing, unreadable or
+        contradictory records do not stop it: whatever mango owns under the
+        key's deterministic names is removed (never following a link), and a
+        resource that verifiably belongs to someone else is left alone.
+        """
         ...
 
 

@@ -35,7 +35,7 @@ import errno
 import fcntl
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -291,6 +291,15 @@ async def _spawn(argv: Sequence[str], cwd_fd: int, **options: Any) -> asyncio.su
     return await _spawn(argv, cwd_fd, **options)
 
 
+def _above_stdio(fd: int) -> int | None:
+    """A duplicate of ``fd`` numbered 3 or more if ``fd`` is 0-2 (the caller closes it), else None.
+
+    A worker started with a standard stream closed can be handed 0-2 for the
+    directory; the child's dup2 of its pipes onto 0-2 would replace it.
+    """
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd <= 2 else None
+
+
 async def run_command(
     *,
     argv: Sequence[str],
@@ -300,12 +309,15 @@ async def run_command(
     timeout: float | None,
     channel: ExecChannel,
     handle: ExecHandle,
+    on_start: Callable[[int], None] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in the directory ``cwd_fd`` with exactly ``env``, feeding ``channel``.
 
     Returns the final result (exit code and flags, no output bytes). The
     child enters the directory through the descriptor, never by its path
     (see :func:`_enter`); the caller keeps and closes ``cwd_fd``.
+    ``on_start(pgid)`` runs as soon as the command's process group exists
+    (its kill action is already set, so it may call ``handle.destroy()``).
 
     A program that cannot be started gives exit code 127 (not found) or 126
     (not executable) with a message on stderr, as a shell would; a command
@@ -316,11 +328,9 @@ async def run_command(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     child_fds: list[int] = []
-    low_fd: int | None = None
-    if cwd_fd <= 2:
-        # A worker started with a standard stream closed can be handed 0-2 for the
-        # directory; the child's dup2 of its pipes onto 0-2 would replace it.
-        low_fd = cwd_fd = fcntl.fcntl(cwd_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    low_fd = _above_stdio(cwd_fd)
+    if low_fd is not None:
+        cwd_fd = low_fd
     readers: list[_PipeReader] = []
     writer: _StdinWriter | None = None
     try:
@@ -355,6 +365,8 @@ async def run_command(
         # start_new_session: the child called setsid(), so its pgid is its pid.
         pgid = process.pid
         handle.set_kill(lambda: kill_group(pgid, signal.SIGKILL))
+        if on_start is not None:
+            on_start(pgid)
         outcome = await _supervise(process, readers, handle, deadline)
         return channel.result(
             exit_code=_exit_code(process.returncode) if outcome == "finished" else -1,

@@ -13,6 +13,11 @@ Hard links are not detected: a command running as the host user can already
 reach any file that user can, which is why the local provider is not an
 isolation boundary.
 
+Reads are bounded at the source (:mod:`mango.provider.reads`): the size is
+checked with ``fstat`` on the opened descriptor before a byte is read, and the
+read stops one byte past the bound, so a sparse or growing file never costs
+more memory than the bound.
+
 These functions block; the sandbox calls them through :func:`asyncio.to_thread`.
 """
 
@@ -34,11 +39,15 @@ from mango.provider import (
     check_regular,
     file_not_found,
 )
+from mango.provider.reads import BoundedBuffer, check_size
 
 __all__ = [
+    "READ_CHUNK_BYTES",
     "ensure_workspace_dir",
     "open_workspace_dir",
+    "open_workspace_file",
     "open_workspace_root",
+    "read_chunk",
     "read_workspace_file",
     "write_workspace_file",
 ]
@@ -46,7 +55,8 @@ __all__ = [
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_MODE = 0o644
 _DIRECTORY_MODE = 0o755
-_READ_CHUNK = 1024 * 1024
+READ_CHUNK_BYTES = 1024 * 1024
+"""Chunk size of reads and streamed downloads (one thread hop each)."""
 
 
 def _policy(root: str | PathPolicy) -> PathPolicy:
@@ -196,22 +206,41 @@ def open_workspace_root(root: str) -> int:
     return _open_anchor(root)
 
 
-def read_workspace_file(root: str | PathPolicy, path: str) -> bytes:
-    """Return the bytes of the regular file ``path`` in the workspace.
+def open_workspace_file(root: str | PathPolicy, path: str) -> int:
+    """Open the regular file ``path`` in the workspace for reading; return the descriptor.
 
-    Raises :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
+    The caller closes it. Raises what :func:`read_workspace_file` raises,
+    except :class:`FileTooLarge`.
+    """
+    location = _policy(root).locate(path)
+    return _open_target(location, path=path, flags=os.O_RDONLY, create=False)
+
+
+def read_chunk(fd: int, size: int, path: str) -> bytes:
+    """One ``os.read`` of at most ``size`` bytes, errors mapped to the mango tree."""
+    try:
+        return os.read(fd, size)
+    except OSError as exc:
+        raise _translate(exc, path) from exc
+
+
+def read_workspace_file(root: str | PathPolicy, path: str, limit: int) -> bytes:
+    """Return the bytes of the regular file ``path`` in the workspace, at most ``limit`` of them.
+
+    Raises :class:`FileTooLarge` if the file is larger than ``limit`` (checked
+    with ``fstat`` before reading, and again while reading, for a file that
+    grows), :class:`FileNotFoundError` if it is missing, :class:`PermanentError`
     if it is a directory or another non-regular file, :class:`PathEscapeError`
     for escapes and symlinks, and :class:`SandboxNotFound` if the workspace is gone.
     """
-    location = _policy(root).locate(path)
-    fd = _open_target(location, path=path, flags=os.O_RDONLY, create=False)
+    fd = open_workspace_file(root, path)
     try:
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, _READ_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise _translate(exc, path) from exc
+        check_size(path, os.fstat(fd).st_size, limit)
+        buffer = BoundedBuffer(path, limit)
+        # One byte past the bound is enough to know the file outgrew it.
+        while chunk := read_chunk(fd, min(READ_CHUNK_BYTES, buffer.remaining + 1), path):
+            buffer.add(chunk)
+        return buffer.getvalue()
     finally:
         os.close(fd)
 

@@ -1,22 +1,36 @@
-"""On-disk layout of local sandboxes and their owner records.
+"""On-disk layout of local sandboxes, their owner records and their removal.
 
-One directory per (namespace, Session key) under the provider's base directory::
+One session directory per (namespace, Session key) under the provider's base
+directory, and mango's own records beside them, outside every session
+directory::
 
-    <base>/mango-<32 hex>/owner.json     owner record, outside the workspace
-    <base>/mango-<32 hex>/workspace/     the workspace root (HOME and cwd of commands)
+    <base>/mango-<32 hex>/workspace/        the workspace root (HOME and cwd of commands)
+    <base>/.owners/mango-<32 hex>.json      owner record (labels), read-only
+    <base>/.runs/mango-<32 hex>             started commands (see mango.local.runs)
 
 The directory name is the deterministic name of
 :class:`~mango.provider.ownership.Ownership`, so it has a fixed length, never
 reveals the raw key, and differs between deployments (namespaces) sharing one
 base directory. The owner record holds the ownership labels (managed,
 namespace, session hash) and the provider name: never the key itself and
-never a secret. It sits beside the workspace, so the file tools (confined to
-the workspace) cannot reach it; a command running as the same host user could,
-which is one of the reasons the local provider is not an isolation boundary.
+never a secret. Commands start in the workspace; what they reach through
+``..`` (the session directory) no longer decides anything: deleting or
+replacing ``../owner.json`` (the place format 2 kept the record), or swapping
+``workspace`` for a symlink, cannot make a Session undeletable. A command
+running as the same host user could still reach ``<base>/.owners`` on
+purpose, which is one of the reasons the local provider is not an isolation
+boundary; a forced purge (``LocalProvider.purge(key, force=True)``) removes
+what carries the key's name whatever the records say.
 
-Destroy renames the directory out of the way first (see
-:func:`mango.provider.hostdirs.remove_dir`), so a crash half-way never leaves a
-directory that looks like a damaged live sandbox.
+A format-2 record (``<session dir>/owner.json``) is read when the record
+under ``.owners`` is missing and copied there at once, so sandboxes made
+before keep working; changing the old file afterwards changes nothing.
+
+Removal (:func:`remove_session`) is ordered so that a crash at any point
+leaves the owner record in place until everything else is gone: rename the
+session directory to a ``.deleting-`` leftover (the commit point), stop the
+logged commands, remove the leftovers, the run log, and last the owner
+record. The next destroy, purge or reconcile finishes what a crash left.
 """
 
 from __future__ import annotations
@@ -25,10 +39,12 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
+from mango.local.runs import RUNS_DIR, kill_logged_runs, run_log
 from mango.provider import (
     OwnedResource,
     OwnershipError,
@@ -41,32 +57,43 @@ from mango.provider.hostdirs import (
     canonical_path,
     ensure_private_dir,
     host_errors,
-    remove_dir,
+    is_real_directory,
+    purge_leftovers,
     require_real_directory,
+    retire_dir,
 )
 from mango.provider.ownership import NAME_PREFIX, Ownership
 
 __all__ = [
-    "MARKER_NAME",
+    "LEGACY_MARKER_NAME",
+    "OWNERS_DIR",
     "PROVIDER_NAME",
+    "RUNS_DIR",
     "SANDBOX_DIR_ENV",
     "WORKSPACE_NAME",
     "canonical_path",
     "check_base_dir",
+    "check_reference",
+    "check_removal",
     "ensure_session_dir",
     "expected_session_dir",
     "list_session_dirs",
     "owned_session_dir",
-    "remove_session_dir",
+    "owner_record_path",
+    "remove_session",
     "verify_session_dir",
     "workspace_root",
 ]
 
 PROVIDER_NAME = "local"
 SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
-MARKER_NAME = "owner.json"
+OWNERS_DIR = ".owners"
+"""Directory under the base directory holding one owner record per sandbox."""
+LEGACY_MARKER_NAME = "owner.json"
+"""Format 2 kept the owner record here, inside the session directory."""
 WORKSPACE_NAME = "workspace"
-_MARKER_FORMAT = 2
+_MARKER_FORMAT = 3
+_RECORD_SUFFIX = ".json"
 
 
 def expected_session_dir(base_dir: Path, ownership: Ownership, session_key: str) -> Path:
@@ -79,18 +106,19 @@ def workspace_root(session_dir: Path) -> Path:
     return session_dir / WORKSPACE_NAME
 
 
-def _marker_document(ownership: Ownership, session_key: str) -> dict[str, Any]:
-    return {
-        "format": _MARKER_FORMAT,
-        "provider": PROVIDER_NAME,
-        "labels": ownership.labels(session_key),
-    }
+def owner_record_path(session_dir: Path) -> Path:
+    """Where the owner record of ``session_dir`` lives (outside it)."""
+    return session_dir.parent / OWNERS_DIR / (session_dir.name + _RECORD_SUFFIX)
 
 
-def _read_marker(session_dir: Path) -> dict[str, Any] | None:
-    """Return the parsed marker, or None if it is missing, a link or unreadable JSON."""
+def _record_document(labels: dict[str, Any]) -> dict[str, Any]:
+    return {"format": _MARKER_FORMAT, "provider": PROVIDER_NAME, "labels": labels}
+
+
+def _read_document(path: Path) -> dict[str, Any] | None:
+    """The parsed record at ``path``; None if missing, a link, not a file or not JSON."""
     try:
-        fd = os.open(session_dir / MARKER_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -104,24 +132,20 @@ def _read_marker(session_dir: Path) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
-def _marker_labels(session_dir: Path) -> dict[str, Any] | None:
-    document = _read_marker(session_dir)
+def _labels_of(document: dict[str, Any] | None) -> dict[str, Any] | None:
     if document is None or document.get("provider") != PROVIDER_NAME:
         return None
     labels = document.get("labels")
     return labels if isinstance(labels, dict) else None
 
 
-def _check_marker(session_dir: Path, ownership: Ownership, session_key: str) -> None:
-    ownership.check(_marker_labels(session_dir), session_key, what=f"local sandbox {session_dir}")
-
-
-def _write_marker_if_absent(session_dir: Path, ownership: Ownership, session_key: str) -> None:
+def _write_record_if_absent(session_dir: Path, labels: dict[str, Any]) -> None:
     # Write a complete temporary file, then hard-link it into place: link fails
-    # if a marker exists, so concurrent creators never see a half-written one.
-    final = session_dir / MARKER_NAME
-    temporary = session_dir / f".{MARKER_NAME}.{secrets.token_hex(8)}.tmp"
-    payload = json.dumps(_marker_document(ownership, session_key), sort_keys=True).encode("utf-8")
+    # if a record exists, so concurrent creators never see a half-written one.
+    final = owner_record_path(session_dir)
+    final.parent.mkdir(mode=0o700, exist_ok=True)
+    temporary = final.with_name(f".{final.name}.{secrets.token_hex(8)}.tmp")
+    payload = json.dumps(_record_document(labels), sort_keys=True).encode("utf-8")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -134,24 +158,69 @@ def _write_marker_if_absent(session_dir: Path, ownership: Ownership, session_key
         temporary.unlink(missing_ok=True)
 
 
-def ensure_session_dir(base_dir: Path, ownership: Ownership, session_key: str) -> Path:
-    """Create-if-absent the session directory, owner record and workspace; return the directory.
+def _record_labels(session_dir: Path, *, migrate: bool = True) -> dict[str, Any] | None:
+    """The labels of ``session_dir``'s owner record; a format-2 record is moved out first."""
+    labels = _labels_of(_read_document(owner_record_path(session_dir)))
+    if labels is not None or not is_real_directory(session_dir):
+        return labels  # a format-2 record is never read through a link in the directory's place
+    legacy = _labels_of(_read_document(session_dir / LEGACY_MARKER_NAME))
+    if legacy is None or not migrate:
+        return legacy
+    with contextlib.suppress(OSError):
+        _write_record_if_absent(session_dir, legacy)
+    return _labels_of(_read_document(owner_record_path(session_dir))) or legacy
 
-    Idempotent and safe against concurrent callers for the same key. Raises
-    :class:`OwnershipError` if the directory exists with a record that does
-    not match ``session_key`` in this namespace.
+
+def _check_record(session_dir: Path, ownership: Ownership, session_key: str) -> None:
+    ownership.check(_record_labels(session_dir), session_key, what=f"local sandbox {session_dir}")
+
+
+def ensure_session_dir(base_dir: Path, ownership: Ownership, session_key: str) -> Path:
+    """Create-if-absent the owner record, session directory and workspace; return the directory.
+
+    The record is written first, so a directory of this name never exists
+    without one (unless a command removed it). Idempotent and safe against
+    concurrent callers for the same key. Raises :class:`OwnershipError` if
+    the directory exists with a record that does not match ``session_key`` in
+    this namespace, or with none.
     """
-    session_dir = ensure_private_dir(
-        canonical_path(base_dir), ownership.name(session_key), setting=SANDBOX_DIR_ENV
-    )
+    base = canonical_path(base_dir)
+    session_dir = base / ownership.name(session_key)
     with host_errors(base_dir, setting=SANDBOX_DIR_ENV, what="cannot create a local sandbox"):
-        _write_marker_if_absent(session_dir, ownership, session_key)
-        _check_marker(session_dir, ownership, session_key)
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if _record_labels(session_dir) is None and not os.path.lexists(session_dir):
+            _write_record_if_absent(session_dir, ownership.labels(session_key))
+    _check_record(session_dir, ownership, session_key)
+    ensure_private_dir(base, session_dir.name, setting=SANDBOX_DIR_ENV)
+    with host_errors(base_dir, setting=SANDBOX_DIR_ENV, what="cannot create a local sandbox"):
         root = workspace_root(session_dir)
         with contextlib.suppress(FileExistsError):
             root.mkdir(mode=0o755)
         require_real_directory(root, "local sandbox workspace")
+        log = run_log(base, session_dir.name)
+        log.parent.mkdir(mode=0o700, exist_ok=True)
+        # Made here, once: the exec path only appends (creating a file per exec is slow).
+        os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     return session_dir
+
+
+def check_reference(
+    base_dir: Path, ownership: Ownership, session_key: str, external_id: str
+) -> Path:
+    """The session directory ``external_id`` names; :class:`OwnershipError` unless it is the key's.
+
+    A reference is the canonical path of the key's directory in this namespace.
+    """
+    expected = expected_session_dir(base_dir, ownership, session_key)
+    given = Path(external_id)
+    # The parent is resolved, never the last component: a command may have
+    # swapped the session directory for a link, which must not move the check.
+    if not given.is_absolute() or canonical_path(given.parent) / given.name != expected:
+        raise OwnershipError(
+            f"local sandbox reference {external_id!r} does not belong to this session "
+            "in this deployment"
+        )
+    return expected
 
 
 def owned_session_dir(
@@ -160,18 +229,16 @@ def owned_session_dir(
     """The session directory ``external_id`` names if ``session_key`` owns it; None if gone.
 
     Checks the path (it must be this key's directory in this namespace) and
-    the owner record, never anything inside the workspace. Raises
-    :class:`OwnershipError` otherwise. Never creates anything.
+    the owner record, never anything inside the session directory. Raises
+    :class:`OwnershipError` otherwise. Never creates anything. Whatever a
+    command put in the directory's place (a link, a file) is still returned
+    when the record is this key's: it is this Session's to destroy, though
+    :func:`verify_session_dir` refuses to attach to it.
     """
-    expected = expected_session_dir(base_dir, ownership, session_key)
-    if not Path(external_id).is_absolute() or canonical_path(external_id) != expected:
-        raise OwnershipError(
-            f"local sandbox reference {external_id!r} does not belong to this session "
-            "in this deployment"
-        )
-    if not require_real_directory(expected, "local sandbox directory"):
+    expected = check_reference(base_dir, ownership, session_key, external_id)
+    if not os.path.lexists(expected):
         return None
-    _check_marker(expected, ownership, session_key)
+    _check_record(expected, ownership, session_key)
     return expected
 
 
@@ -186,9 +253,44 @@ def verify_session_dir(
     session_dir = owned_session_dir(base_dir, ownership, session_key, external_id)
     if session_dir is None:
         raise SandboxNotFound(f"local sandbox {external_id} no longer exists")
+    require_real_directory(session_dir, "local sandbox directory")
     if not require_real_directory(workspace_root(session_dir), "local sandbox workspace"):
         raise SandboxNotFound(f"local sandbox workspace {workspace_root(session_dir)} is gone")
     return session_dir
+
+
+def check_removal(session_dir: Path, ownership: Ownership, session_key: str) -> None:
+    """Raise :class:`OwnershipError` unless ``session_key`` may remove ``session_dir``.
+
+    By the owner record only: another owner's record, or none beside an
+    existing directory (someone else's directory under our name), refuses.
+    Nothing there at all is fine (a removal that already finished).
+    """
+    labels = _record_labels(session_dir)
+    if labels is not None or os.path.lexists(session_dir):
+        ownership.check(labels, session_key, what=f"local sandbox {session_dir}")
+
+
+def remove_session(session_dir: Path) -> None:
+    """Remove everything of ``session_dir``, owner record last; idempotent.
+
+    In this order (see the module docstring): the session directory is
+    renamed to a leftover (whatever it is: a link or a file is renamed as it
+    is, never followed), the logged commands are killed, the leftovers and
+    the run log are removed, and the owner record last. Ownership is the
+    caller's to check (:func:`check_removal`).
+    """
+    base = session_dir.parent
+    with host_errors(base, setting=SANDBOX_DIR_ENV, what="cannot remove a local sandbox"):
+        retire_dir(session_dir)
+        kill_logged_runs(base, session_dir.name)
+        purge_leftovers(session_dir)
+        log = run_log(base, session_dir.name)
+        if os.path.lexists(log) and not is_real_directory(log):
+            log.unlink()
+        else:  # a directory there (never made by mango): removed as a leftover would be
+            shutil.rmtree(log, ignore_errors=True)
+        owner_record_path(session_dir).unlink(missing_ok=True)
 
 
 def list_session_dirs(base_dir: Path, ownership: Ownership) -> list[OwnedResource]:
@@ -204,7 +306,7 @@ def list_session_dirs(base_dir: Path, ownership: Ownership) -> list[OwnedResourc
     for entry in entries:
         if not entry.name.startswith(NAME_PREFIX) or DELETING_MARK in entry.name:
             continue
-        session_hash = ownership.owned_hash(_marker_labels(entry))
+        session_hash = ownership.owned_hash(_record_labels(entry, migrate=False))
         if session_hash is not None:
             owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, str(entry)), session_hash))
     return owned
@@ -222,8 +324,3 @@ def check_base_dir(base_dir: Path) -> str:
         probe.mkdir(mode=0o700)
         probe.rmdir()
     return f"base directory {base} is writable"
-
-
-def remove_session_dir(session_dir: Path) -> None:
-    """Remove a session directory and any half-deleted leftovers of it. Idempotent."""
-    remove_dir(session_dir)

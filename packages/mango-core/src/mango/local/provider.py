@@ -13,16 +13,19 @@ import attrs
 from mango.local.layout import (
     PROVIDER_NAME,
     check_base_dir,
+    check_reference,
+    check_removal,
     ensure_session_dir,
     expected_session_dir,
     list_session_dirs,
     owned_session_dir,
-    remove_session_dir,
+    remove_session,
     verify_session_dir,
 )
 from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     InvalidInput,
     OwnedResource,
     SandboxRef,
@@ -41,9 +44,9 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
     return Path(value).absolute()
 
 
-def _positive_int(_instance: object, _attribute: object, value: Any) -> None:
+def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"max_output_bytes must be a positive integer, got {value!r}")
+        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 def _check_spec(spec: object) -> SandboxSpec:
@@ -63,7 +66,8 @@ class LocalProvider(ProviderIdentity):
 
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
     instance over the same ``base_dir`` (a restarted worker) finds what an
-    earlier one made. ``max_output_bytes`` caps each output stream of an exec.
+    earlier one made. ``max_output_bytes`` caps each output stream of an exec;
+    ``max_read_bytes`` is the default bound of a buffered ``read_file``.
     ``namespace`` is the deployment's (``ProviderContext.namespace``): two
     providers with different namespaces over one ``base_dir`` never share,
     see or remove each other's directories.
@@ -77,6 +81,10 @@ class LocalProvider(ProviderIdentity):
         default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
+    max_read_bytes: int = attrs.field(
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+    )
+    """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
@@ -92,6 +100,7 @@ class LocalProvider(ProviderIdentity):
             session_dir=session_dir,
             spec=spec,
             max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
         )
 
@@ -140,23 +149,44 @@ class LocalProvider(ProviderIdentity):
         return None if session_dir is None else SandboxRef(PROVIDER_NAME, str(session_dir))
 
     async def destroy(self, session_key: str, ref: SandboxRef) -> None:
-        """Remove ``ref``'s directory without attaching; idempotent.
+        """Remove ``ref``'s directory and everything of it without attaching; idempotent.
 
-        Ownership is checked by the path and the owner record beside the
-        workspace (never by files inside it); raises :class:`OwnershipError`
-        for another Session's or another deployment's directory. Commands
-        this process runs in it are killed first.
+        Ownership is checked by the path and the owner record outside the
+        session directory (never by anything a command can reach through the
+        workspace); raises :class:`OwnershipError` for another Session's or
+        another deployment's directory. Commands running in it are killed
+        first, whichever process started them; the leftovers of an
+        interrupted removal are finished.
         """
         key = validate_session_id(session_key)
         ref = self.ownership.check_ref(ref)
         await checkpoint()
         session_dir = await asyncio.to_thread(
-            owned_session_dir, self.base_dir, self.ownership, key, ref.external_id
+            check_reference, self.base_dir, self.ownership, key, ref.external_id
         )
-        target = session_dir or expected_session_dir(self.base_dir, self.ownership, key)
-        await self._tracker.terminate(str(target), DESTROY_WAIT_SECONDS)
-        # Also when the directory is gone: finishes a removal a crash interrupted.
-        await asyncio.to_thread(remove_session_dir, target)
+        await self._remove(key, session_dir, force=False)
+
+    async def purge(self, session_key: str, *, force: bool = False) -> None:
+        """Remove everything ``session_key`` has under ``base_dir``, by its names; idempotent.
+
+        The session directory (whatever a command turned it into), the
+        leftovers of an interrupted removal, the run records and the owner
+        record. The owner record is checked first (:class:`OwnershipError` for
+        another owner's, or for none beside an existing directory) unless
+        ``force``: then the directory named for this key in this namespace is
+        removed whatever the records say (links are never followed).
+        """
+        key = validate_session_id(session_key)
+        await checkpoint()
+        await self._remove(
+            key, expected_session_dir(self.base_dir, self.ownership, key), force=force
+        )
+
+    async def _remove(self, key: str, session_dir: Path, *, force: bool) -> None:
+        if not force:
+            await asyncio.to_thread(check_removal, session_dir, self.ownership, key)
+        await self._tracker.terminate(str(session_dir), DESTROY_WAIT_SECONDS)
+        await asyncio.to_thread(remove_session, session_dir)
 
     async def list_owned(self) -> Sequence[OwnedResource]:
         """Every session directory under ``base_dir`` that this namespace owns."""

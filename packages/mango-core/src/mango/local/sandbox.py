@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
 from mango.local.files import (
+    READ_CHUNK_BYTES,
     open_workspace_dir,
+    open_workspace_file,
     open_workspace_root,
+    read_chunk,
     read_workspace_file,
     write_workspace_file,
 )
-from mango.local.layout import remove_session_dir, workspace_root
+from mango.local.layout import remove_session, workspace_root
+from mango.local.runs import log_run, run_log
 from mango.provider import (
     Command,
     ExecResult,
@@ -26,8 +33,9 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import ExecTracker, StreamedExec, checkpoint
+from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
+from mango.provider.reads import ThreadedChunks, read_limit
 
 __all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -56,7 +64,22 @@ class LocalSandbox(StreamedExec):
     _session_dir: Path
     _spec: SandboxSpec
     _max_output_bytes: int
+    _max_read_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
+    # Plain strings: the exec path checks them on every command (Path objects cost more).
+    _session_path: str = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(lambda self: str(self._session_dir), takes_self=True),
+    )
+    _run_log: str = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: str(run_log(self._session_dir.parent, self._session_dir.name)),
+            takes_self=True,
+        ),
+    )
 
     @property
     def ref(self) -> SandboxRef:
@@ -94,7 +117,7 @@ class LocalSandbox(StreamedExec):
                 if handle.destroyed:
                     return channel.result(exit_code=-1, cancelled=True)
                 env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
-                return await run_command(
+                result = await run_command(
                     argv=command.argv,
                     stdin=command.stdin,
                     env=env,
@@ -102,6 +125,7 @@ class LocalSandbox(StreamedExec):
                     timeout=timeout,
                     channel=channel,
                     handle=handle,
+                    on_start=lambda pgid: self._started(pgid, handle),
                 )
             except OSError as exc:
                 if not await asyncio.to_thread(workspace_root(self._session_dir).is_dir):
@@ -109,16 +133,68 @@ class LocalSandbox(StreamedExec):
                 raise ProviderUnavailable(f"cannot start the command: {exc}") from exc
             finally:
                 os.close(cwd_fd)
+            if result.exit_code != 0 and not result.cancelled and self._deleted():
+                # Killed by a destroy in another process (mango sessions delete):
+                # say so, as a destroy in this process does.
+                return attrs.evolve(result, exit_code=-1, timed_out=False, cancelled=True)
+            return result
 
-    async def read_file(self, path: str) -> bytes:
+    def _deleted(self) -> bool:
+        """True once a destroy (from any process) has renamed the session directory away."""
+        try:
+            return not stat.S_ISDIR(os.lstat(self._session_path).st_mode)
+        except OSError:
+            return True
+
+    def _started(self, pgid: int, handle: ExecHandle) -> None:
+        """Log the new process group (see :mod:`mango.local.runs`), then check for a destroy.
+
+        Log first, check second: a destroy renames the directory first and
+        reads the log second, so whichever comes last sees the other.
+        """
+        if not log_run(self._run_log, pgid) and not self._deleted():
+            log_run(self._run_log, pgid, create=True)  # a sandbox from before run logs
+        if self._deleted():
+            handle.destroy()
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under :attr:`path_policy`.
 
-        Raises what :mod:`mango.local.files` documents, and
-        :class:`SandboxNotFound` if the workspace is gone.
+        At most ``max_bytes`` (default: the provider's read cap): the size is
+        checked before reading and the read stops past the bound, with
+        :class:`FileTooLarge`. Raises what :mod:`mango.local.files` documents,
+        and :class:`SandboxNotFound` if the workspace is gone.
+        """
+        limit = read_limit(max_bytes, self._max_read_bytes)
+        self.path_policy.locate(path)
+        await checkpoint()
+        return await asyncio.to_thread(read_workspace_file, self.path_policy, path, limit)
+
+    @asynccontextmanager
+    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream the regular file ``path`` in chunks of at most 1 MiB, whatever its size.
+
+        The path is checked and the file opened on entry (the errors of
+        :meth:`read_file`, except :class:`FileTooLarge`); leaving the block
+        closes it.
         """
         self.path_policy.locate(path)
         await checkpoint()
-        return await asyncio.to_thread(read_workspace_file, self.path_policy, path)
+        opening = asyncio.get_running_loop().run_in_executor(
+            None, open_workspace_file, self.path_policy, path
+        )
+        try:
+            fd = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The open still runs in its thread: whatever it opens is closed.
+            opening.add_done_callback(_close_opened)
+            raise
+        chunks = ThreadedChunks(lambda: read_chunk(fd, READ_CHUNK_BYTES, path))
+        try:
+            yield chunks
+        finally:
+            await chunks.aclose()
+            os.close(fd)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate ``path`` with ``data``, creating parent directories.
@@ -136,9 +212,15 @@ class LocalSandbox(StreamedExec):
     async def destroy(self) -> None:
         """Kill this sandbox's running commands and remove its directory. Idempotent.
 
-        Commands still running get ``ExecResult(cancelled=True)``. After this,
-        attach raises :class:`SandboxNotFound`.
+        Commands still running, started by this process or any other, are
+        killed and get ``ExecResult(cancelled=True, exit_code=-1)``. After
+        this, attach raises :class:`SandboxNotFound`.
         """
         await checkpoint()
         await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)
-        await asyncio.to_thread(remove_session_dir, self._session_dir)
+        await asyncio.to_thread(remove_session, self._session_dir)
+
+
+def _close_opened(opening: asyncio.Future[int]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        os.close(opening.result())

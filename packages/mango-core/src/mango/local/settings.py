@@ -14,6 +14,7 @@ from mango.local.provider import LocalProvider
 from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConformanceTarget,
     ProviderContext,
@@ -21,6 +22,7 @@ from mango.provider import (
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    max_read_bytes,
     state_dir,
 )
 from mango.provider.hostdirs import absolute_dir_setting
@@ -49,6 +51,7 @@ SETTINGS = (
         ),
     ),
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the local provider reads, as its registration declares them."""
 
@@ -59,6 +62,7 @@ class LocalSettings:
 
     sandbox_dir: Path
     max_output_bytes: int
+    max_read_bytes: int
 
 
 def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettings:
@@ -73,7 +77,11 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
         sandbox_dir = absolute_dir_setting(SANDBOX_DIR_ENV, sandbox_dir_text)
     else:
         sandbox_dir = state_dir(env) / "sandboxes"
-    return LocalSettings(sandbox_dir=sandbox_dir, max_output_bytes=max_output_bytes(env))
+    return LocalSettings(
+        sandbox_dir=sandbox_dir,
+        max_output_bytes=max_output_bytes(env),
+        max_read_bytes=max_read_bytes(env),
+    )
 
 
 def open_local_provider(
@@ -84,6 +92,7 @@ def open_local_provider(
     return LocalProvider(
         settings.sandbox_dir,
         max_output_bytes=settings.max_output_bytes,
+        max_read_bytes=settings.max_read_bytes,
         namespace=context.namespace,
     )
 

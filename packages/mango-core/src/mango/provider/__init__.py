@@ -13,6 +13,8 @@ library are submodules, imported only by the providers that use them:
 
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
+:mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
+size check, a bounded collector),
 :mod:`mango.provider.hostdirs` (provider-owned directories on the worker host),
 :mod:`mango.provider.identity` (``name`` and ``capabilities`` from class attributes)
 and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
@@ -24,9 +26,13 @@ import pluggy
 
 from mango.config import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_ENV,
+    MAX_READ_BYTES_SETTING,
     max_output_bytes,
+    max_read_bytes,
     number_setting,
     state_dir,
 )
@@ -58,6 +64,7 @@ from mango.domain.ports import (
     LimitedNetworkSandbox,
     MemoryStoreSandbox,
     Provider,
+    PurgingProvider,
     ResourceLockSandbox,
     Sandbox,
     SessionOutputSandbox,
@@ -103,8 +110,11 @@ from mango.provider.paths import (
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_READ_BYTES",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_READ_BYTES_ENV",
+    "MAX_READ_BYTES_SETTING",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -139,6 +149,7 @@ __all__ = [
     "ProviderRegistration",
     "ProviderRegistry",
     "ProviderUnavailable",
+    "PurgingProvider",
     "Quirk",
     "ResolvedPath",
     "ResourceConflict",
@@ -161,6 +172,7 @@ __all__ = [
     "hookimpl",
     "is_permanent",
     "max_output_bytes",
+    "max_read_bytes",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "number_setting",

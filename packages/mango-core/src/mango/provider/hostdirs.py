@@ -5,10 +5,18 @@ host side of each container's mounts in one. Both name the directory with the
 deterministic name from :class:`~mango.provider.ownership.Ownership`, so two
 deployments sharing a base directory never share a directory.
 
-Removal first renames ``<name>`` to ``<name>.deleting-<token>`` (the commit
-point, atomic for anyone looking the name up) and then removes that tree, so a
-crash half-way never leaves something that looks like a damaged live
-directory; a later removal of the same name finishes the leftovers.
+Removal first renames ``<name>`` to ``<name>.deleting-<token>``
+(:func:`retire_dir`: the commit point, atomic for anyone looking the name up)
+and then removes every such leftover (:func:`purge_leftovers`), so a crash
+half-way never leaves something that looks like a damaged live directory; a
+later removal of the same name finishes the leftovers. The name is the owner's
+deterministic name (a hash of provider, namespace and Session key), so the
+leftovers are found by the ownership record that the name is, without
+trusting anything inside them. A link or a file put where the directory was
+is removed as such, never followed.
+
+:func:`observe_removals` lets crash-injection tests stop the process between
+these steps (see :mod:`mango.temporal.faults`); nothing observes them otherwise.
 """
 
 from __future__ import annotations
@@ -22,23 +30,49 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mango.domain.errors import ConfigurationError, OwnershipError, ProviderUnavailable
 
 __all__ = [
     "DELETING_MARK",
+    "RemovalStep",
     "absolute_dir_setting",
     "canonical_path",
     "ensure_private_dir",
     "host_errors",
     "is_real_directory",
+    "leftovers",
+    "observe_removals",
+    "purge_leftovers",
     "remove_dir",
     "require_real_directory",
+    "retire_dir",
 ]
 
 DELETING_MARK = ".deleting-"
 """Infix of a directory whose removal has begun; such a directory is never live."""
+
+RemovalStep = Literal["renamed", "removed"]
+"""``renamed``: a directory was renamed to a leftover; ``removed``: its leftovers are gone."""
+
+_observers: list[Callable[[RemovalStep, Path], None]] = []
+
+
+def observe_removals(observer: Callable[[RemovalStep, Path], None]) -> Callable[[], None]:
+    """Call ``observer(step, path)`` after each step of every removal; return the undo.
+
+    For crash-injection tests only (:mod:`mango.temporal.faults`): an
+    observer that kills the process leaves exactly the state a crash at that
+    step leaves.
+    """
+    _observers.append(observer)
+    return lambda: _observers.remove(observer)
+
+
+def _notify(step: RemovalStep, path: Path) -> None:
+    for observer in _observers:
+        observer(step, path)
 
 
 def canonical_path(path: str | os.PathLike[str]) -> Path:
@@ -148,6 +182,11 @@ def _on_rmtree_error(function: Callable[..., Any], name: str, error: BaseExcepti
 
 
 def _rmtree(path: Path) -> None:
+    if not is_real_directory(path):
+        # A link or a file where a directory was (a command swapped it): the
+        # entry itself goes, whatever it points to stays.
+        path.unlink(missing_ok=True)
+        return
     if sys.version_info >= (3, 12):
         shutil.rmtree(path, onexc=_on_rmtree_error)
     else:
@@ -156,23 +195,51 @@ def _rmtree(path: Path) -> None:
         )
 
 
-def remove_dir(path: Path) -> None:
-    """Remove ``path`` and any half-removed leftovers of it. Idempotent.
+def retire_dir(path: Path) -> bool:
+    """Rename ``path`` to a ``.deleting-`` leftover (a removal's commit point); idempotent.
+
+    Returns False if there was nothing to rename. A link or a file at
+    ``path`` is renamed as it is, never followed. Raises
+    :class:`ProviderUnavailable` if the rename fails.
+    """
+    try:
+        path.rename(path.with_name(path.name + DELETING_MARK + secrets.token_hex(8)))
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return False
+        raise ProviderUnavailable(f"cannot remove {path}: {exc}") from exc
+    _notify("renamed", path)
+    return True
+
+
+def leftovers(path: Path) -> list[Path]:
+    """The ``.deleting-`` leftovers of ``path``: removals that began and did not finish."""
+    prefix = path.name + DELETING_MARK
+    try:
+        return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ProviderUnavailable(f"cannot list {path.parent}: {exc}") from exc
+
+
+def purge_leftovers(path: Path) -> None:
+    """Remove every leftover of ``path`` (never following a link); idempotent.
 
     Raises :class:`ProviderUnavailable` if something cannot be removed.
     """
-    prefix = path.name + DELETING_MARK
-    try:
-        path.rename(path.with_name(prefix + secrets.token_hex(8)))
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            raise ProviderUnavailable(f"cannot remove {path}: {exc}") from exc
-    try:
-        leftovers = [entry for entry in path.parent.iterdir() if entry.name.startswith(prefix)]
-    except FileNotFoundError:
-        return
-    for entry in leftovers:
+    for entry in leftovers(path):
         try:
             _rmtree(entry)
         except OSError as exc:
             raise ProviderUnavailable(f"cannot remove {path}: {exc}") from exc
+    _notify("removed", path)
+
+
+def remove_dir(path: Path) -> None:
+    """Remove ``path`` and any half-removed leftovers of it: retire, then purge. Idempotent.
+
+    Raises :class:`ProviderUnavailable` if something cannot be removed.
+    """
+    retire_dir(path)
+    purge_leftovers(path)

@@ -171,6 +171,7 @@ class MangoActivities:
     """For health reports: support level and which settings are secrets."""
     task_queue_prefix: str = DEFAULT_TASK_QUEUE_PREFIX
     tools: ToolRunner = attrs.field(factory=ToolRunner)
+    """The built-in tools (the worker bounds ``read`` and ``edit`` by ``MANGO_MAX_READ_BYTES``)."""
     heartbeat_interval: float = 1.0
     environ: Mapping[str, str] = attrs.field(factory=lambda: os.environ, repr=False)
     _blob_limit: int | None = attrs.field(default=None, init=False, repr=False)

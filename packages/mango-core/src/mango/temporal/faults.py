@@ -1,18 +1,35 @@
 """Crash injection for recovery tests: inert unless ``MANGO_FAULT_POINT`` is set.
 
-The worker entry (``mango worker``) calls :func:`inject_faults` on its
+Every composition root (``mango worker``, every direct command of the command
+line, :func:`mango.open_session_manager`) opens its SessionManager through
+:func:`mango.runtime.open_runtime`, which calls :func:`inject_faults` on the
 provider and store. With ``MANGO_FAULT_POINT`` unset (always, outside tests)
-it returns them unchanged. With it set, the process kills itself with SIGKILL
-(no cleanup, no finally blocks: a real crash) the first time it reaches that
-point of the lifecycle:
+they stay unchanged. With it set, the process kills itself with SIGKILL (no
+cleanup, no finally blocks: a real crash) the first time it reaches that
+point:
 
-==================  ===================================================================
-``after-intent``    the provisioning intent was stored; nothing was created yet
-``after-create``    the provider created the resource; no binding yet
-``after-setup``     setup finished (packages, network); the binding is about to be stored
-``after-binding``   the binding was stored; the step did not run yet
-``during-destroy``  the provider destroyed the resource; binding and intent still stored
-==================  ===================================================================
+=========================  ==============================================================
+provisioning
+``after-intent``           the provisioning intent was stored; nothing was created yet
+``after-create``           the provider created the resource; no binding yet
+``after-setup``            setup finished (packages, network); the binding is about to be stored
+``after-binding``          the binding was stored; the step did not run yet
+deletion
+``after-fence``            the Session was fenced; nothing was destroyed yet
+``after-rename``           inside destroy: a provider directory was renamed to its
+                           ``.deleting-`` leftover (the local session directory; Docker's
+                           host directory, its container killed); nothing removed yet
+``after-removal``          inside destroy: the leftovers were removed; the owner record
+                           (local) or the stopped container (Docker) is still there
+``during-destroy``         the provider's destroy (or purge) returned; binding and intent
+                           still stored
+``after-binding-removed``  the binding was removed; intent (if any) and Session row remain
+``after-intent-removed``   the intent was removed; the Session row remains
+=========================  ==============================================================
+
+The two points inside destroy are reached through
+:func:`mango.provider.hostdirs.observe_removals`, so they stop the process
+between the real steps of a removal, not in a copy of them.
 """
 
 from __future__ import annotations
@@ -23,6 +40,7 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import attrs
@@ -30,7 +48,7 @@ import attrs
 from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ConfigurationError
-from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.ports import BindingStore, Provider, PurgingProvider, Sandbox
 from mango.domain.values import (
     Binding,
     OwnedResource,
@@ -39,8 +57,15 @@ from mango.domain.values import (
     SandboxSpec,
     SessionRecord,
 )
+from mango.provider.hostdirs import RemovalStep, observe_removals
 
-__all__ = ["FAULT_POINT_ENV", "FaultPoint", "fault_point_from_env", "inject_faults"]
+__all__ = [
+    "DELETION_POINTS",
+    "FAULT_POINT_ENV",
+    "FaultPoint",
+    "fault_point_from_env",
+    "inject_faults",
+]
 
 FAULT_POINT_ENV = "MANGO_FAULT_POINT"
 _LOG = logging.getLogger(__name__)
@@ -53,7 +78,23 @@ class FaultPoint(enum.StrEnum):
     AFTER_CREATE = "after-create"
     AFTER_SETUP = "after-setup"
     AFTER_BINDING = "after-binding"
+    AFTER_FENCE = "after-fence"
+    AFTER_RENAME = "after-rename"
+    AFTER_REMOVAL = "after-removal"
     DURING_DESTROY = "during-destroy"
+    AFTER_BINDING_REMOVED = "after-binding-removed"
+    AFTER_INTENT_REMOVED = "after-intent-removed"
+
+
+DELETION_POINTS = (
+    FaultPoint.AFTER_FENCE,
+    FaultPoint.AFTER_RENAME,
+    FaultPoint.AFTER_REMOVAL,
+    FaultPoint.DURING_DESTROY,
+    FaultPoint.AFTER_BINDING_REMOVED,
+    FaultPoint.AFTER_INTENT_REMOVED,
+)
+"""The points of a deletion, in the order a deletion reaches them."""
 
 
 def fault_point_from_env(env: Mapping[str, str] | None = None) -> FaultPoint | None:
@@ -69,7 +110,7 @@ def fault_point_from_env(env: Mapping[str, str] | None = None) -> FaultPoint | N
 
 
 def _crash(point: FaultPoint) -> NoReturn:
-    message = f"mango fault injection: killing worker pid {os.getpid()} at {point.value}\n"
+    message = f"mango fault injection: killing pid {os.getpid()} at {point.value}\n"
     sys.stderr.write(message)
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
@@ -117,6 +158,12 @@ class _Provider:
         if self.point is FaultPoint.DURING_DESTROY:
             _crash(self.point)
 
+    async def purge(self, session_key: str, *, force: bool = False) -> None:
+        if isinstance(self.inner, PurgingProvider):
+            await self.inner.purge(session_key, force=force)
+            if self.point is FaultPoint.DURING_DESTROY:
+                _crash(self.point)
+
     async def list_owned(self) -> Sequence[OwnedResource]:
         return await self.inner.list_owned()
 
@@ -145,7 +192,10 @@ class _Store:
         return await self.inner.list_sessions(limit)
 
     async def fence_session(self, session_id: str) -> SessionRecord | None:
-        return await self.inner.fence_session(session_id)
+        fenced = await self.inner.fence_session(session_id)
+        if self.point is FaultPoint.AFTER_FENCE:
+            _crash(self.point)
+        return fenced
 
     async def delete_session(self, session_id: str) -> bool:
         return await self.inner.delete_session(session_id)
@@ -167,6 +217,8 @@ class _Store:
 
     async def delete_intent(self, intent: ProvisioningIntent) -> None:
         await self.inner.delete_intent(intent)
+        if self.point is FaultPoint.AFTER_INTENT_REMOVED:
+            _crash(self.point)
 
     async def get_binding(self, session_id: str) -> Binding | None:
         return await self.inner.get_binding(session_id)
@@ -181,6 +233,8 @@ class _Store:
 
     async def delete_binding(self, binding: Binding) -> None:
         await self.inner.delete_binding(binding)
+        if self.point is FaultPoint.AFTER_BINDING_REMOVED:
+            _crash(self.point)
 
     async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
         return await self.inner.mark_binding_lost(session_id, ref)
@@ -193,8 +247,16 @@ def inject_faults(
     if point is None:
         return provider, store
     _LOG.warning(
-        "FAULT INJECTION ACTIVE (%s=%s): this worker will SIGKILL itself; tests only",
+        "FAULT INJECTION ACTIVE (%s=%s): this process will SIGKILL itself; tests only",
         FAULT_POINT_ENV,
         point.value,
     )
+    steps = {FaultPoint.AFTER_RENAME: "renamed", FaultPoint.AFTER_REMOVAL: "removed"}
+    if point in steps:
+
+        def observe(step: RemovalStep, _path: Path) -> None:
+            if step == steps[point]:
+                _crash(point)
+
+        observe_removals(observe)
     return _Provider(provider, point), _Store(store, point)

@@ -9,9 +9,9 @@ every problem) before anything runs.
 tool      arguments                                                     runs in the sandbox
 ========  ============================================================  ===========================
 ``bash``  ``command``, ``timeout``?, ``cwd``?, ``env``?, ``stdin``?     ``/bin/sh -c command``
-``read``  ``path``, ``offset``? (first line, 1-based), ``limit``?       ``Sandbox.read_file``
+``read``  ``path``, ``offset``? (first line, 1-based), ``limit``?       ``Sandbox.open_file``
 ``write`` ``path``, ``content``                                         ``Sandbox.write_file``
-``edit``  ``path``, ``old_string``, ``new_string``                      read, replace once, write
+``edit``  ``path``, ``old_string``, ``new_string``                      bounded read, replace, write
 ``glob``  ``pattern`` (``*``, ``?``, ``[..]``, ``{a,b}``, ``**/``),     ``find``
           ``path``?
 ``grep``  ``pattern`` (extended regex), ``path``?, ``include``?,        ``find ... -exec grep``
@@ -22,9 +22,12 @@ So a sandbox image needs only a POSIX ``/bin/sh``, ``find`` and ``grep``
 (``glob`` and ``grep`` pass their patterns as argv items, never through a
 shell). Every result is capped: each output stream and the rendered text at
 ``max_output_bytes``, listings at ``max_results`` entries, with the
-``truncated`` flag set. ``edit`` replaces exactly one occurrence and fails
-with :class:`ToolFailed` when ``old_string`` occurs zero times or more than
-once (overlapping occurrences count).
+``truncated`` flag set. ``read`` streams the file and keeps only its window
+(:mod:`mango.temporal.lines`): it never holds more than the output cap and
+never reads more than ``max_read_bytes`` of the file. ``edit`` reads files of
+at most ``max_read_bytes`` (:class:`ToolFailed` beyond), replaces exactly one
+occurrence and fails with :class:`ToolFailed` when ``old_string`` occurs zero
+times or more than once (overlapping occurrences count).
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
-from mango.domain.errors import InvalidInput, MangoError, ToolFailed
+from mango.domain.errors import FileTooLarge, InvalidInput, MangoError, ToolFailed
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, ExecResult
+from mango.temporal.lines import read_line_window
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_READ_BYTES",
     "DEFAULT_MAX_RESULTS",
     "TOOL_NAMES",
     "BashArgs",
@@ -64,6 +69,11 @@ DEFAULT_MAX_OUTPUT_BYTES = 100_000
 """Default cap on each output stream and on the rendered text of a result."""
 DEFAULT_MAX_RESULTS = 1000
 """Default cap on the entries ``glob`` and ``grep`` return."""
+DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
+"""Default of ``max_read_bytes``: what ``read`` scans and ``edit`` loads at most.
+
+The same value as ``MANGO_MAX_READ_BYTES``'s default; ``mango worker`` passes
+the configured value (this module stays free of the settings layer)."""
 TRUNCATION_MARKER = "\n[output truncated]"
 
 _T = TypeVar("_T")
@@ -325,10 +335,15 @@ def _relative(found: str) -> str:
 
 @attrs.frozen
 class ToolRunner:
-    """Runs built-in tool calls against a sandbox, with output caps."""
+    """Runs built-in tool calls against a sandbox, with output caps.
+
+    ``max_read_bytes`` bounds what ``read`` scans of a file and what ``edit``
+    loads; memory stays O(``max_output_bytes``) for ``read`` whatever the file.
+    """
 
     max_output_bytes: int = attrs.field(default=DEFAULT_MAX_OUTPUT_BYTES, validator=_positive)
     max_results: int = attrs.field(default=DEFAULT_MAX_RESULTS, validator=_positive)
+    max_read_bytes: int = attrs.field(default=DEFAULT_MAX_READ_BYTES, validator=_positive)
 
     async def run(self, sandbox: Sandbox, call: ToolCall) -> ToolResult:
         """Validate ``call`` and run it; raise :class:`InvalidInput` or :class:`ToolFailed`."""
@@ -363,7 +378,7 @@ class ToolRunner:
         if result.timed_out:
             parts.append("[timed out; the command was terminated]")
         elif result.cancelled:
-            parts.append("[cancelled; the sandbox was torn down]")
+            parts.append("[stopped: the Session's sandbox was deleted while the command ran]")
         elif result.exit_code != 0:
             parts.append(f"[exit code {result.exit_code}]")
         truncated = result.stdout_truncated or result.stderr_truncated
@@ -373,19 +388,38 @@ class ToolRunner:
 
     async def _read_text(self, sandbox: Sandbox, path: str) -> bytes:
         try:
-            return await sandbox.read_file(path)
+            return await sandbox.read_file(path, max_bytes=self.max_read_bytes)
         except FileNotFoundError:
             raise ToolFailed(f"no file {path!r} in the workspace") from None
+        except FileTooLarge as exc:
+            raise ToolFailed(
+                f"{path} is larger than {exc.limit} bytes; edit works on smaller files "
+                "(use bash, for example sed -i, for larger ones)"
+            ) from None
 
     async def _read(self, sandbox: Sandbox, args: ReadArgs) -> ToolResult:
-        data = await self._read_text(sandbox, args.path)
-        if b"\0" in data[:8192]:
-            return self._result("read", f"{args.path} is a binary file ({len(data)} bytes)")
-        lines = _decode(data).splitlines(keepends=True)
-        end = None if args.limit is None else args.offset - 1 + args.limit
-        window = lines[args.offset - 1 : end]
-        more = end is not None and end < len(lines)
-        return self._result("read", "".join(window), more)
+        start = args.offset - 1
+        end = None if args.limit is None else start + args.limit
+        try:
+            async with sandbox.open_file(args.path) as chunks:
+                window = await read_line_window(
+                    chunks,
+                    start=start,
+                    end=end,
+                    cap=self.max_output_bytes,
+                    scan_limit=self.max_read_bytes,
+                )
+        except FileNotFoundError:
+            raise ToolFailed(f"no file {args.path!r} in the workspace") from None
+        if window.binary:
+            return self._result("read", f"{args.path} is a binary file")
+        text = window.text
+        if window.stopped:
+            text += (
+                f"\n[stopped after the first {window.scanned} bytes of the file; "
+                "use bash (for example sed -n '1000,1100p') for lines further in]"
+            )
+        return self._result("read", text, window.more or window.stopped)
 
     async def _write(self, sandbox: Sandbox, args: WriteArgs) -> ToolResult:
         data = args.content.encode("utf-8")

@@ -215,9 +215,19 @@ class FakeSandboxes:
         async with _exec_events(local, command) as events:
             yield events
 
-    async def read_file(self, sandbox_id: str, path: str) -> bytes:
-        """Read a workspace-relative file of the running sandbox (local provider rules)."""
-        return await self.require_running(sandbox_id).local.read_file(path)
+    async def read_file(self, sandbox_id: str, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Read a workspace-relative file of the running sandbox (local provider rules).
+
+        Bounded like every ``read_file``: :class:`FileTooLarge` past ``max_bytes``
+        (default: the local provider's read cap).
+        """
+        return await self.require_running(sandbox_id).local.read_file(path, max_bytes=max_bytes)
+
+    @asynccontextmanager
+    async def open_file(self, sandbox_id: str, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a workspace-relative file of the running sandbox in chunks (a download)."""
+        async with self.require_running(sandbox_id).local.open_file(path) as chunks:
+            yield chunks
 
     async def write_file(self, sandbox_id: str, path: str, data: bytes) -> None:
         """Write a workspace-relative file of the running sandbox (local provider rules)."""
