@@ -309,7 +309,7 @@ async def run_command(
     timeout: float | None,
     channel: ExecChannel,
     handle: ExecHandle,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] = lambda _pgid: None,
 ) -> ExecResult:
     """Run ``argv`` in the directory ``cwd_fd`` with exactly ``env``, feeding ``channel``.
 
@@ -365,8 +365,7 @@ async def run_command(
         # start_new_session: the child called setsid(), so its pgid is its pid.
         pgid = process.pid
         handle.set_kill(lambda: kill_group(pgid, signal.SIGKILL))
-        if on_start is not None:
-            on_start(pgid)
+        on_start(pgid)
         outcome = await _supervise(process, readers, handle, deadline)
         return channel.result(
             exit_code=_exit_code(process.returncode) if outcome == "finished" else -1,
