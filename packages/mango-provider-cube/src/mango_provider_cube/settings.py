@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -19,7 +20,7 @@ from mango.provider import (
     max_output_bytes,
 )
 from mango_provider_e2b import CUBE, E2BProvider, EnvdOptions, parse_duration
-from mango_provider_e2b.options import MAX_READ_BYTES_ENV, api_url_setting, max_read_bytes
+from mango_provider_e2b.options import api_url_setting, max_read_bytes
 
 __all__ = [
     "API_KEY_ENV",
@@ -80,11 +81,7 @@ SETTINGS = (
         default="5m",
     ),
     MAX_OUTPUT_BYTES_SETTING,
-    SettingSpec(
-        env=MAX_READ_BYTES_ENV,
-        description="bound of read_file without max_bytes, in bytes",
-        default=str(64 * 1024 * 1024),
-    ),
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the ``cube`` provider reads, as its registration declares them."""
 

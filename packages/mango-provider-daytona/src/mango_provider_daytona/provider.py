@@ -15,6 +15,7 @@ import httpx
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     ConfigurationError,
     InvalidInput,
@@ -59,8 +60,6 @@ DEFAULT_START_TIMEOUT = 300.0
 """Seconds to wait for a sandbox to reach ``started`` (an archived one is restored first)."""
 KEEP_ALIVE_FRESH_SECONDS = 30.0
 """A sandbox whose toolbox answered a command this recently needs no keep-alive request."""
-DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
-"""The read bound of ``read_file`` when the caller gives none (``MANGO_MAX_READ_BYTES``)."""
 GONE_STATES = frozenset({"destroyed", "destroying"})
 """States in which a sandbox no longer exists for mango."""
 FAILED_STATES = frozenset({"error", "build_failed"})

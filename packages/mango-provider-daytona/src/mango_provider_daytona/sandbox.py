@@ -21,6 +21,7 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.output import ExecChannel
+from mango.provider.reads import read_limit
 from mango_provider_daytona.api import DaytonaApi, Toolbox
 from mango_provider_daytona.execution import run_command
 from mango_provider_daytona.files import classified, file_part, read_bounded
@@ -143,9 +144,7 @@ class DaytonaSandbox(StreamedExec):
         :class:`~mango.provider.PathEscapeError` for escapes and symlinks, and
         :class:`~mango.provider.PermanentError` for a non-regular file.
         """
-        limit = self._max_read_bytes if max_bytes is None else max_bytes
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInput(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
+        limit = read_limit(max_bytes, self._max_read_bytes)
         target = await self._resolve_read(path)
         try:
             async with (

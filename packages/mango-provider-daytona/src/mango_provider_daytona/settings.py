@@ -14,6 +14,8 @@ import attrs
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_ENV,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -23,11 +25,11 @@ from mango.provider import (
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    max_read_bytes,
 )
 from mango_provider_daytona.api import check_api_url
 from mango_provider_daytona.provider import (
     DEFAULT_AUTO_PAUSE_MINUTES,
-    DEFAULT_MAX_READ_BYTES,
     DEFAULT_START_TIMEOUT,
     PROVIDER_NAME,
     DaytonaProvider,
@@ -60,7 +62,6 @@ SNAPSHOT_ENV = "DAYTONA_SNAPSHOT"
 IMAGE_ENV = "DAYTONA_IMAGE"
 AUTO_PAUSE_ENV = "DAYTONA_AUTO_PAUSE_MINUTES"
 START_TIMEOUT_ENV = "DAYTONA_START_TIMEOUT"
-MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
 DEFAULT_API_URL = "https://app.daytona.io/api"
 
 SETTINGS = (
@@ -86,11 +87,7 @@ SETTINGS = (
         description="seconds to wait for a sandbox to start (an archived one is restored first)",
         default=str(int(DEFAULT_START_TIMEOUT)),
     ),
-    SettingSpec(
-        env=MAX_READ_BYTES_ENV,
-        description="largest file read_file returns without a bound of its own",
-        default=str(DEFAULT_MAX_READ_BYTES),
-    ),
+    MAX_READ_BYTES_SETTING,
     MAX_OUTPUT_BYTES_SETTING,
 )
 """The settings the Daytona provider reads, as its registration declares them."""
@@ -154,7 +151,7 @@ def read_daytona_settings(environ: Mapping[str, str] | None = None) -> DaytonaSe
         auto_pause_minutes=_whole(env, AUTO_PAUSE_ENV, DEFAULT_AUTO_PAUSE_MINUTES, minimum=0),
         start_timeout=start_timeout,
         max_output_bytes=max_output_bytes(env),
-        max_read_bytes=_whole(env, MAX_READ_BYTES_ENV, DEFAULT_MAX_READ_BYTES, minimum=1),
+        max_read_bytes=max_read_bytes(env),
     )
 
 

@@ -9,14 +9,17 @@ message.
 from __future__ import annotations
 
 import math
-import os
 import re
 import urllib.parse
-from collections.abc import Mapping
 
 import attrs
 
-from mango.provider import ConfigurationError
+from mango.provider import (
+    DEFAULT_MAX_READ_BYTES,
+    MAX_READ_BYTES_ENV,
+    ConfigurationError,
+    max_read_bytes,
+)
 from mango_provider_e2b.control import Dialect
 
 __all__ = [
@@ -31,9 +34,6 @@ __all__ = [
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 """Seconds of idleness after which a sandbox pauses (``5m``)."""
-MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
-DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
-"""The bound of ``read_file`` without ``max_bytes`` (``MANGO_MAX_READ_BYTES``)."""
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -73,19 +73,6 @@ def api_url_setting(name: str, text: str) -> str:
     if parsed.query or parsed.fragment or parsed.username or parsed.password:
         raise ConfigurationError(f"{name} must not carry a query, fragment or credentials")
     return value
-
-
-def max_read_bytes(env: Mapping[str, str] | None = None) -> int:
-    """``MANGO_MAX_READ_BYTES`` (a positive whole number), else :data:`DEFAULT_MAX_READ_BYTES`."""
-    environ = os.environ if env is None else env
-    text = environ.get(MAX_READ_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_READ_BYTES
-    if not text.isdigit() or int(text) <= 0:
-        raise ConfigurationError(
-            f"{MAX_READ_BYTES_ENV} must be a positive whole number, got {text!r}"
-        )
-    return int(text)
 
 
 def _scheme(_instance: object, _attribute: object, value: str) -> None:

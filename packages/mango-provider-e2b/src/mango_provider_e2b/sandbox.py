@@ -47,6 +47,7 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.http import ApiClient, RemoteUnavailable
 from mango.provider.output import ExecChannel
+from mango.provider.reads import read_limit
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, command_line, kill_tree_line, plan_command
 from mango_provider_e2b.connect import Envelope
 from mango_provider_e2b.control import ControlPlane, SandboxInfo, SandboxState
@@ -315,9 +316,7 @@ class E2BSandbox(StreamedExec):
         The size is checked first and the download stops past the bound:
         memory stays O(bound). :class:`FileTooLarge` past it.
         """
-        limit = self._remote.max_read_bytes if max_bytes is None else max_bytes
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInput(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
+        limit = read_limit(max_bytes, self._remote.max_read_bytes)
         resolved = await self._policy.resolve_read(path, self._stat)
         size = resolved.entry.size if resolved.entry is not None else 0
         if size > limit:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -20,7 +21,6 @@ from mango.provider import (
 )
 from mango_provider_e2b.control import E2B
 from mango_provider_e2b.options import (
-    MAX_READ_BYTES_ENV,
     EnvdOptions,
     api_url_setting,
     max_read_bytes,
@@ -82,11 +82,7 @@ SETTINGS = (
         "(self-hosted proxies and the offline fake; default: per-sandbox hosts)",
     ),
     MAX_OUTPUT_BYTES_SETTING,
-    SettingSpec(
-        env=MAX_READ_BYTES_ENV,
-        description="bound of read_file without max_bytes, in bytes",
-        default=str(64 * 1024 * 1024),
-    ),
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the ``e2b`` provider reads, as its registration declares them."""
 

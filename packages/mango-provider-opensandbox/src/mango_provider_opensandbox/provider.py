@@ -20,6 +20,7 @@ import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
     Capability,
     CapabilitySet,
     OwnedResource,
@@ -57,8 +58,6 @@ __all__ = [
 ]
 
 DEFAULT_IMAGE = "python:3.12-slim"
-DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
-"""Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
 READY_SECONDS = 120.0
 """How long create waits for a new sandbox to be ``Running`` (within the caller's deadline)."""
 CAPABILITIES = CapabilitySet.of(Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK)

@@ -24,6 +24,7 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
+from mango.provider.reads import read_limit
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
 from mango_provider_opensandbox.execd import Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
@@ -196,7 +197,7 @@ class OpenSandboxSandbox(StreamedExec):
         The size is checked first and the download stops past the bound (a
         file that grew): :class:`FileTooLarge` either way, memory O(bound).
         """
-        limit = self._max_read_bytes if max_bytes is None else max_bytes
+        limit = read_limit(max_bytes, self._max_read_bytes)
         resolved = await self._policy.resolve_read(path, self._execd.stat)
         size = resolved.entry.size if resolved.entry is not None else 0
         if size > limit:

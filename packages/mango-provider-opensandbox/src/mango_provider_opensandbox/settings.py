@@ -9,6 +9,8 @@ import attrs
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_ENV,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -18,13 +20,13 @@ from mango.provider import (
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    max_read_bytes,
 )
 from mango_provider_opensandbox.conformance import open_conformance_provider
 from mango_provider_opensandbox.layout import PROVIDER_NAME
 from mango_provider_opensandbox.provider import (
     CAPABILITIES,
     DEFAULT_IMAGE,
-    DEFAULT_MAX_READ_BYTES,
     OpenSandboxProvider,
 )
 from mango_provider_opensandbox.resources import DEFAULT_CPU, DEFAULT_MEMORY, memory_limit
@@ -56,7 +58,6 @@ SANDBOX_IMAGE_ENV = "MANGO_SANDBOX_IMAGE"
 CPU_ENV = "OPEN_SANDBOX_CPU"
 MEMORY_ENV = "OPEN_SANDBOX_MEMORY"
 REQUEST_TIMEOUT_ENV = "OPEN_SANDBOX_REQUEST_TIMEOUT"
-MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
 _TRUE = frozenset({"1", "t", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "f", "false", "no", "off"})
 
@@ -92,11 +93,7 @@ SETTINGS = (
         default="30",
     ),
     MAX_OUTPUT_BYTES_SETTING,
-    SettingSpec(
-        env=MAX_READ_BYTES_ENV,
-        description="largest file read_file returns (bigger ones: open_file)",
-        default=str(DEFAULT_MAX_READ_BYTES),
-    ),
+    MAX_READ_BYTES_SETTING,
 )
 """The settings the provider reads, as its registration declares them."""
 
@@ -171,9 +168,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettin
         memory=memory,
         request_timeout=_positive(env, REQUEST_TIMEOUT_ENV, 30.0, integer=False),
         max_output_bytes=max_output_bytes(env),
-        max_read_bytes=int(
-            _positive(env, MAX_READ_BYTES_ENV, DEFAULT_MAX_READ_BYTES, integer=True)
-        ),
+        max_read_bytes=max_read_bytes(env),
     )
 
 

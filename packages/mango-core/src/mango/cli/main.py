@@ -175,6 +175,19 @@ def providers(as_json: bool) -> None:
             "support_level": reg.support_level.value,
             "capabilities": list(reg.capabilities.names()),
             "description": reg.description,
+            "quirks": sorted(quirk.value for quirk in reg.quirks),
+            # Names, defaults and whether each is set; never a value (secrets stay in the env).
+            "settings": [
+                {
+                    "env": spec.env,
+                    "description": spec.description,
+                    "default": None if spec.secret else spec.default,
+                    "required": spec.required,
+                    "secret": spec.secret,
+                    "set": bool(os.environ.get(spec.env, "").strip()),
+                }
+                for spec in reg.settings
+            ],
         }
         for reg in registry
     ]
@@ -193,6 +206,23 @@ def providers(as_json: bool) -> None:
             for row in rows
         ],
     )
+    for row in rows:
+        if row["settings"]:
+            click.echo(f"\n{row['name']} settings:")
+        for spec in row["settings"]:
+            notes = [
+                word
+                for word, on in (
+                    ("required", spec["required"]),
+                    ("secret", spec["secret"]),
+                    ("set", spec["set"]),
+                )
+                if on
+            ]
+            if spec["default"] is not None:
+                notes.append(f"default {spec['default']}")
+            suffix = f" ({', '.join(notes)})" if notes else ""
+            click.echo(f"  {spec['env']}{suffix}: {spec['description']}")
 
 
 # ---------------------------------------------------------------- exec
