@@ -166,7 +166,9 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
             "capabilities": [],
             "description": providers[0]["description"],
             "name": "local",
+            "quirks": [],
             "selected": True,
+            "settings": providers[0]["settings"],
             "support_level": "development",
         }
     ]
@@ -434,15 +436,15 @@ def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path
 
 def test_providers_list_their_settings_without_values(run) -> None:  # type: ignore[no-untyped-def]
     """providers shows each provider's settings (name, default, required, set), never a value."""
-    secret = "s3cret-value-never-shown"
-    result = run("providers", "--json", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{secret}"})
+    marker = "s3cret-value-never-shown"
+    result = run("providers", "--json", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
     assert result.returncode == 0, result.stderr
     [local] = [row for row in json.loads(result.stdout) if row["name"] == "local"]
     settings = {spec["env"]: spec for spec in local["settings"]}
     assert settings["MANGO_LOCAL_SANDBOX_DIR"]["set"] is True
     assert settings["MANGO_MAX_OUTPUT_BYTES"]["default"] == "1048576"
-    assert secret.encode() not in result.stdout
-    text = run("providers", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{secret}"})
+    assert marker.encode() not in result.stdout
+    text = run("providers", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
     assert b"local settings:" in text.stdout
     assert b"MANGO_LOCAL_SANDBOX_DIR (set)" in text.stdout
-    assert secret.encode() not in text.stdout
+    assert marker.encode() not in text.stdout
