@@ -29,7 +29,7 @@ from mango.provider import (
     SandboxRef,
     is_permanent,
 )
-from mango_conformance.checks import mark_checks
+from mango_conformance.checks import assert_same_bytes, mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.keys import run_id
 from mango_conformance.scripts import (
@@ -110,7 +110,9 @@ class GapChecks:
             assert len(data) < len(expected), f"{stream}: kept all {len(data)} bytes"
             if options.output_cap is not None:
                 assert len(data) == options.output_cap, f"{stream}: kept {len(data)} bytes"
-            assert data == expected[: len(data)], f"{stream} is not an exact prefix of the output"
+            assert_same_bytes(
+                data, expected[: len(data)], f"{stream} (an exact prefix of the output)"
+            )
 
     @pytest.mark.mango_destructive
     def test_timeout_sets_timed_out_and_kills_tree(self, conformance: Harness) -> None:

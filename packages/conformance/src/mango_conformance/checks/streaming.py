@@ -20,7 +20,7 @@ import pytest
 
 from mango.provider import Command, ExecResult, OutputChunk, OutputStream, Quirk, Sandbox
 from mango.provider.output import ExecChannel, collect
-from mango_conformance.checks import mark_checks
+from mango_conformance.checks import assert_same_bytes, mark_checks
 from mango_conformance.harness import Harness
 from mango_conformance.scripts import (
     FLOOD,
@@ -121,10 +121,7 @@ def _assert_parity(buffered: ExecResult, streamed: ExecResult) -> None:
         )
     for name in ("stdout", "stderr"):
         mine, theirs = getattr(streamed, name), getattr(buffered, name)
-        assert mine == theirs, (
-            f"{name}: the stream gave {len(mine)} bytes ({mine[:60]!r}...), "
-            f"exec gave {len(theirs)} ({theirs[:60]!r}...)"
-        )
+        assert_same_bytes(mine, theirs, f"{name}: the stream against exec")
 
 
 class StreamChecks:
@@ -162,7 +159,8 @@ class StreamChecks:
         _assert_parity(buffered, streamed)
         assert streamed.stdout_truncated
         assert streamed.stderr_truncated
-        assert streamed.stdout == flood_expected(blocks)[: len(streamed.stdout)]
+        expected = flood_expected(blocks)[: len(streamed.stdout)]
+        assert_same_bytes(streamed.stdout, expected, "streamed stdout (an exact prefix)")
 
     @pytest.mark.mango_destructive
     def test_stream_parity_timeout(self, conformance: Harness) -> None:
