@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 
 from mango.domain import ConfigurationError
 from mango.embedded import EmbeddedPostgres, embedded_postgres
+from mango.embedded._host import is_server_of
 
 pytestmark = pytest.mark.postgres
 
@@ -84,6 +86,12 @@ def test_recovers_from_a_killed_server(
             conn.execute("INSERT INTO survived VALUES (42)")
         killed = postmaster_pid(embedded_data_dir)
         os.kill(killed, signal.SIGKILL)
+        # SIGKILL is delivered, not awaited: under load the process can still
+        # look like the server for a moment. Wait (bounded) until it does not.
+        deadline = time.monotonic() + 30
+        while is_server_of(killed, embedded_data_dir):
+            assert time.monotonic() < deadline, f"postmaster {killed} survived SIGKILL"
+            time.sleep(0.01)
 
         with EmbeddedPostgres(embedded_data_dir) as recovered:
             assert f"removing stale {embedded_data_dir}/postmaster.pid" in caplog.text

@@ -219,7 +219,7 @@ async def test_crash_while_provisioning(
     await faulty.wait_ready()
     step = asyncio.ensure_future(orchestrator.run_tool(session_id, echo("survived")))
     assert await faulty.wait_exit() == SIGKILLED, faulty.text()
-    assert f"killing worker pid {faulty.process.pid} at {point}" in faulty.text()
+    assert f"killing pid {faulty.process.pid} at {point}" in faulty.text()
     assert not step.done()
 
     clean = spawn_worker(**backend.worker_env)
