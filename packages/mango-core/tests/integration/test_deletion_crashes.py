@@ -31,7 +31,6 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mango.domain import ProviderUnavailable
 from mango.postgres import open_store
 from mango.provider.ownership import Ownership
 from mango.temporal.faults import FaultPoint
@@ -62,30 +61,6 @@ CASES = [
     *(("bound", point) for point in BOUND_POINTS),
     *(("intent-only", point) for point in INTENT_ONLY_POINTS),
 ]
-
-
-async def _docker_ready() -> bool:
-    from mango_provider_docker import Engine
-
-    engine = Engine(os.environ.get("DOCKER_HOST", "").strip() or None)
-    try:
-        await engine.health()
-        return await engine.image_exists(DOCKER_IMAGE)
-    except ProviderUnavailable:
-        return False
-    finally:
-        await engine.aclose()
-
-
-@pytest.fixture(params=["local", "docker"])
-async def provider_name(request: pytest.FixtureRequest) -> str:
-    """Each provider that runs here; docker only with a daemon and the test image."""
-    name: str = request.param
-    if name == "docker" and not await _docker_ready():
-        if os.environ.get("MANGO_REQUIRE_DOCKER", "") == "1":
-            pytest.fail("no Docker Engine with the test image (MANGO_REQUIRE_DOCKER=1)")
-        pytest.skip("no Docker Engine with the test image")
-    return name
 
 
 @attrs.define

@@ -11,7 +11,6 @@ unless ``MANGO_REQUIRE_DOCKER=1``).
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 
 from mango.app import SessionManager
 from mango.config import Settings
-from mango.domain import ConfigurationError, OwnershipError, ProviderUnavailable
+from mango.domain import ConfigurationError, OwnershipError
 from mango.domain.hashing import spec_hash
 from mango.domain.ports import Provider
 from mango.domain.values import Command, ProvisioningIntent, SandboxSpec
@@ -65,30 +64,6 @@ def test_bad_namespace_setting_is_a_configuration_error(value: str) -> None:
     """An invalid MANGO_NAMESPACE fails at startup, naming the variable."""
     with pytest.raises(ConfigurationError, match="MANGO_NAMESPACE"):
         Settings.from_env({"MANGO_STATE_DIR": "/tmp/mango-unused", "MANGO_NAMESPACE": value})
-
-
-async def _docker_ready() -> bool:
-    from mango_provider_docker import Engine
-
-    engine = Engine(os.environ.get("DOCKER_HOST", "").strip() or None)
-    try:
-        await engine.health()
-        return await engine.image_exists(DOCKER_IMAGE)
-    except ProviderUnavailable:
-        return False
-    finally:
-        await engine.aclose()
-
-
-@pytest.fixture(params=["local", "docker"])
-async def provider_name(request: pytest.FixtureRequest) -> str:
-    """Each provider that runs here; docker only with a daemon and the test image."""
-    name: str = request.param
-    if name == "docker" and not await _docker_ready():
-        if os.environ.get("MANGO_REQUIRE_DOCKER", "") == "1":
-            pytest.fail("no Docker Engine with the test image (MANGO_REQUIRE_DOCKER=1)")
-        pytest.skip("no Docker Engine with the test image")
-    return name
 
 
 async def _deployment(
