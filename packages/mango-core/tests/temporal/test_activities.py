@@ -18,6 +18,7 @@ from mango.app import SessionManager
 from mango.domain import (
     Binding,
     CapabilitySet,
+    InvalidInput,
     ProviderRegistration,
     ProviderUnavailable,
     ProvisioningIntent,
@@ -31,6 +32,7 @@ from mango.domain.registry import SettingSpec
 from mango.local import LocalProvider
 from mango.postgres import PostgresBindingStore
 from mango.temporal import MangoActivities, ToolCall
+from mango.temporal.activities import DEFAULT_BLOB_LIMIT
 from mango.temporal.messages import (
     AcquireInput,
     HealthInput,
@@ -229,6 +231,44 @@ async def test_cancelling_the_activity_kills_the_command(
         await asyncio.wait_for(step, 10)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_read_file_is_bounded_by_what_fits_a_payload(
+    store: PostgresBindingStore, local_provider: LocalProvider
+) -> None:
+    """ReadFile reads at most what its result can carry; beyond it the error says why.
+
+    Without a client the activity assumes Temporal's default limit (2 MiB).
+    The largest file that fits is read and its result encodes within the
+    budget; one byte more is a final FileTooLarge naming the payload limit,
+    before any of it is carried. A smaller ``max_bytes`` is the bound instead.
+    """
+    env = ActivityEnvironment()
+    acts = activities(local_provider, store)
+    await store.ensure_session("s1")
+    fits = await acts._read_budget()
+    assert DEFAULT_BLOB_LIMIT // 2 < fits < DEFAULT_BLOB_LIMIT
+    data = os.urandom(fits)
+    await env.run(acts.write_file, WriteFileInput("s1", "big", data))
+    output = await env.run(acts.read_file, ReadFileInput("s1", "big"))
+    assert output.data == data
+    assert await acts._payload_size(output) <= await acts._payload_budget()
+
+    await env.run(acts.write_file, WriteFileInput("s1", "bigger", data + b"x"))
+    error = await fails_with(
+        env.run(acts.read_file, ReadFileInput("s1", "bigger")), "FileTooLarge", non_retryable=True
+    )
+    assert "Temporal's payload limit" in str(error)
+    error = await fails_with(
+        env.run(acts.read_file, ReadFileInput("s1", "big", max_bytes=10)),
+        "FileTooLarge",
+        non_retryable=True,
+    )
+    assert "payload" not in str(error)
+    assert (await env.run(acts.read_file, ReadFileInput("s1", "big", max_bytes=fits))).data == data
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(InvalidInput, match="max_bytes"):
+            ReadFileInput("s1", "big", max_bytes=bad)  # type: ignore[arg-type]
 
 
 async def test_files_release_and_reconcile(

@@ -41,6 +41,7 @@ from mango.app.session_manager import ReconcileReport, SessionManager
 from mango.domain.deadline import deadline_in
 from mango.domain.errors import (
     ConfigurationError,
+    FileTooLarge,
     InvalidInput,
     MangoError,
     ProviderUnavailable,
@@ -310,22 +311,55 @@ class MangoActivities:
             self._blob_limit = limit if limit > 0 else DEFAULT_BLOB_LIMIT
         return self._blob_limit - _PAYLOAD_MARGIN
 
-    async def _payload_size(self, result: ExecResult) -> int:
+    async def _payload_size(self, result: ExecResult | ReadFileOutput) -> int:
         converter = self.client.data_converter if self.client is not None else data_converter
         return sum(payload.ByteSize() for payload in await converter.encode([result]))
 
     @activity.defn(name="ReadFile")
     async def read_file(self, request: ReadFileInput) -> ReadFileOutput:
-        """Return the bytes of one workspace file; a missing file is :class:`InvalidInput`."""
+        """Return the bytes of one workspace file; a missing file is :class:`InvalidInput`.
+
+        Bounded at the source by the smaller of ``request.max_bytes`` (else
+        the worker's read bound, ``MANGO_MAX_READ_BYTES``) and what fits the
+        namespace's payload limit: a larger result would be refused after the
+        read, on every retry. A file over the bound is :class:`FileTooLarge`
+        (final), whose message names the bound that applied.
+        """
 
         async def work() -> ReadFileOutput:
             sandbox = await self._sandbox(request.session_id, request.spec)
+            requested = (
+                self.tools.max_read_bytes if request.max_bytes is None else request.max_bytes
+            )
+            fits = await self._read_budget()
             try:
-                return ReadFileOutput(data=await sandbox.read_file(request.path))
+                data = await sandbox.read_file(request.path, max_bytes=min(requested, fits))
             except FileNotFoundError:
                 raise InvalidInput(f"no file {request.path!r} in the workspace") from None
+            except FileTooLarge as exc:
+                if fits >= requested:
+                    raise
+                raise FileTooLarge(
+                    f"file {request.path!r} is larger than a ReadFile result can carry "
+                    f"({exc.size} > {fits} bytes, set by Temporal's payload limit)",
+                    size=exc.size,
+                    limit=fits,
+                    hint="stream it outside the workflow (Sandbox.open_file, 'mango files "
+                    "read'), or read it in parts with ExecCommand",
+                ) from None
+            return ReadFileOutput(data=data)
 
         return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+
+    async def _read_budget(self) -> int:
+        """The most file bytes a :class:`ReadFileOutput` can carry within the payload budget."""
+        budget = await self._payload_budget()
+        # Measured, not assumed: the converter's (and codec's) overhead for one byte and for
+        # one kilobyte of data gives the cost per byte and the fixed part.
+        one = await self._payload_size(ReadFileOutput(data=b"\xff"))
+        kilo = await self._payload_size(ReadFileOutput(data=b"\xff" * 1025))
+        per_kilo = kilo - one
+        return max((budget - one) * 1024 // per_kilo, 0)
 
     @activity.defn(name="WriteFile")
     async def write_file(self, request: WriteFileInput) -> WriteFileOutput:

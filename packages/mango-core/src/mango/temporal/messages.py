@@ -147,13 +147,24 @@ class ExecStepInput:
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
 
 
+def _optional_positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(f"{attribute.name} must be a positive integer or None, got {value!r}")
+
+
 @attrs.frozen
 class ReadFileInput:
-    """Read one workspace file."""
+    """Read one workspace file of at most ``max_bytes`` (None: the worker's read bound).
+
+    The worker lowers the bound further to what fits Temporal's payload limit.
+    """
 
     session_id: str = attrs.field(validator=_session_id)
     path: str
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+    max_bytes: int | None = attrs.field(default=None, validator=_optional_positive)
 
 
 @attrs.frozen
