@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,8 @@ class Backend:
     """A fake's own list of its live sandboxes (ids), whatever labels they carry."""
     host_dirs_owned: bool = False
     """Whether the provider owns host directories (and so reaches ``HOST_DIR_POINTS``)."""
+    secrets: dict[str, str] = attrs.field(factory=dict)
+    """Secret settings of the workers (name: value): no worker may ever print a value."""
 
 
 @attrs.frozen
@@ -288,6 +290,7 @@ def _remote_backend(
         provider=provider,
         ownership=Ownership(name, namespace),
         vendor_sandboxes=lambda: served.call(live_ids),
+        secrets={key: value for key, value in settings.items() if key.endswith("_API_KEY")},
     )
 
 
@@ -317,6 +320,25 @@ async def backend(
                         await made.remove(resource.ref.external_id)
             finally:
                 await made.provider.aclose()
+
+
+@pytest.fixture
+def spawn_worker(
+    spawn_worker: Callable[..., WorkerProcess], backend: Backend
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """The harness's worker factory; afterwards, no worker printed a secret setting's value."""
+    started: list[WorkerProcess] = []
+
+    def spawn(*args: str, **env: str) -> WorkerProcess:
+        worker = spawn_worker(*args, **env)
+        started.append(worker)
+        return worker
+
+    yield spawn
+    for worker in started:
+        text = worker.text()
+        shown = sorted(name for name, value in backend.secrets.items() if value in text)
+        assert not shown, f"a worker printed the value of {shown}:\n{text}"
 
 
 def echo(text: str) -> ToolCall:
