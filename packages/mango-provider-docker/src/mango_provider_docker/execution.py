@@ -55,7 +55,7 @@ from mango.provider import (
     SandboxNotFound,
     SandboxNotRunning,
 )
-from mango.provider.execution import ExecHandle
+from mango.provider.execution import TEARDOWN_SETTLE_SECONDS, ExecHandle, torn_down
 from mango.provider.output import ExecChannel
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
@@ -87,8 +87,6 @@ SETTLE_SECONDS = 15.0
 MAX_COMMAND_BYTES = 4 * 1024 * 1024
 """The most argv and environment bytes an exec may carry: more can never start (the runtime's
 message limit is 4 MiB, and the kernel's ``ARG_MAX`` is 2 MiB under the usual 8 MiB stack)."""
-TEARDOWN_SETTLE_SECONDS = 2.0
-"""After a command died of SIGKILL, how long its container may take to show it was stopped."""
 _EXIT_TIMED_OUT = -1
 _EXIT_KILLED = 128 + 9
 
@@ -217,25 +215,17 @@ class _Run:
     async def _container_torn_down(self) -> bool:
         """True if the container is gone, being removed or stopped: a destroy, maybe elsewhere.
 
-        A destroy kills the whole container, and the daemon may report the
-        exec's exit a moment before the container's, so a container still
-        shown running is asked again for up to :data:`TEARDOWN_SETTLE_SECONDS`
-        before the 137 is taken as the command's own (an OOM kill, ``kill -9``).
+        The daemon may report the exec's exit a moment before the container's,
+        so the kit's :func:`~mango.provider.execution.torn_down` asks again
+        for a while before the 137 is taken as the command's own.
         """
-        deadline = asyncio.get_running_loop().time() + TEARDOWN_SETTLE_SECONDS
-        delay = 0.01
-        while True:
-            try:
-                inspect = await self._engine.inspect_container(self._container_id)
-            except ProviderUnavailable:
-                return False
+
+        async def gone() -> bool:
+            inspect = await self._engine.inspect_container(self._container_id)
             state = (inspect or {}).get("State") or {}
-            if inspect is None or state.get("Status") == "removing" or not state.get("Running"):
-                return True
-            if asyncio.get_running_loop().time() >= deadline:
-                return False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
+            return inspect is None or state.get("Status") == "removing" or not state.get("Running")
+
+        return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
 
     def raise_wrapper_error(self) -> None:
         """Raise what the wrapper's error status line means, if it printed one."""

@@ -67,6 +67,41 @@ def _must_die(leader_only: bool) -> tuple[str, ...]:
     return ("leader",) if leader_only else ("leader", "child")
 
 
+def _check_destroy_while_running(conformance: Harness, *, elsewhere: bool) -> None:
+    """Destroy a sandbox (here, or through a fresh provider) while ``sleep 300`` runs in it."""
+    options = conformance.options
+    key = conformance.new_key("destroy-running")
+    sandbox = conformance.create(key)
+    other = conformance.open_provider() if elsewhere else None
+    command = conformance.command("echo started > destroy.ready; exec sleep 300")
+
+    async def scenario() -> tuple[bool, bool, asyncio.Task[ExecResult]]:
+        task = asyncio.ensure_future(sandbox.exec(command))
+        started = await wait_for_file(sandbox, "destroy.ready", options.operation_timeout)
+        if started:
+            if other is None:
+                await sandbox.destroy()
+            else:
+                await other.destroy(key, sandbox.ref)
+        done, _ = await asyncio.wait({task}, timeout=options.prompt_seconds)
+        if task not in done:
+            task.cancel()
+            await asyncio.wait({task})
+        return started, task in done, task
+
+    started, finished, task = conformance.run(scenario(), "destroy while a command runs")
+    assert started, "the command never wrote destroy.ready"
+    who = "another provider's destroy" if elsewhere else "destroy"
+    assert finished, f"exec still ran {options.prompt_seconds}s after {who}"
+    assert not task.cancelled(), f"after {who}, exec raised CancelledError"
+    error = task.exception()
+    assert error is None, f"after {who}, exec raised {error!r} instead of returning cancelled=True"
+    result = task.result()
+    assert (result.cancelled, result.exit_code) == (True, -1), (
+        f"after {who}, exec returned {result!r}, not cancelled=True with exit -1"
+    )
+
+
 class GapChecks:
     """Checks beyond the reference core suite, each a clause of the port contract."""
 
@@ -186,6 +221,19 @@ class GapChecks:
         assert not finished_early, f"exec of sleep 300 finished at once: {_describe(task)}"
         assert task.done(), "exec did not return promptly after an early cancel"
         assert task.cancelled(), f"exec swallowed an early cancellation and {_describe(task)}"
+
+    def test_destroy_stops_a_running_command(self, conformance: Harness) -> None:
+        """Destroying the sandbox while a command runs returns that exec: cancelled, exit -1."""
+        _check_destroy_while_running(conformance, elsewhere=False)
+
+    def test_destroy_elsewhere_stops_a_running_command(self, conformance: Harness) -> None:
+        """A destroy by another provider (another worker, ``mango sessions delete``) does too.
+
+        The running exec's client did not destroy anything itself: it learns
+        from the backend that the sandbox is gone, and still answers with
+        ``cancelled=True`` and exit -1 rather than a bare exit code or an error.
+        """
+        _check_destroy_while_running(conformance, elsewhere=True)
 
     def test_stdin_round_trip_is_binary_exact(self, conformance: Harness) -> None:
         """Bytes given as stdin reach the command unchanged, NUL and high bytes included."""

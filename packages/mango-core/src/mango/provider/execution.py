@@ -15,6 +15,9 @@
 * :func:`run_buffered`: ``exec`` as the buffered form of the same producer:
   it runs in the calling task (no second task, no hand-off per chunk) and
   :func:`~mango.provider.output.collect` reads the channel afterwards.
+* :func:`torn_down`: after a command ended the way a teardown ends it
+  (killed, its stream cut, its sandbox not found), whether its sandbox was
+  destroyed, maybe by another process: then the result is ``cancelled``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from contextlib import AbstractAsyncContextManager
 
 import attrs
 
-from mango.domain.errors import InvalidInput
+from mango.domain.errors import InvalidInput, ProviderUnavailable
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxSpec
 from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
 
 __all__ = [
+    "TEARDOWN_SETTLE_SECONDS",
     "ExecHandle",
     "ExecProducer",
     "ExecTracker",
@@ -41,6 +45,7 @@ __all__ = [
     "effective_timeout",
     "open_exec_stream",
     "run_buffered",
+    "torn_down",
 ]
 
 ExecProducer = Callable[[ExecChannel], Awaitable[ExecResult]]
@@ -57,6 +62,44 @@ async def checkpoint() -> None:
     nothing (a thread started by :func:`asyncio.to_thread` would run to the end).
     """
     await asyncio.sleep(0)
+
+
+TEARDOWN_SETTLE_SECONDS = 2.0
+"""How long :func:`torn_down` keeps asking about a sandbox that still looks alive."""
+
+
+async def torn_down(
+    is_torn_down: Callable[[], Awaitable[bool]], *, settle: float = TEARDOWN_SETTLE_SECONDS
+) -> bool:
+    """True if the command's sandbox was torn down while it ran: a destroy, maybe elsewhere.
+
+    Call it when a command ended the way a teardown ends one (killed by a
+    signal, its stream cut, its sandbox not found) and the destroy was not
+    this client's own (:attr:`ExecHandle.destroyed` covers those): another
+    worker or ``mango sessions delete`` may have destroyed the sandbox. Then
+    the exec returns ``cancelled=True`` with exit code -1, as for a destroy
+    in this process, rather than a bare exit code or an error.
+
+    ``is_torn_down`` asks the backend once (True: gone or being removed). A
+    backend may report the command's end a moment before the sandbox's, so a
+    sandbox still shown alive is asked again, backing off, for up to
+    ``settle`` seconds before the end is taken as the command's own (an OOM
+    kill, ``kill -9``). A probe that raises :class:`ProviderUnavailable`
+    answers False: the caller's own result or error stands.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle
+    delay = 0.01
+    while True:
+        try:
+            if await is_torn_down():
+                return True
+        except ProviderUnavailable:
+            return False
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 def effective_timeout(command: Command, spec: SandboxSpec) -> float | None:
