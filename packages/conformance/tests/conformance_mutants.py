@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,6 +29,7 @@ from mango.domain.values import (
     ExecResult,
     OutputChunk,
     OutputStream,
+    OwnedResource,
     SandboxRef,
     SandboxSpec,
 )
@@ -70,6 +71,18 @@ class WrappedProvider:
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
         return self.wrap(await self.inner.attach(session_key, ref, spec))
+
+    async def find(self, session_key: str) -> SandboxRef | None:
+        return await self.inner.find(session_key)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.destroy(session_key, ref)
+
+    async def list_owned(self) -> Sequence[OwnedResource]:
+        return await self.inner.list_owned()
+
+    async def health(self) -> str:
+        return await self.inner.health()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

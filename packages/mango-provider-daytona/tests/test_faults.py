@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 import uuid
 from collections.abc import Callable
 
@@ -12,6 +14,8 @@ from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import (
     Command,
     ConfigurationError,
+    ExecEvent,
+    ExecResult,
     ProviderContext,
     ProviderUnavailable,
     SandboxNotFound,
@@ -19,7 +23,7 @@ from mango.provider import (
     SandboxSpec,
 )
 from mango.provider.fake import FakeService
-from mango_provider_daytona import DaytonaProvider
+from mango_provider_daytona import DaytonaProvider, DaytonaSandbox
 from mango_provider_daytona.fake import DaytonaFake
 from mango_provider_daytona.settings import (
     API_KEY_ENV,
@@ -203,3 +207,81 @@ async def test_unreachable_api_is_retryable(tmp_path: object) -> None:
             await provider.health()
     finally:
         await provider.aclose()
+
+
+async def _wait_for(sandbox: DaytonaSandbox, path: str) -> None:
+    for _ in range(400):
+        try:
+            await sandbox.read_file(path)
+        except FileNotFoundError:
+            await asyncio.sleep(0.025)
+        else:
+            return
+    raise AssertionError(f"{path} never appeared")
+
+
+async def _stream(sandbox: DaytonaSandbox, command: Command) -> list[ExecEvent]:
+    async with sandbox.exec_stream(command) as events:
+        return [event async for event in events]
+
+
+async def test_destroy_by_another_provider_cancels_a_running_command(
+    provider: DaytonaProvider, session_key: str, open_provider: Opener
+) -> None:
+    """Provider B deletes the sandbox while A's ``sleep 30`` runs: A's exec returns cancelled."""
+    sandbox = await provider.create(session_key, SPEC)
+    task = asyncio.ensure_future(sandbox.exec(Command(("sh", "-c", "touch started; sleep 30"))))
+    await _wait_for(sandbox, "started")
+    began = time.monotonic()
+    await open_provider().destroy(session_key, sandbox.ref)
+    result = await asyncio.wait_for(task, 10)
+    assert (result.cancelled, result.exit_code, result.timed_out) == (True, -1, False)
+    assert time.monotonic() - began < 5
+
+
+async def test_destroy_by_another_provider_cancels_a_streamed_command(
+    provider: DaytonaProvider, session_key: str, open_provider: Opener
+) -> None:
+    """The same through exec_stream: the final event is a cancelled result."""
+    sandbox = await provider.create(session_key, SPEC)
+    task = asyncio.ensure_future(_stream(sandbox, Command(("sh", "-c", "touch started; sleep 30"))))
+    await _wait_for(sandbox, "started")
+    await open_provider().destroy(session_key, sandbox.ref)
+    events = await asyncio.wait_for(task, 10)
+    final = events[-1]
+    assert isinstance(final, ExecResult)
+    assert (final.cancelled, final.exit_code) == (True, -1)
+
+
+async def test_exec_on_a_sandbox_deleted_before_the_call_is_not_found(
+    provider: DaytonaProvider, session_key: str, open_provider: Opener
+) -> None:
+    """A sandbox another provider deleted before exec started: SandboxNotFound, never cancelled."""
+    sandbox = await provider.create(session_key, SPEC)
+    await open_provider().destroy(session_key, sandbox.ref)
+    with pytest.raises(SandboxNotFound):
+        await sandbox.exec(Command(("true",)))
+    with pytest.raises(SandboxNotFound):
+        await _stream(sandbox, Command(("true",)))
+
+
+async def test_a_command_killing_itself_keeps_its_status_at_no_extra_cost(
+    service: FakeService, sandbox: DaytonaSandbox
+) -> None:
+    """``kill -9 $$`` in a live sandbox is the command's own 137, and asks the API nothing."""
+    gets = service.faults.count("GET", "/sandbox/{id}")
+    result = await sandbox.exec(Command(("sh", "-c", "kill -9 $$")))
+    assert (result.exit_code, result.cancelled, result.timed_out) == (137, False, False)
+    assert (await sandbox.exec(Command(("true",)))).exit_code == 0
+    assert service.faults.count("GET", "/sandbox/{id}") == gets
+
+
+async def test_502_from_a_live_sandbox_stays_retryable(
+    service: FakeService, sandbox: DaytonaSandbox
+) -> None:
+    """A bad gateway while the sandbox lives is ProviderUnavailable, not a cancelled command."""
+    service.faults.fail(502, method="POST", path=EXECUTE)
+    with pytest.raises(ProviderUnavailable) as caught:
+        await sandbox.exec(Command(("true",)))
+    assert not isinstance(caught.value, SandboxNotFound)
+    assert (await sandbox.exec(Command(("sh", "-c", "printf ok")))).stdout == b"ok"

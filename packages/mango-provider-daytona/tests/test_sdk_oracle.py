@@ -7,6 +7,7 @@ tests use the SDK exactly as a Daytona user would, against the fake on
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -72,6 +73,22 @@ async def test_sdk_exec_timeout_is_an_error(client: AsyncDaytona) -> None:
     response = await sandbox.process.exec("printf alive")
     assert response.result == "alive"
     await client.delete(sandbox)
+
+
+async def test_sdk_command_cut_short_by_a_delete_is_an_error(client: AsyncDaytona) -> None:
+    """A sandbox deleted while process.exec runs: the SDK gets an error (a bare 502), no result."""
+    sandbox = await client.create(timeout=30)
+    running = asyncio.ensure_future(sandbox.process.exec("touch started; sleep 30", timeout=60))
+    for _ in range(400):
+        try:
+            await sandbox.fs.get_file_info("started")
+            break
+        except DaytonaError:
+            await asyncio.sleep(0.025)
+    await client.delete(sandbox)
+    with pytest.raises(DaytonaError) as caught:
+        await asyncio.wait_for(running, 10)
+    assert caught.value.status_code == 502
 
 
 async def test_sdk_file_write_and_read(client: AsyncDaytona) -> None:

@@ -1,5 +1,6 @@
-"""Faults: a lost create response, 5xx during exec, a sandbox deleted behind mango's back,
-egress drift repaired on attach, and absent or wrong credentials.
+"""Faults: a lost create response, 5xx during exec, a sandbox deleted behind mango's back
+(idle, or while a command runs in it), egress drift repaired on attach, and absent or wrong
+credentials.
 
 SessionManager runs on the project's in-memory BindingStore here (the
 PostgreSQL store's own behaviour is proven in mango-core); the provider talks
@@ -8,29 +9,62 @@ to the fake over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import (
     Command,
     ConfigurationError,
+    ExecResult,
     NetworkMode,
+    OutputChunk,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxSpec,
 )
+from mango.provider.execution import TEARDOWN_SETTLE_SECONDS
 from mango_provider_opensandbox import OpenSandboxProvider
 from mango_provider_opensandbox.fake import FakeOpenSandbox
 from mango_provider_opensandbox.layout import EXECD_PORT
+from mango_provider_opensandbox.sandbox import OpenSandboxSandbox
 from mango_provider_opensandbox.settings import REGISTRATION, read_settings
 
 SPEC = SandboxSpec(timeout=60)
+SANDBOX_ROUTE = "/v1/sandboxes/{id}"
+"""The lifecycle ``GET`` of one sandbox (what a teardown probe asks)."""
+RUNNING = Command(("sh", "-c", "echo started > ready; exec sleep 30"))
 
 
 def _manager(provider: OpenSandboxProvider, store: InMemoryBindingStore) -> SessionManager:
     return SessionManager(provider, store, REGISTRATION.capabilities, REGISTRATION.quirks)
+
+
+async def _wait_for_file(sandbox: OpenSandboxSandbox, name: str) -> None:
+    """Until ``name`` exists in the workspace (the command is running)."""
+    for _ in range(1000):
+        try:
+            await sandbox.read_file(name)
+        except FileNotFoundError:
+            await asyncio.sleep(0.01)
+        else:
+            return
+    raise AssertionError(f"{name} never appeared")
+
+
+async def _run(sandbox: OpenSandboxSandbox, command: Command, *, streamed: bool) -> ExecResult:
+    """``exec``, or ``exec_stream`` read to its final result."""
+    if not streamed:
+        return await sandbox.exec(command)
+    async with sandbox.exec_stream(command) as events:
+        async for event in events:
+            if not isinstance(event, OutputChunk):
+                return event
+    raise AssertionError("the stream ended without a result")
 
 
 def _command_path(sandbox_id: str, server_proxy: bool) -> str:
@@ -94,6 +128,64 @@ async def test_sandbox_deleted_behind_our_back_is_lost_never_replaced(
     assert fake.faults.count("POST", "/v1/sandboxes") == 1
     await manager.release("deleted")
     assert await store.get_binding("deleted") is None
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["exec", "exec_stream"])
+async def test_destroy_by_another_worker_cancels_a_running_command(
+    fake: FakeOpenSandbox, make_provider: Callable[..., OpenSandboxProvider], streamed: bool
+) -> None:
+    """Worker B deletes the sandbox while A's ``sleep 30`` runs: A returns cancelled, promptly."""
+    sandbox = await make_provider().create("elsewhere", SPEC)
+    task = asyncio.ensure_future(_run(sandbox, RUNNING, streamed=streamed))
+    await _wait_for_file(sandbox, "ready")
+    started = time.monotonic()
+    await make_provider().destroy("elsewhere", sandbox.ref)
+    result = await asyncio.wait_for(task, 10)
+    assert (result.cancelled, result.exit_code, result.timed_out) == (True, -1, False)
+    # The lifecycle API said "gone" at once: no settling, no waiting for sleep.
+    assert time.monotonic() - started < TEARDOWN_SETTLE_SECONDS
+    with pytest.raises(SandboxNotFound):
+        await sandbox.exec(Command(("true",)))
+
+
+async def test_a_command_ending_on_its_own_asks_nothing(
+    fake: FakeOpenSandbox, make_provider: Callable[..., OpenSandboxProvider]
+) -> None:
+    """Completion, an exit code and ``kill -9 $$`` keep their status with no lifecycle call."""
+    sandbox = await make_provider().create("own-end", SPEC)
+    gets = fake.faults.count("GET", SANDBOX_ROUTE)
+    results = [
+        await sandbox.exec(Command(("sh", "-c", script)))
+        for script in ("echo ok", "exit 7", "kill -9 $$")
+    ]
+    assert [(result.exit_code, result.cancelled) for result in results] == [
+        (0, False),
+        (7, False),
+        (137, False),
+    ]
+    assert fake.faults.count("GET", SANDBOX_ROUTE) == gets
+
+
+async def test_killed_in_a_live_sandbox_is_not_cancelled(
+    fake: FakeOpenSandbox, make_provider: Callable[..., OpenSandboxProvider]
+) -> None:
+    """Someone else interrupts the command (execd's -1): the sandbox is asked about, and lives."""
+    sandbox = await make_provider().create("interrupted", SPEC)
+    sandbox_id = sandbox.ref.external_id
+    task = asyncio.ensure_future(sandbox.exec(RUNNING))
+    await _wait_for_file(sandbox, "ready")
+    [command_id] = list(fake._commands)
+    gets = fake.faults.count("GET", SANDBOX_ROUTE)
+    async with httpx.AsyncClient() as client:
+        response = await client.delete(
+            f"{fake.url}/v1/sandboxes/{sandbox_id}/proxy/{EXECD_PORT}/command",
+            params={"id": command_id},
+        )
+    assert response.status_code == 200
+    result = await asyncio.wait_for(task, 10)
+    assert (result.exit_code, result.cancelled, result.timed_out) == (-1, False, False)
+    assert fake.faults.count("GET", SANDBOX_ROUTE) > gets
+    assert (await sandbox.exec(Command(("echo", "usable")))).stdout == b"usable\n"
 
 
 async def test_egress_drift_is_repaired_on_attach(

@@ -4,6 +4,8 @@ Layout under the base directory::
 
     <base>/<id>/owner        the ownership labels, JSON (never the Session key itself)
     <base>/<id>/workspace/   the workspace root: cwd and HOME of commands
+    <base>/<id>/runs/<pgid>  one file per running command (its start time), so that a
+                             destroy from any process can stop what runs in the box
 
 ``<id>`` and the labels come from :class:`mango.provider.ownership.Ownership`:
 ``<id>`` is the deterministic name of (provider, deployment namespace, key),
@@ -44,7 +46,7 @@ from mango.provider import (
     SandboxSpec,
     split_workspace_path,
 )
-from mango.provider.execution import StreamedExec
+from mango.provider.execution import StreamedExec, torn_down
 from mango.provider.output import ExecChannel
 from mango.provider.ownership import NAME_PREFIX, Ownership, derived_namespace
 from mango.provider.reads import (
@@ -69,6 +71,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 
 _OWNER = "owner"
 _WORKSPACE = "workspace"
+_RUNS = "runs"
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_SECONDS = 1.0
 """After a kill, how long the output pipes may stay open before they are abandoned."""
@@ -172,6 +175,7 @@ class TinyboxProvider:
     def _ensure(self, external_id: str, session_key: str) -> None:
         box = self.base_dir / external_id
         (box / _WORKSPACE).mkdir(parents=True, exist_ok=True)
+        (box / _RUNS).mkdir(exist_ok=True)
         with contextlib.suppress(FileExistsError):
             fd = os.open(box / _OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             with os.fdopen(fd, "w") as handle:
@@ -199,12 +203,39 @@ def _read_owner(box: Path) -> dict[str, object] | None:
 
 
 def _remove(box: Path) -> None:
+    """Rename the box away (attach and new commands fail at once), stop its commands, delete it.
+
+    Any process may call it: the commands are found by the box's ``runs``
+    records, not by what this process started.
+    """
     doomed = box.with_name(f"{box.name}.deleting-{secrets.token_hex(4)}")
     try:
         box.rename(doomed)
     except FileNotFoundError:
         return
+    with contextlib.suppress(FileNotFoundError):
+        for record in (doomed / _RUNS).iterdir():
+            # A record left by a crashed worker may name a recycled pid: kill only
+            # the group whose leader started when the record says.
+            if record.name.isdigit() and record.read_text() == _started_at(int(record.name)):
+                _kill_group(int(record.name))
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _started_at(pid: int) -> str:
+    """The start time of process ``pid`` (clock ticks after boot), or "" if it is unknown."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat_line.rsplit(")", 1)[-1].split()[19]
+
+
+def _record_run(runs: Path, pid: int) -> Path:
+    """Write the ``runs`` record of a started command; FileNotFoundError if the box is gone."""
+    record = runs / str(pid)
+    record.write_text(_started_at(pid))
+    return record
 
 
 async def _pump(stream: asyncio.StreamReader, channel: ExecChannel, which: OutputStream) -> None:
@@ -276,6 +307,14 @@ class TinyboxSandbox(StreamedExec):
             return channel.result(exit_code=126)
         if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was asked
             raise RuntimeError("the command's output pipes are missing")
+        try:
+            # Record first, so a destroy from any process finds the command; a box
+            # already renamed away by a destroy means the command must not run.
+            record = await asyncio.to_thread(_record_run, self._box / _RUNS, process.pid)
+        except FileNotFoundError:
+            _kill_group(process.pid)
+            await process.wait()
+            return channel.result(exit_code=-1, cancelled=True)
         helpers = [
             asyncio.ensure_future(_pump(process.stdout, channel, OutputStream.STDOUT)),
             asyncio.ensure_future(_pump(process.stderr, channel, OutputStream.STDERR)),
@@ -299,7 +338,12 @@ class TinyboxSandbox(StreamedExec):
         finally:
             for helper in helpers:
                 helper.cancel()
+            with contextlib.suppress(FileNotFoundError):
+                record.unlink()
         returncode = process.returncode if process.returncode is not None else -1
+        if returncode == -signal.SIGKILL and not timed_out and await torn_down(self._gone):
+            # Killed by a destroy (here or in another process): say so.
+            return channel.result(exit_code=-1, cancelled=True)
         return channel.result(
             exit_code=-1 if timed_out else (128 - returncode if returncode < 0 else returncode),
             timed_out=timed_out,
@@ -332,6 +376,9 @@ class TinyboxSandbox(StreamedExec):
     async def destroy(self) -> None:
         """Remove the directory; idempotent. Renaming first makes attach fail at once."""
         await asyncio.to_thread(self._remove)
+
+    async def _gone(self) -> bool:
+        return not await asyncio.to_thread((self._box / _OWNER).exists)
 
     # -- blocking helpers, run in a thread --------------------------------------
 

@@ -21,8 +21,16 @@ Termination keeps the sandbox usable and kills only the command's tree:
   second cancellation, bounded by :data:`KILL_SECONDS`), then
   :class:`asyncio.CancelledError` is re-raised. A command whose request has
   not reached the daemon yet never starts: the kill leaves a mark it checks.
-* **destroy** of the sandbox while the command runs: ``cancelled=True``,
-  ``exit_code=-1``.
+* **destroy** of the sandbox while the command runs, by this provider or by
+  another one (another worker, ``mango sessions delete``): ``cancelled=True``,
+  ``exit_code=-1``. A destroy elsewhere kills the daemon with its sandbox, so
+  the request ends without the wrapper's report: a bare 502 from the runner's
+  reverse proxy, or a dropped connection. Only such an ending (and never a
+  normal completion, which costs no extra request) is followed by a question
+  to the API: the kit's :func:`~mango.provider.execution.torn_down` with a
+  probe that says whether the sandbox is gone or being deleted. A 404 means
+  the toolbox found no sandbox when the request arrived, so the command never
+  started: that stays :class:`~mango.provider.SandboxNotFound`.
 """
 
 from __future__ import annotations
@@ -39,8 +47,8 @@ from mango.provider import (
     OutputStream,
     ProviderUnavailable,
 )
-from mango.provider.execution import ExecHandle
-from mango.provider.http import RemoteRejected
+from mango.provider.execution import ExecHandle, torn_down
+from mango.provider.http import RemoteRejected, RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.scripts import (
@@ -51,7 +59,13 @@ from mango_provider_daytona.scripts import (
     parse_result,
 )
 
-__all__ = ["DAEMON_GRACE_SECONDS", "DRAIN_SECONDS", "KILL_SECONDS", "run_command"]
+__all__ = [
+    "DAEMON_GRACE_SECONDS",
+    "DRAIN_SECONDS",
+    "KILL_SECONDS",
+    "TEARDOWN_SETTLE_SECONDS",
+    "run_command",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +75,18 @@ KILL_SECONDS = 30.0
 """Bound on the kill request (it waits up to 3 s for a command that has not started)."""
 DRAIN_SECONDS = 10.0
 """After a timeout kill, how long to wait for the wrapper's report of the partial output."""
+TEARDOWN_SETTLE_SECONDS = 1.0
+"""How long a sandbox that still looks alive is asked again after a command was cut short.
+
+Daytona records a delete (``desiredState`` destroyed) before its runner removes
+the container, so the first answer normally decides; the rest covers a read
+that races the API's own write.
+"""
 
 Diagnose = Callable[[MangoError], Awaitable[MangoError]]
 """Turns a failed toolbox call into the error to raise (the sandbox may be gone or stopped)."""
+Probe = Callable[[], Awaitable[bool]]
+"""Asks the Daytona API once whether the sandbox is gone or being deleted."""
 
 
 async def _kill(toolbox: Toolbox, plan: ExecPlan) -> None:
@@ -83,6 +106,28 @@ def _deliver(channel: ExecChannel, text: str, plan: ExecPlan) -> int:
     return result.exit_code
 
 
+def _cut_short(error: MangoError) -> bool:
+    """True if the execute request ended the way a teardown ends it.
+
+    The daemon died with its sandbox: a 5xx from the proxies in front of it,
+    a dropped connection, or an answer without the wrapper's report. A 404
+    is the toolbox finding no sandbox when the request arrived: the command
+    never started.
+    """
+    if isinstance(error, RemoteUnavailable) and error.status == 404:
+        return False
+    return isinstance(error, ProviderUnavailable)
+
+
+async def _torn_down(gone: Probe) -> bool:
+    try:
+        return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
+    except MangoError as exc:
+        # The API could not tell (refused credentials, say): the command's own error stands.
+        log.debug("could not ask whether the sandbox was deleted: %s", exc)
+        return False
+
+
 async def run_command(
     toolbox: Toolbox,
     command: Command,
@@ -92,10 +137,12 @@ async def run_command(
     channel: ExecChannel,
     handle: ExecHandle,
     diagnose: Diagnose,
+    gone: Probe,
 ) -> ExecResult:
     """Run ``command`` in the sandbox behind ``toolbox``; feed ``channel``; return the result.
 
-    ``diagnose`` decides what a failed call means (gone, stopped, or transient).
+    ``diagnose`` decides what a failed call means (gone, stopped, or transient);
+    ``gone`` asks whether the sandbox was deleted, after a command was cut short.
     """
     plan = exec_line(command, root=root, cap=channel.cap)
     try:
@@ -118,7 +165,9 @@ async def run_command(
             await asyncio.shield(_kill(toolbox, plan))
             raise
         if request in done:
-            return await _finish(request, plan, channel, handle, diagnose, timed_out=False)
+            return await _finish(
+                request, plan, channel, handle, diagnose=diagnose, gone=gone, timed_out=False
+            )
         if handle.destroyed:
             return channel.result(exit_code=-1, cancelled=True)
         # The deadline: kill the tree, then let the wrapper report what was printed.
@@ -126,7 +175,9 @@ async def run_command(
         await asyncio.wait({request}, timeout=DRAIN_SECONDS)
         if not request.done():
             return channel.result(exit_code=-1, timed_out=True)
-        return await _finish(request, plan, channel, handle, diagnose, timed_out=True)
+        return await _finish(
+            request, plan, channel, handle, diagnose=diagnose, gone=gone, timed_out=True
+        )
     finally:
         destroyed.cancel()
         if not request.done():
@@ -140,8 +191,9 @@ async def _finish(
     plan: ExecPlan,
     channel: ExecChannel,
     handle: ExecHandle,
-    diagnose: Diagnose,
     *,
+    diagnose: Diagnose,
+    gone: Probe,
     timed_out: bool,
 ) -> ExecResult:
     exit_code = -1
@@ -155,8 +207,11 @@ async def _finish(
         timed_out = True
     except MangoError as exc:
         # A failed call or a missing frame: the wrapper did not report. After a
-        # destroy or our own kill that is expected; otherwise the sandbox says why.
+        # destroy or our own kill that is expected; after a destroy elsewhere
+        # too (the API tells); otherwise the sandbox says why.
         if not (handle.destroyed or (timed_out and isinstance(exc, ProviderUnavailable))):
+            if _cut_short(exc) and await _torn_down(gone):
+                return channel.result(exit_code=-1, cancelled=True)
             raise await diagnose(exc) from exc
     if handle.destroyed:
         return channel.result(exit_code=-1, cancelled=True)

@@ -5,10 +5,12 @@ Protocol-faithful where mango and the official SDK look: the API's
 start, stop, archive, pause, delete, list by labels with a cursor,
 last-activity) and a sandbox's toolbox under ``{toolboxProxyUrl}/{id}``
 (``/process/execute`` runs the command text through a shell reading it on
-stdin with stdout and stderr merged, as the daemon does, and answers 408 when
-its timeout kills the process group; ``/files/bulk-upload``,
-``/files/bulk-download`` as multipart, ``/files/folder``, ``/files/info``
-(following symlinks, like the daemon's ``os.Stat``), ``/user-home-dir``).
+stdin with stdout and stderr merged, as the daemon does, answers 408 when
+its timeout kills the process group and a bare 502 when the sandbox is
+deleted while the command runs, as the proxies in front of a dead daemon do;
+``/files/bulk-upload``, ``/files/bulk-download`` as multipart,
+``/files/folder``, ``/files/info`` (following symlinks, like the daemon's
+``os.Stat``), ``/user-home-dir``).
 The SDK's ``/socket.io`` event channel is not served (404), which the SDK
 tolerates by polling.
 
@@ -228,6 +230,7 @@ class DaytonaFake:
         await self._service.sandboxes.delete(record.id)
         self._names.pop(str(record.extra.get("name")), None)
         document["state"] = "destroying"
+        document["desiredState"] = "destroyed"
         return web.json_response(document)
 
     async def touch_sandbox(self, request: web.Request) -> web.Response:
@@ -302,7 +305,11 @@ class DaytonaFake:
         if result.timed_out:
             return _error(408, "command execution timeout")
         if result.cancelled:
-            return _error(404, "sandbox not found")
+            # Deleted while the command ran: the daemon died with the sandbox,
+            # so the runner's reverse proxy answers Go's bare 502 (no body),
+            # which Daytona's proxy passes on. Never a 404: that is the answer
+            # to a request that arrives after the sandbox is gone.
+            return web.Response(status=HTTPStatus.BAD_GATEWAY)
         # Go's string(output) in a JSON reply: invalid UTF-8 becomes U+FFFD.
         return web.json_response(
             {"exitCode": result.exit_code, "result": result.stdout.decode("utf-8", "replace")}

@@ -218,6 +218,7 @@ class DaytonaProvider:
             tracker=self._tracker,
             diagnose=self._diagnose,
             resume=self._resume,
+            gone=self._gone,
             fresh_seconds=self._fresh_seconds,
         )
 
@@ -237,6 +238,21 @@ class DaytonaProvider:
                 f"daytona sandbox {sandbox_id} is {state}; the next acquire starts it"
             )
         return error
+
+    async def _gone(self, sandbox_id: str) -> bool:
+        """One ``GET /sandbox/{id}``: True if the sandbox is gone or its delete has begun.
+
+        The API records a delete as ``desiredState`` destroyed while ``state``
+        still says ``started`` until the runner has removed the container, so
+        both count; a stopped, paused or archived sandbox still exists.
+        """
+        document = await self._api.get(sandbox_id)
+        return (
+            document is None
+            or document.get("id") != sandbox_id
+            or sandbox_state(document) in GONE_STATES
+            or str(document.get("desiredState") or "").lower() == "destroyed"
+        )
 
     # ---------------------------------------------------------------- states
 

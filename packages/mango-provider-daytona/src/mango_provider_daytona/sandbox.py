@@ -31,6 +31,7 @@ __all__ = ["DaytonaSandbox"]
 
 Diagnose = Callable[[str, MangoError], Awaitable[MangoError]]
 Resume = Callable[[str], Awaitable[None]]
+Gone = Callable[[str], Awaitable[bool]]
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
@@ -54,6 +55,7 @@ class DaytonaSandbox(StreamedExec):
     _tracker: ExecTracker = attrs.field(repr=False)
     _diagnose: Diagnose = attrs.field(repr=False)
     _resume: Resume = attrs.field(repr=False)
+    _gone: Gone = attrs.field(repr=False)
     _fresh_seconds: float = 30.0
     _seen: list[float] = attrs.field(factory=lambda: [float("-inf")], repr=False)
     """When the toolbox last answered a command (monotonic); a one-slot list: attrs is frozen."""
@@ -87,6 +89,9 @@ class DaytonaSandbox(StreamedExec):
         self._seen[0] = float("-inf")
         return await self._diagnose(self.sandbox_id, exc)
 
+    async def _deleted(self) -> bool:
+        return await self._gone(self.sandbox_id)
+
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
     ) -> ExecResult:
@@ -99,6 +104,7 @@ class DaytonaSandbox(StreamedExec):
                 channel=channel,
                 handle=handle,
                 diagnose=self._why,
+                gone=self._deleted,
             )
         if not result.cancelled:
             self._seen[0] = time.monotonic()
@@ -197,6 +203,7 @@ class DaytonaSandbox(StreamedExec):
     async def destroy(self) -> None:
         """Delete the sandbox; idempotent. Running commands end with ``cancelled=True``.
 
+        So do those that another provider instance (another worker) runs in it.
         Afterwards attach raises :class:`~mango.provider.SandboxNotFound`.
         """
         await asyncio.sleep(0)

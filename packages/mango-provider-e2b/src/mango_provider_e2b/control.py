@@ -50,6 +50,10 @@ class SandboxState:
 
     RUNNING = "running"
     PAUSED = "paused"
+    GONE = frozenset({"killing", "killed", "deleting", "deleted"})
+    """States that mean a sandbox is being or has been killed. E2B's API answers
+    a killed sandbox's ``GET`` with 404 and names only the two states above; an
+    implementation that keeps the record a while may name one of these."""
 
 
 @attrs.frozen

@@ -27,7 +27,7 @@ import attrs
 import httpx
 
 from mango.provider import Entry, EntryKind, ResourceConflict
-from mango.provider.http import ApiClient, RemoteUnavailable
+from mango.provider.http import ApiClient, RemoteUnavailable, map_httpx_exceptions
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -143,6 +143,16 @@ def _entry(value: object) -> Entry:
         raise RemoteUnavailable(f"envd stat: size {size!r} is not a number") from None
 
 
+async def _mapped(
+    envelopes: AsyncIterator[Envelope], operation: str, secrets: tuple[str, ...]
+) -> AsyncIterator[Envelope]:
+    # Mapped here, not only when the stream's block exits, so that the reader
+    # can tell a cut stream from its own failure (or its cancellation).
+    with map_httpx_exceptions(operation, secrets=secrets):
+        async for envelope in envelopes:
+            yield envelope
+
+
 @attrs.define(eq=False)
 class Envd:
     """One sandbox's envd, through the provider's data-plane pool."""
@@ -231,7 +241,10 @@ class Envd:
     ) -> AsyncIterator[AsyncIterator[Envelope]]:
         """``process.Process/Start``: open the stream and yield its envelopes.
 
-        Never retried: a lost answer may have started the process.
+        Never retried: a lost answer may have started the process. A transport
+        error while the envelopes are read (the stream cut, as when the
+        sandbox is killed with envd inside) is :class:`RemoteUnavailable`
+        with no status, raised from the iteration itself.
         """
         request = {
             "process": {"cmd": cmd, "args": args, "envs": {}, "cwd": cwd},
@@ -247,16 +260,18 @@ class Envd:
         }
         if timeout_ms is not None:
             headers["Connect-Timeout-Ms"] = str(max(1, timeout_ms))
+        operation = f"{self.provider}: envd start process"
         async with self.api.stream(
             "POST",
             self._url("/process.Process/Start"),
-            operation=f"{self.provider}: envd start process",
+            operation=operation,
             idempotent=False,
             content=encode_envelope(request),
             headers=self._headers(headers),
             timeout=_STREAM_TIMEOUT,
         ) as response:
-            yield decode_envelopes(response.aiter_raw())
+            secrets = (*self.api.secrets, *self.address.headers.values())
+            yield _mapped(decode_envelopes(response.aiter_raw()), operation, secrets)
 
     async def send_input(self, pid: int, data: bytes) -> bool:
         """``SendInput``: bytes for the process's stdin; ``False`` if the process is gone.

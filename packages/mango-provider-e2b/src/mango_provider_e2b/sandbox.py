@@ -15,6 +15,15 @@ The data plane's answer for a sandbox it cannot reach is a 502 from the
 proxy; only the control plane can say whether that sandbox is gone (404:
 :class:`SandboxNotFound`), paused (resumed once, and the call that never
 reached envd is repeated) or there (the error stands, retryable).
+
+A command ends with ``cancelled=True`` (exit code -1) when its sandbox is
+destroyed while it runs: by this client (:attr:`ExecHandle.destroyed`), or
+elsewhere (another worker, ``mango sessions delete``). E2B kills the
+sandbox's VM with envd inside, so the command's stream is cut; a command
+killed by SIGKILL (137) or whose stream was cut or failed makes the client
+ask the control plane whether the sandbox is gone (the kit's
+:func:`~mango.provider.execution.torn_down`). Any other end costs no
+control-plane call.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import asyncio
 import base64
 import contextlib
 import secrets
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -44,7 +54,12 @@ from mango.provider import (
     SandboxSpec,
     file_not_found,
 )
-from mango.provider.execution import ExecTracker, StreamedExec
+from mango.provider.execution import (
+    TEARDOWN_SETTLE_SECONDS,
+    ExecTracker,
+    StreamedExec,
+    torn_down,
+)
 from mango.provider.http import ApiClient, RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
@@ -73,6 +88,8 @@ KEEP_MARGIN_SECONDS = 30.0
 """A sandbox must outlive the current operation by at least this much."""
 _CLOSE_STDIN_SINCE = (0, 5, 2)
 """The envd version that has ``CloseStdin``; older ones get stdin inline in the line."""
+_EXIT_KILLED = 128 + signal.SIGKILL
+"""A command killed by SIGKILL: its own doing (``kill -9``, OOM) or its sandbox's teardown."""
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -211,6 +228,24 @@ class E2BSandbox(StreamedExec):
     def _unreachable(error: MangoError) -> bool:
         # A 502 is the proxy's word for "no such sandbox here" (gone or paused).
         return isinstance(error, RemoteUnavailable) and error.status == 502
+
+    async def _torn_down(self) -> bool:
+        """True if the control plane shows this sandbox gone or being killed: a destroy elsewhere.
+
+        Asked only after a command ended the way a teardown ends one. A
+        sandbox still shown running or paused is asked again for a while
+        (:func:`~mango.provider.execution.torn_down`) before the end is
+        taken as the command's own.
+        """
+
+        async def gone() -> bool:
+            try:
+                info = await self._remote.control.get(self._id)
+            except SandboxNotFound:
+                return True
+            return info.state in SandboxState.GONE
+
+        return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
 
     async def _data_call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -446,6 +481,22 @@ class _Run:
             f"{self.sandbox._remote.provider}: the process stream ended without an end event"
         )
 
+    async def _torn_down_or_killed(self, destroyed: Callable[[], bool]) -> bool:
+        """After a cut or failed stream: True if the sandbox was torn down.
+
+        Otherwise the sandbox is there and the command may still run, unseen:
+        its tree is killed (also when we are cancelled while asking) and the
+        caller's error stands.
+        """
+        gone = False
+        try:
+            gone = destroyed() or await self.sandbox._torn_down()
+        finally:
+            if not gone:
+                self.channel.release_window()
+                await self.sandbox._kill_tree(self.pid, self.tag)
+        return gone
+
     async def consume(
         self, envelopes: AsyncIterator[Envelope], destroyed: Callable[[], bool]
     ) -> ExecResult:
@@ -466,7 +517,8 @@ class _Run:
                     await self._read(envelopes, until=loop.time() + DRAIN_SECONDS)
                 return self.channel.result(exit_code=-1, timed_out=True)
         except RemoteUnavailable:
-            if destroyed():
+            # The stream was cut or failed: how a sandbox's teardown ends it.
+            if await self._torn_down_or_killed(destroyed):
                 return self.channel.result(exit_code=-1, cancelled=True)
             raise
         except BaseException:
@@ -479,7 +531,7 @@ class _Run:
                 self.feeder.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.feeder
-        if destroyed():
+        if destroyed() or (code == _EXIT_KILLED and await self.sandbox._torn_down()):
             return self.channel.result(exit_code=-1, cancelled=True)
         error = self.feed_error
         if isinstance(error, ProviderUnavailable) and getattr(error, "status", None) != 500:

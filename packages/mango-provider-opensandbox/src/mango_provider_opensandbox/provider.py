@@ -312,6 +312,9 @@ class OpenSandboxProvider:
         async def remove() -> None:
             await self._lifecycle.delete(sandbox_id)
 
+        async def gone() -> bool:
+            return await self._lifecycle.gone(sandbox_id)
+
         metadata = sandbox.get("metadata") or {}
         return OpenSandboxSandbox(
             ref=SandboxRef(PROVIDER_NAME, sandbox_id),
@@ -322,6 +325,7 @@ class OpenSandboxProvider:
             execd=execd,
             egress=egress_client,
             remove=remove,
+            gone=gone,
             tracker=self._tracker,
             request_timeout=self.request_timeout,
         )

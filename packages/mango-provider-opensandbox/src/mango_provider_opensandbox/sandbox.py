@@ -15,13 +15,15 @@ from mango.provider import (
     Command,
     ExecResult,
     FileTooLarge,
+    MangoError,
     NetworkMode,
     PathPolicy,
     PermanentError,
+    ProviderUnavailable,
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import ExecTracker, StreamedExec
+from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, torn_down
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
@@ -39,13 +41,19 @@ from mango_provider_opensandbox.wire import (
     wrap,
 )
 
-__all__ = ["INTERRUPT_SECONDS", "SERVER_TIMEOUT_GRACE", "OpenSandboxSandbox"]
+__all__ = ["EXIT_SIGNALLED", "INTERRUPT_SECONDS", "SERVER_TIMEOUT_GRACE", "OpenSandboxSandbox"]
 
 SERVER_TIMEOUT_GRACE = 5.0
 """Seconds execd's own timeout trails mango's: mango decides (and reports) the timeout,
 execd's kill is the backstop for a client that vanished."""
 INTERRUPT_SECONDS = 5.0
 """Bound on the best-effort interrupt sent after a timeout."""
+EXIT_SIGNALLED = -1
+"""The exit code execd reports for a shell killed by a signal (Go's ``ExitCode()``).
+
+The wrapper shell (:func:`~mango_provider_opensandbox.wire.wrap`) dies by a
+signal only when its whole process group is signalled; a command killed on
+its own (``kill -9``, the OOM killer) leaves the wrapper to report 128+n."""
 _DOWNLOAD_CHUNK = 64 * 1024
 
 
@@ -67,6 +75,8 @@ async def _stop(task: asyncio.Future[Any]) -> None:
 @attrs.define
 class _Run:
     command_id: str | None = None
+    opened: bool = False
+    """execd accepted the command: its event stream is open."""
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -77,6 +87,12 @@ class OpenSandboxSandbox(StreamedExec):
     :mod:`mango_provider_opensandbox.wire` so it arrives byte-exact. Files go
     through execd's file API under the kit's path policy (every component
     stat-ed, links refused). The egress allowlist goes through the sidecar.
+
+    A command whose sandbox is deleted while it runs ends with
+    ``cancelled=True`` and exit code -1, whoever deleted it: this client's
+    :meth:`destroy` is known at once; for another worker's (or
+    ``mango sessions delete``) the lifecycle API is asked, but only when the
+    command ended the way a teardown ends one (see :meth:`_torn_down`).
     """
 
     _ref: SandboxRef
@@ -87,6 +103,8 @@ class OpenSandboxSandbox(StreamedExec):
     _execd: Execd
     _egress: Callable[[], Awaitable[Egress]] = attrs.field(repr=False)
     _remove: Callable[[], Awaitable[None]] = attrs.field(repr=False)
+    _gone: Callable[[], Awaitable[bool]] = attrs.field(repr=False)
+    """One lifecycle ``GET``: True if the sandbox no longer exists or is going."""
     _tracker: ExecTracker = attrs.field(repr=False)
     _request_timeout: float = 30.0
     _policy: PathPolicy = attrs.field(factory=lambda: PathPolicy(ROOT), repr=False)
@@ -139,11 +157,11 @@ class OpenSandboxSandbox(StreamedExec):
                 # process group when the client goes away.
                 await _stop(run)
             if run in done:
+                if await self._torn_down(run, state, handle):
+                    return channel.result(exit_code=-1, cancelled=True)
                 error = run.exception()
                 if error is None:
                     return channel.result(exit_code=run.result())
-                if handle.destroyed:
-                    return channel.result(exit_code=-1, cancelled=True)
                 if plan.stdin.staged and plan.stdin.path is not None and state.command_id is None:
                     await self._forget_stdin(plan.stdin.path)
                 raise error
@@ -154,6 +172,7 @@ class OpenSandboxSandbox(StreamedExec):
 
     async def _stream(self, body: dict[str, object], channel: ExecChannel, state: _Run) -> int:
         async with self._execd.command(body, timeout=self._request_timeout) as response:
+            state.opened = True
             async for event in sse_events(response.aiter_lines()):
                 kind = event.get("type")
                 stream = STREAMS.get(str(kind))
@@ -176,6 +195,33 @@ class OpenSandboxSandbox(StreamedExec):
                     # the last event; every output event came before it.
                     return 0
         raise RemoteUnavailable("run command: the event stream ended without an exit status")
+
+    async def _torn_down(self, run: asyncio.Future[int], state: _Run, handle: ExecHandle) -> bool:
+        """Whether the command that ``run`` ended was stopped by its sandbox being deleted.
+
+        Only the ends a deletion produces are looked into: execd's
+        :data:`EXIT_SIGNALLED` (its process group was signalled), or an event
+        stream that broke after it opened (the server kills the sandbox, and
+        execd with it, so the stream is cut without a terminal event). A
+        completion, an ordinary exit code and a refused start cost nothing.
+        This client's own destroy is known from ``handle``; anyone else's is
+        asked of the lifecycle API through the kit's
+        :func:`~mango.provider.execution.torn_down`. A probe that cannot
+        answer leaves the command's own result or error.
+        """
+        error = run.exception()
+        if error is None:
+            shaped = run.result() == EXIT_SIGNALLED
+        else:
+            shaped = handle.destroyed or (state.opened and isinstance(error, ProviderUnavailable))
+        if not shaped:
+            return False
+        if handle.destroyed:
+            return True
+        try:
+            return await torn_down(self._gone)
+        except MangoError:
+            return False
 
     async def _interrupt(self, state: _Run) -> None:
         if state.command_id is None:

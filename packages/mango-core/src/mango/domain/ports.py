@@ -72,8 +72,12 @@ class Sandbox(Protocol):
           cancelled before the call runs nothing.
         * Each of stdout and stderr is capped; bytes past the cap are drained
           and discarded (memory stays O(cap)) and the truncation flag is set.
-        * Raises :class:`SandboxNotFound` if the resource is gone,
-          :class:`ProviderUnavailable` for transient backend failures.
+        * A destroy of the sandbox while the command runs, by this client or
+          by any other process (another worker, ``mango sessions delete``),
+          ends it: the result has ``cancelled=True`` and ``exit_code=-1``.
+        * Raises :class:`SandboxNotFound` if the resource is gone when the
+          call starts, :class:`ProviderUnavailable` for transient backend
+          failures.
         """
         ...
 

@@ -7,6 +7,8 @@ Go's words (``exit status 3``, ``signal: killed``). Also like envd it does
 **not** kill a process whose stream the client left, and ``SendSignal``
 reaches the pid alone: killing the rest of a process tree is the client's
 job. A ``Connect-Timeout-Ms`` deadline kills the pid, as envd's does.
+A process killed because its sandbox was deleted (:meth:`FakeProcess.kill_tree`)
+gets no ``end`` event: envd dies with the sandbox, so its stream is cut.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class FakeProcess:
     )
     listening: bool = True
     """False once the stream's client left: output is then read and dropped, as envd does."""
+    torn_down: bool = False
+    """True once the process was killed with its sandbox: its stream is cut, not ended."""
     _readers: list[asyncio.Task[None]] = attrs.field(factory=list)
 
     @property
@@ -151,6 +155,7 @@ class FakeProcess:
 
     def kill_tree(self) -> None:
         """Kill the process and, if it leads one, its process group (the sandbox is deleted)."""
+        self.torn_down = True
         pid = self.process.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if os.getpgid(pid) == pid:

@@ -19,7 +19,9 @@ CubeAPI does), requires the key on the data plane too, and names its domain
 in every sandbox answer. Lifecycle: a sandbox's ``timeout`` runs from create,
 connect or ``/timeout``; when it passes, the sandbox pauses (``autoPause``) or
 is deleted. A paused or deleted sandbox's data plane answers as E2B's proxy
-does: 502 ``The sandbox was not found``.
+does: 502 ``The sandbox was not found``; a deleted one's ``GET`` is a 404, and
+the process streams running in it are cut (no ``end`` event), as when E2B
+kills the sandbox's VM with envd inside.
 """
 
 from __future__ import annotations
@@ -587,6 +589,12 @@ class _Routes:
                 data = {name: base64.b64encode(chunk).decode("ascii")}
                 await response.write(encode_envelope({"event": {"data": data}}))
             returncode = await process.wait()
+            if process.torn_down:
+                # The sandbox was deleted and envd with it: no end event, no end of stream.
+                # E2B's proxy aborts the response (Go's ErrAbortHandler), as done here.
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
             if timed_out.is_set():
                 await response.write(end_stream(ConnectError("deadline_exceeded", "timed out")))
             else:

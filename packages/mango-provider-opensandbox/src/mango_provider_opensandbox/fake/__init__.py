@@ -17,7 +17,9 @@ from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
   separated by a blank line; ``init``, one ``stdout``/``stderr`` event per
   *line with its terminator stripped*, ``ping`` every few seconds, then
   ``error`` with the exit code or ``execution_complete``, then a grace
-  period before the stream ends), ``DELETE /command?id=`` (interrupt),
+  period before the stream ends; a command whose sandbox is deleted gets its
+  stream cut mid-body with no final event, since execd dies with the
+  container), ``DELETE /command?id=`` (interrupt),
   ``files/info`` (links not followed), ``files/upload`` (multipart
   metadata + file, chunked bodies accepted), ``files/download``,
   ``directories``, ``DELETE /files``; ``FILE_NOT_FOUND`` on a missing path;

@@ -247,11 +247,17 @@ class ExecdRoutes:
         started = time.monotonic()
         await events.send({"type": "init", "text": command_id})
         result, killed = await self._run(events, record, command, command_id)
-        if result.exit_code == 0 and not (result.timed_out or result.cancelled or killed):
+        if result.cancelled:
+            # The sandbox was deleted: execd died with it (the server kills the
+            # container), so the stream is cut mid-body, with no terminal event.
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        if result.exit_code == 0 and not (result.timed_out or killed):
             elapsed = int((time.monotonic() - started) * 1000)
             await events.send({"type": "execution_complete", "execution_time": elapsed})
         else:
-            code = -1 if result.timed_out or result.cancelled or killed else result.exit_code
+            code = -1 if result.timed_out or killed else result.exit_code
             reason = "signal: killed" if code == -1 else f"exit status {code}"
             failure = {"ename": "CommandExecError", "evalue": str(code), "traceback": [reason]}
             await events.send({"type": "error", "error": failure})
@@ -294,6 +300,8 @@ class ExecdRoutes:
             with contextlib.suppress(asyncio.CancelledError):
                 await pinger
             self._commands.pop(command_id, None)
+        if result.cancelled:
+            return result, killed  # deleted with its sandbox: the tailer died too
         for kind, splitter in splitters.items():
             for text in splitter.flush():
                 await events.send({"type": kind, "text": text})
