@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import pytest
 
 from mango.provider import (
     Command,
+    ConfigurationError,
     ExecEvent,
     ExecResult,
     InvalidInput,
     OutputChunk,
     OutputStream,
     PermanentError,
+    ProviderUnavailable,
+    SandboxNotFound,
     SandboxSpec,
 )
 from mango.provider.execution import (
@@ -24,6 +27,7 @@ from mango.provider.execution import (
     effective_timeout,
     open_exec_stream,
     run_buffered,
+    torn_down,
 )
 from mango.provider.output import ExecChannel, collect
 
@@ -342,3 +346,45 @@ async def test_release_window_lets_a_killed_command_drain_up_to_the_cap() -> Non
     await channel.send(OUT, b"9abcdef")
     assert channel.queued_bytes == 10
     assert channel.truncated(OUT)
+
+
+def _probe(*answers: bool | Exception) -> tuple[list[int], Callable[[], Awaitable[bool]]]:
+    """A probe giving ``answers`` in turn (the last one repeats), and its call count."""
+    calls = [0]
+
+    async def probe() -> bool:
+        answer = answers[min(calls[0], len(answers) - 1)]
+        calls[0] += 1
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return calls, probe
+
+
+async def test_torn_down_answers_from_the_backend_and_settles() -> None:
+    """Gone at once: one ask. Gone after a while: asked until it is. Alive: False after settle."""
+    calls, probe = _probe(True)
+    assert await torn_down(probe, settle=0.2) is True
+    assert calls == [1]
+    calls, probe = _probe(False, False, True)
+    assert await torn_down(probe, settle=5.0) is True
+    assert calls == [3]
+    calls, probe = _probe(False)
+    assert await torn_down(probe, settle=0.05) is False
+    assert calls[0] >= 2
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (SandboxNotFound("gone"), True),
+        (ProviderUnavailable("down"), False),
+        (ConfigurationError("refused key"), False),
+    ],
+)
+async def test_torn_down_reads_a_failed_probe(error: Exception, expected: bool) -> None:
+    """Not found means gone; any other mango error cannot tell, so the command's end stands."""
+    calls, probe = _probe(error)
+    assert await torn_down(probe, settle=5.0) is expected
+    assert calls == [1]

@@ -119,15 +119,6 @@ def _cut_short(error: MangoError) -> bool:
     return isinstance(error, ProviderUnavailable)
 
 
-async def _torn_down(gone: Probe) -> bool:
-    try:
-        return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
-    except MangoError as exc:
-        # The API could not tell (refused credentials, say): the command's own error stands.
-        log.debug("could not ask whether the sandbox was deleted: %s", exc)
-        return False
-
-
 async def run_command(
     toolbox: Toolbox,
     command: Command,
@@ -210,7 +201,7 @@ async def _finish(
         # destroy or our own kill that is expected; after a destroy elsewhere
         # too (the API tells); otherwise the sandbox says why.
         if not (handle.destroyed or (timed_out and isinstance(exc, ProviderUnavailable))):
-            if _cut_short(exc) and await _torn_down(gone):
+            if _cut_short(exc) and await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS):
                 return channel.result(exit_code=-1, cancelled=True)
             raise await diagnose(exc) from exc
     if handle.destroyed:

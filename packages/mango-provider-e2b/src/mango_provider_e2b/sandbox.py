@@ -239,11 +239,8 @@ class E2BSandbox(StreamedExec):
         """
 
         async def gone() -> bool:
-            try:
-                info = await self._remote.control.get(self._id)
-            except SandboxNotFound:
-                return True
-            return info.state in SandboxState.GONE
+            # A 404 (SandboxNotFound) answers True in the kit.
+            return (await self._remote.control.get(self._id)).state in SandboxState.GONE
 
         return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
 

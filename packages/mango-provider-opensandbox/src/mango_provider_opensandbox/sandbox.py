@@ -15,7 +15,6 @@ from mango.provider import (
     Command,
     ExecResult,
     FileTooLarge,
-    MangoError,
     NetworkMode,
     PathPolicy,
     PermanentError,
@@ -216,12 +215,7 @@ class OpenSandboxSandbox(StreamedExec):
             shaped = handle.destroyed or (state.opened and isinstance(error, ProviderUnavailable))
         if not shaped:
             return False
-        if handle.destroyed:
-            return True
-        try:
-            return await torn_down(self._gone)
-        except MangoError:
-            return False
+        return handle.destroyed or await torn_down(self._gone)
 
     async def _interrupt(self, state: _Run) -> None:
         if state.command_id is None:

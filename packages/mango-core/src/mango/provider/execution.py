@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable
+from mango.domain.errors import InvalidInput, MangoError, SandboxNotFound
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxSpec
 from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
 
@@ -47,6 +48,8 @@ __all__ = [
     "run_buffered",
     "torn_down",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 ExecProducer = Callable[[ExecChannel], Awaitable[ExecResult]]
 """A provider's exec body: feeds the channel, returns the final result (from ``channel.result``).
@@ -84,8 +87,10 @@ async def torn_down(
     backend may report the command's end a moment before the sandbox's, so a
     sandbox still shown alive is asked again, backing off, for up to
     ``settle`` seconds before the end is taken as the command's own (an OOM
-    kill, ``kill -9``). A probe that raises :class:`ProviderUnavailable`
-    answers False: the caller's own result or error stands.
+    kill, ``kill -9``). A probe that raises :class:`SandboxNotFound` answers
+    True (the sandbox is gone); any other :class:`MangoError` (an outage,
+    refused credentials) answers False: the caller's own result or error
+    stands.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settle
@@ -94,7 +99,10 @@ async def torn_down(
         try:
             if await is_torn_down():
                 return True
-        except ProviderUnavailable:
+        except SandboxNotFound:
+            return True
+        except MangoError as exc:
+            _LOG.debug("could not ask whether the sandbox was torn down: %s", exc)
             return False
         if loop.time() >= deadline:
             return False
