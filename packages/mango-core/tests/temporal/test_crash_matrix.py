@@ -205,44 +205,24 @@ def _remote_setup(name: str) -> RemoteSetup:
     """The set-up of remote backend ``name`` (its distribution is imported only here)."""
     if name in ("e2b", "cube"):
         from mango_provider_cube.settings import open_cube_provider
-        from mango_provider_e2b.fake import CUBE_MODE, E2BFakeService, FakeConfig
+        from mango_provider_e2b.fake import (
+            CUBE_MODE,
+            E2BFakeService,
+            FakeConfig,
+            mango_settings,
+        )
         from mango_provider_e2b.settings import open_e2b_provider
 
-        if name == "e2b":
-            config = FakeConfig()
-
-            def e2b_settings(fake: Any) -> dict[str, str]:
-                return {
-                    "E2B_API_URL": fake.url,
-                    "E2B_SANDBOX_URL": fake.url,
-                    "E2B_API_KEY": str(config.api_key),
-                }
-
-            return RemoteSetup(
-                open_fake=lambda scratch: E2BFakeService.create(scratch, config),
-                service=lambda fake: fake,
-                settings=e2b_settings,
-                factory=open_e2b_provider,
-            )
-        cube = FakeConfig(mode=CUBE_MODE, api_key="cube_fake_key", domain="cube.local")
-
-        def cube_settings(fake: Any) -> dict[str, str]:
-            host, _, port = fake.url.removeprefix("http://").partition(":")
-            return {
-                "CUBE_API_URL": fake.url,
-                "CUBE_TEMPLATE_ID": "base",
-                "CUBE_API_KEY": str(cube.api_key),
-                "CUBE_SANDBOX_DOMAIN": cube.domain,
-                "CUBE_PROXY_NODE_IP": host,
-                "CUBE_PROXY_PORT_HTTP": port,
-                "CUBE_PROXY_SCHEME": "http",
-            }
-
+        config = (
+            FakeConfig(mode=CUBE_MODE, api_key="cube_fake_key", domain="cube.local")
+            if name == "cube"
+            else FakeConfig()
+        )
         return RemoteSetup(
-            open_fake=lambda scratch: E2BFakeService.create(scratch, cube),
+            open_fake=lambda scratch: E2BFakeService.create(scratch, config),
             service=lambda fake: fake,
-            settings=cube_settings,
-            factory=open_cube_provider,
+            settings=lambda fake: mango_settings(fake.url, config),
+            factory=open_cube_provider if name == "cube" else open_e2b_provider,
         )
     if name == "opensandbox":
         from mango_provider_opensandbox.fake import FakeOpenSandbox

@@ -14,6 +14,15 @@ from mango_provider_e2b.fake.service import (
     WORKSPACE,
     E2BFakeService,
     FakeConfig,
+    mango_settings,
 )
 
-__all__ = ["CUBE_MODE", "E2B_MODE", "WORKSPACE", "E2BFakeService", "FakeConfig", "FakeProcess"]
+__all__ = [
+    "CUBE_MODE",
+    "E2B_MODE",
+    "WORKSPACE",
+    "E2BFakeService",
+    "FakeConfig",
+    "FakeProcess",
+    "mango_settings",
+]

@@ -13,7 +13,13 @@ import tempfile
 from collections.abc import Sequence
 
 from mango.provider.fake import serve
-from mango_provider_e2b.fake.service import CUBE_MODE, E2B_MODE, E2BFakeService, FakeConfig
+from mango_provider_e2b.fake.service import (
+    CUBE_MODE,
+    E2B_MODE,
+    E2BFakeService,
+    FakeConfig,
+    mango_settings,
+)
 
 
 class _Announce:
@@ -29,27 +35,8 @@ class _Announce:
             self.url = text.strip()
         if "\n" in text and self.url is not None:
             url, self.url = self.url, None
-            host, _, port = url.removeprefix("http://").partition(":")
-            key = self.config.api_key or ""
-            if self.config.mode == CUBE_MODE:
-                lines = [
-                    "MANGO_SANDBOX=cube",
-                    f"CUBE_API_URL={url}",
-                    "CUBE_TEMPLATE_ID=base",
-                    f"CUBE_API_KEY={key}",
-                    f"CUBE_SANDBOX_DOMAIN={self.config.domain}",
-                    f"CUBE_PROXY_NODE_IP={host}",
-                    f"CUBE_PROXY_PORT_HTTP={port}",
-                    "CUBE_PROXY_SCHEME=http",
-                ]
-            else:
-                lines = [
-                    "MANGO_SANDBOX=e2b",
-                    f"E2B_API_URL={url}",
-                    f"E2B_SANDBOX_URL={url}",
-                    f"E2B_API_KEY={key}",
-                ]
-            sys.stdout.write("".join(f"export {line}\n" for line in lines))
+            settings = mango_settings(url, self.config)
+            sys.stdout.write("".join(f"export {k}={v}\n" for k, v in settings.items()))
         return len(text)
 
     def flush(self) -> None:
