@@ -212,7 +212,7 @@ class TestClaims(ProviderSuite):
     result.stdout.fnmatch_lines(
         [
             "*test_file_resources_protocol*",
-            "*does not implement FileResourceSandbox*",
+            "*declares file-resources, but mango defines no sandbox protocol for file resource*",
             "*file-resources checks arrive with the issue that builds file resource mounts*",
             "*not declared: local does not declare skill-bundles*",
         ]

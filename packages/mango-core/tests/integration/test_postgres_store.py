@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import attrs
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from mango.domain import (
@@ -16,6 +18,7 @@ from mango.domain import (
     BindingStore,
     ConfigurationError,
     InvalidInput,
+    PackagePlan,
     PreconditionFailed,
     ProviderUnavailable,
     ProvisioningBlocked,
@@ -24,6 +27,7 @@ from mango.domain import (
     SandboxSpec,
     spec_hash,
 )
+from mango.domain.hashing import canonical_form
 from mango.postgres import (
     Migration,
     Pool,
@@ -450,3 +454,84 @@ async def test_unstorable_value_is_invalid_input(store: PostgresBindingStore) ->
     spec = SandboxSpec(image="bad\x00image")
     with pytest.raises(InvalidInput):
         await store.put_intent(ProvisioningIntent("s", "local", spec, spec_hash(spec)))
+
+
+# ------------------------------------------------------- rows by column name
+
+
+async def write_intent_row(url: str, session_id: str, spec: object, hash_value: str) -> None:
+    """An intent row as some other writer left it: an earlier release, a newer one, a hand."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO mango_sandbox_provisioning_intents"
+            " (session_id, provider, spec, spec_hash) VALUES (%s, 'local', %s, %s)",
+            (session_id, Jsonb(spec), hash_value),
+        )
+
+
+STORED_HASH = "sha256:0123"
+"""An opaque stored hash: reading a row never recomputes it."""
+
+
+async def test_the_stored_spec_is_its_canonical_document(
+    store: PostgresBindingStore, database_url: str
+) -> None:
+    """The intent's spec column holds the document its hash is computed from."""
+    await store.ensure_session("s")
+    spec = SandboxSpec(timeout=30.0, network="limited", network_allowed_hosts=["a.example"])
+    await store.put_intent(ProvisioningIntent("s", "local", spec, spec_hash(spec)))
+    [(stored,)] = await fetch_all(
+        database_url, "SELECT spec FROM mango_sandbox_provisioning_intents"
+    )
+    assert stored == canonical_form(spec)
+    assert stored == {"network": "limited", "network_allowed_hosts": ["a.example"], "timeout": 30}
+
+
+async def test_an_intent_of_an_earlier_release_reads_back(
+    store: PostgresBindingStore, database_url: str
+) -> None:
+    """A spec stored with every field (as before the canonical document) is the same spec."""
+    spec = SandboxSpec(timeout=30, packages=PackagePlan(apt=["curl"]))
+    await store.ensure_session("old")
+    full = attrs.asdict(spec)
+    full["network"] = "none"
+    await write_intent_row(database_url, "old", full, STORED_HASH)
+    intent = await store.get_intent("old")
+    assert intent == ProvisioningIntent("old", "local", spec, STORED_HASH)
+    assert [intent] == list(await store.list_intents("local"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"timeout": 30, "gpus": 1}, "extra fields found (gpus) @ row.spec"),
+        ({"timeout": "30"}, "expected float, got str @ row.spec.timeout"),
+        ({"packages": {"apt": "curl"}}, "expected a list, got str @ row.spec.packages.apt"),
+        ({"network": "wide"}, "network must be one of none, bridge, limited, got 'wide'"),
+    ],
+    ids=["unknown-field", "wrong-type", "string-for-list", "bad-value"],
+)
+async def test_a_row_the_spec_cannot_hold_is_invalid_input_naming_the_field(
+    store: PostgresBindingStore, database_url: str, spec: dict[str, object], problem: str
+) -> None:
+    """A stored spec with an unknown or wrong-typed field is refused, not guessed, and kept."""
+    await store.ensure_session("s")
+    await write_intent_row(database_url, "s", spec, "sha256v2:x")
+    for read in (store.get_intent("s"), store.list_intents("local")):
+        with pytest.raises(InvalidInput, match="provisioning intent of session 's'") as caught:
+            await read
+        assert problem in str(caught.value)
+    rows = await fetch_all(database_url, "SELECT spec FROM mango_sandbox_provisioning_intents")
+    assert [(spec,)] == rows
+
+
+async def test_binding_rows_read_by_column_name(store: PostgresBindingStore) -> None:
+    """A binding comes back with its reference and lost time (UTC) from named columns."""
+    await store.ensure_session("s")
+    stored = await store.put_binding(make_binding("s", "e-1"))
+    assert stored == make_binding("s", "e-1")
+    lost = await store.mark_binding_lost("s", SandboxRef("local", "e-1"))
+    assert lost is not None
+    assert lost.lost_at is not None
+    assert lost.lost_at.utcoffset() == timedelta(0)
+    assert await store.get_binding("s") == lost

@@ -68,3 +68,63 @@ def test_a_malformed_payload_is_invalid_input_naming_the_fields() -> None:
     with pytest.raises(InvalidInput, match="SessionWorkflowInput") as caught:
         data_converter.payload_converter.from_payloads([payload], [SessionWorkflowInput])
     assert "payload.spec" in str(caught.value)
+
+
+def _payload(document: object) -> Payload:
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(document).encode())
+
+
+def test_an_unknown_field_is_invalid_input_naming_it() -> None:
+    """A field the message does not have is refused, never dropped: a newer writer shows."""
+    document = {"session_id": "s-1", "spec": {"timeout": 5, "gpus": 1}, "priority": 3}
+    with pytest.raises(InvalidInput) as caught:
+        data_converter.payload_converter.from_payloads([_payload(document)], [SessionWorkflowInput])
+    message = str(caught.value)
+    assert "extra fields found (priority) @ payload" in message
+    assert "extra fields found (gpus) @ payload.spec" in message
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ({"session_id": 5}, "expected str, got int @ payload.session_id"),
+        ({"session_id": "s", "spec": {"timeout": "5"}}, "expected float, got str @ payload.spec"),
+        ({"session_id": "s", "steps_per_run": True}, "expected int, got bool @ payload.steps_"),
+        ({"session_id": "s", "idle_timeout": None}, "expected float, got NoneType @ payload.idle"),
+        (
+            {"session_id": "s", "spec": {"network_allowed_hosts": "a.example"}},
+            "expected a list, got str @ payload.spec.network_allowed_hosts",
+        ),
+    ],
+)
+def test_a_wrong_typed_field_is_invalid_input_naming_it(document: object, problem: str) -> None:
+    """Values of the wrong JSON type are refused, not coerced ('5' is no number, 5 no text)."""
+    with pytest.raises(InvalidInput, match="SessionWorkflowInput") as caught:
+        data_converter.payload_converter.from_payloads([_payload(document)], [SessionWorkflowInput])
+    assert problem in str(caught.value)
+
+
+def test_a_spec_travels_as_its_canonical_document() -> None:
+    """The spec in a payload is the document its hash is computed from; a full one reads back."""
+    spec = SandboxSpec(timeout=30.0, network=NetworkMode.BRIDGE)
+    [payload] = data_converter.payload_converter.to_payloads(
+        [ToolStepInput("s", ToolCall("x"), spec)]
+    )
+    assert json.loads(payload.data)["spec"] == {"network": "bridge", "timeout": 30}
+    full = {
+        "session_id": "s",
+        "call": {"name": "x", "arguments": {}},
+        "spec": {
+            "timeout": 30.0,
+            "image": None,
+            "memory": None,
+            "cpus": None,
+            "network": "bridge",
+            "pids_limit": None,
+            "network_allowed_hosts": [],
+            "setup_network_allowed_hosts": [],
+            "packages": {"apt": [], "cargo": [], "gem": [], "go": [], "npm": [], "pip": []},
+        },
+    }
+    [read] = data_converter.payload_converter.from_payloads([_payload(full)], [ToolStepInput])
+    assert read.spec == spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mango.app.converter import converter
 from mango.domain import NetworkMode, PackagePlan, SandboxSpec
 from mango.domain.hashing import (
     SPEC_HASH_PREFIX,
@@ -18,10 +20,8 @@ from mango.domain.hashing import (
     binding_spec_hash,
     canonical_form,
     package_plan_hash,
-    spec_from_json,
     spec_hash,
     spec_hash_matches,
-    spec_to_json,
 )
 
 _NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0-", min_size=1, max_size=8)
@@ -106,8 +106,10 @@ def test_a_new_field_set_to_a_non_default_changes_the_hash(spec: SandboxSpec) ->
 
 @given(SPECS)
 def test_round_trip_through_json_keeps_the_hash(spec: SandboxSpec) -> None:
-    """The spec stored as JSON with an intent hashes the same once read back."""
-    assert spec_hash(spec_from_json(spec_to_json(spec))) == spec_hash(spec)
+    """The spec stored as JSON with an intent (the edge converter's document) hashes the same."""
+    stored = json.loads(json.dumps(converter.unstructure(spec)))
+    assert stored == canonical_form(spec)
+    assert spec_hash(converter.structure(stored, SandboxSpec)) == spec_hash(spec)
 
 
 def test_canonical_form_omits_defaults_and_normalises_numbers() -> None:
@@ -201,3 +203,17 @@ def test_v1_binding_hashes_still_prove_package_setup() -> None:
     assert binding_proves_package_setup(legacy, WITH_PACKAGES)
     assert not binding_proves_package_setup(legacy, attrs.evolve(WITH_PACKAGES, timeout=5))
     assert binding_proves_package_setup(V1_TIMEOUT_30 + "|packages=" + V1_EMPTY_PLAN, SandboxSpec())
+
+
+def test_v1_hashes_match_either_spelling_of_an_integral_number() -> None:
+    """v1 hashed 30 and 30.0 apart; read back through the converter, both are recognised."""
+    as_int, as_float = SandboxSpec(timeout=30), SandboxSpec(timeout=30.0)
+    assert spec_hash_matches(V1_TIMEOUT_30, as_int)
+    assert spec_hash_matches(V1_TIMEOUT_30, as_float)
+    read_back = converter.structure(converter.unstructure(as_int), SandboxSpec)
+    assert spec_hash_matches(V1_TIMEOUT_30, read_back)
+    docker_v1 = GOLDEN[2][1]  # hashed over timeout=30.0 and cpus=1.5
+    assert spec_hash_matches(docker_v1, attrs.evolve(DOCKER, timeout=30))
+    assert not spec_hash_matches(docker_v1, attrs.evolve(DOCKER, timeout=30, cpus=1))
+    assert not spec_hash_matches(V1_TIMEOUT_30, SandboxSpec(timeout=30.5))
+    assert not spec_hash_matches(V1_TIMEOUT_30, SandboxSpec(timeout=30, cpus=2))

@@ -295,13 +295,34 @@ async def test_destroy_then_attach_is_not_found(provider: LocalProvider, base: P
         await LocalProvider(base).attach(KEY, created.ref, SPEC)
 
 
-async def test_destroy_twice_succeeds(provider: LocalProvider) -> None:
-    """Destroy is idempotent, also through a second client of the same sandbox."""
+def tree(path: Path) -> set[str]:
+    """Every path under ``path``, relative to it."""
+    return {str(child.relative_to(path)) for child in path.rglob("*")}
+
+
+async def test_destroy_twice_succeeds(provider: LocalProvider, base: Path) -> None:
+    """The first destroy removes what the sandbox held; later ones, from any client, are no-ops."""
     created = await provider.create(KEY, SPEC)
+    await created.write_file("x", b"1")
     attached = await provider.attach(KEY, created.ref, SPEC)
+    neighbour = await provider.create("neighbour", SPEC)
+    await neighbour.write_file("y", b"2")
+    name = Path(created.ref.external_id).name
+    before = tree(base)
+    held = {path for path in before if name in path}
+    assert f"{name}/workspace/x" in held
+    assert f".owners/{name}.json" in held
+
     await created.destroy()
-    await created.destroy()
-    await attached.destroy()
+    after_first = tree(base)
+    assert after_first == before - held
+    with pytest.raises(SandboxNotFound):
+        await LocalProvider(base).attach(KEY, created.ref, SPEC)
+
+    for client in (created, attached):
+        await client.destroy()
+        assert tree(base) == after_first
+    assert await neighbour.read_file("y") == b"2"
 
 
 async def test_destroy_removes_leftovers_of_an_interrupted_destroy(

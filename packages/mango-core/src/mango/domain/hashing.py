@@ -16,8 +16,14 @@ to :class:`~mango.domain.values.SandboxSpec`. The current version
 * tuples keep their order: package lists are passed to the package manager
   verbatim, and allowlists are already sorted by their converters.
 
+This canonical form is also the spec's one JSON document: the edge converter
+(:mod:`mango.app.converter`, a layer above, since the domain imports no
+cattrs) writes a spec as :func:`canonical_form` into intent rows and Temporal
+payloads, so what is stored and what is hashed are the same value.
+
 Hashes written by version 1 (``sha256:``, the whole ``attrs.asdict``) are
-still recognised by :func:`spec_hash_matches` and
+still recognised (whichever way an integral ``timeout`` or ``cpus`` was
+spelled, ``30`` or ``30.0``) by :func:`spec_hash_matches` and
 :func:`binding_proves_package_setup`. Compare stored hashes only through
 those two functions, never with ``==``.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -44,10 +51,8 @@ __all__ = [
     "package_plan_hash",
     "package_plan_hash_matches",
     "session_key_hash",
-    "spec_from_json",
     "spec_hash",
     "spec_hash_matches",
-    "spec_to_json",
 ]
 
 PACKAGES_MARKER = "|packages="
@@ -117,20 +122,6 @@ def _canonical_attrs(value: Any) -> dict[str, Any]:
     return result
 
 
-def spec_to_json(spec: SandboxSpec) -> dict[str, Any]:
-    """Return the JSON-able form of ``spec`` (stable keys, lists for tuples)."""
-    data = attrs.asdict(spec)
-    data["network"] = spec.network.value
-    return data
-
-
-def spec_from_json(data: dict[str, Any]) -> SandboxSpec:
-    """Rebuild a spec from :func:`spec_to_json` output (validation included)."""
-    fields = dict(data)
-    packages = fields.pop("packages", None) or {}
-    return SandboxSpec(**fields, packages=PackagePlan(**packages))
-
-
 def spec_hash(spec: SandboxSpec) -> str:
     """Versioned hash of the whole spec, stored with provisioning intents."""
     return SPEC_HASH_PREFIX + _sha256(_canonical(canonical_form(spec)))
@@ -150,14 +141,38 @@ def _v1_fields(value: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
     return {name: data[name] for name in names}
 
 
-def _spec_hash_v1(spec: SandboxSpec) -> str | None:
+def _number_spellings(value: Any) -> tuple[Any, ...]:
+    """An integral number as both JSON spellings (``30`` and ``30.0``); anything else as is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return (value,)
+    if isinstance(value, float):
+        return (value, int(value)) if value.is_integer() else (value,)
+    return (value, float(value))
+
+
+def _spec_hashes_v1(spec: SandboxSpec) -> set[str]:
+    """Every v1 hash ``spec`` may have been stored under.
+
+    v1 hashed the JSON text of each number as it was given, so ``timeout=30``
+    and ``timeout=30.0`` hashed apart, and a spec read back may spell an
+    integral number the other way (a Temporal payload or a stored document
+    carries it as ``30``, the converter reads a float field as ``30.0``).
+    They are one request, as v2 says, so each spelling of the float fields is
+    recognised.
+    """
     data = _v1_fields(spec, _V1_SPEC_FIELDS)
     plan = _v1_fields(spec.packages, _V1_PLAN_FIELDS)
     if data is None or plan is None:
-        return None
+        return set()
     data["network"] = spec.network.value
     data["packages"] = plan
-    return SPEC_HASH_V1_PREFIX + _sha256(_canonical(data))
+    hashes = set()
+    for timeout, cpus in itertools.product(
+        _number_spellings(data["timeout"]), _number_spellings(data["cpus"])
+    ):
+        spelled = {**data, "timeout": timeout, "cpus": cpus}
+        hashes.add(SPEC_HASH_V1_PREFIX + _sha256(_canonical(spelled)))
+    return hashes
 
 
 def _package_plan_hash_v1(plan: PackagePlan) -> str | None:
@@ -173,7 +188,7 @@ def spec_hash_matches(stored: str, spec: SandboxSpec) -> bool:
     if stored.startswith(SPEC_HASH_PREFIX):
         return stored == spec_hash(spec)
     if stored.startswith(SPEC_HASH_V1_PREFIX):
-        return stored == _spec_hash_v1(spec)
+        return stored in _spec_hashes_v1(spec)
     return False
 
 

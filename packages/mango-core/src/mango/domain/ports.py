@@ -28,16 +28,11 @@ from mango.domain.values import (
 __all__ = [
     "BindingStore",
     "Clock",
-    "FileResourceSandbox",
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
-    "MemoryStoreSandbox",
     "Provider",
     "PurgingProvider",
-    "ResourceLockSandbox",
     "Sandbox",
-    "SessionOutputSandbox",
-    "SkillBundleSandbox",
 ]
 
 
@@ -336,9 +331,11 @@ class Clock(Protocol):
 
 
 # ---------------------------------------------------------------------------
-# Optional capability protocols. A provider that declares the capability must
-# give sandboxes that implement the matching protocol. Their operations are
-# specified here and filled in by the issues that build each capability.
+# Optional sandbox protocols. A provider that declares a capability must give
+# sandboxes that implement its protocol. A capability's protocol enters this
+# module (and the provider surface) only together with a provider that
+# implements it and conformance checks for it: file resources, session
+# outputs, skill bundles and memory stores have none yet.
 
 
 @runtime_checkable
@@ -364,67 +361,4 @@ class LimitedNetworkSandbox(Protocol):
 
     async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
         """Replace the egress allowlist. Idempotent; an empty list blocks all egress."""
-        ...
-
-
-@runtime_checkable
-class FileResourceSandbox(Protocol):
-    """Capability ``file-resources``: read-only files mounted at a runtime path."""
-
-    async def has_file_resource(self, runtime_path: str, identity: str) -> bool:
-        """True if the resource with ``identity`` is published at ``runtime_path``."""
-        ...
-
-    async def import_file_resource(
-        self, runtime_path: str, identity: str, content: AsyncIterator[bytes]
-    ) -> None:
-        """Stage and atomically publish a file. Idempotent per identity."""
-        ...
-
-    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
-        """Remove the file if it still has ``identity``. Idempotent after a crash."""
-        ...
-
-
-@runtime_checkable
-class SessionOutputSandbox(Protocol):
-    """Capability ``session-outputs``: files the agent leaves for the user."""
-
-    def open_session_outputs(self) -> AsyncIterator[bytes]:
-        """Stream the outputs directory as a tar archive."""
-        ...
-
-
-@runtime_checkable
-class SkillBundleSandbox(Protocol):
-    """Capability ``skill-bundles``: read-only skill directories."""
-
-    async def has_skill(self, name: str, identity: str) -> bool:
-        """True if the skill ``name`` with ``identity`` is published."""
-        ...
-
-    async def import_skill(self, name: str, identity: str, archive: AsyncIterator[bytes]) -> None:
-        """Verify, extract and atomically publish a skill archive."""
-        ...
-
-
-@runtime_checkable
-class MemoryStoreSandbox(Protocol):
-    """Capability ``memory-stores``: durable read-write mounts synced to PostgreSQL."""
-
-    async def read_memory_store(self, identity: str) -> dict[str, bytes]:
-        """Return the current files of the store mounted as ``identity``."""
-        ...
-
-    async def replace_memory_store(self, identity: str, files: dict[str, bytes]) -> None:
-        """Replace the mounted store's content with ``files``."""
-        ...
-
-
-@runtime_checkable
-class ResourceLockSandbox(Protocol):
-    """Serialise resource imports against tool steps inside one sandbox."""
-
-    async def lock_resources(self, *, exclusive: bool) -> object:
-        """Acquire the lock; the returned object's ``release()`` frees it."""
         ...

@@ -5,6 +5,7 @@ migrations under an advisory lock, and returns a :class:`PostgresBindingStore`.
 """
 
 from mango.postgres._errors import redact, redact_conninfo
+from mango.postgres.connect import open_store
 from mango.postgres.schema import (
     MIGRATION_LOCK_KEY,
     Migration,
@@ -12,7 +13,7 @@ from mango.postgres.schema import (
     apply_migrations,
     load_migrations,
 )
-from mango.postgres.store import PostgresBindingStore, open_store
+from mango.postgres.store import PostgresBindingStore
 
 __all__ = [
     "MIGRATION_LOCK_KEY",

@@ -5,23 +5,23 @@ lock (``SELECT ... FOR UPDATE`` on ``mango_sessions``): intents, bindings,
 the deletion fence and Session deletion all serialise on it. The lock is taken
 in its own statement first, so the guarded statement that follows runs with a
 snapshot that sees whatever the previous lock holder committed.
+
+Rows are read by column name through mango's one converter
+(:mod:`mango.postgres._rows`): a row the domain value cannot hold is an
+:class:`~mango.domain.errors.InvalidInput` naming the field, never a guess.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
 import attrs
 import psycopg
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from mango.domain.errors import ConfigurationError, PreconditionFailed, ProvisioningBlocked
-from mango.domain.hashing import spec_from_json, spec_to_json
 from mango.domain.registry import new_namespace, validate_namespace
 from mango.domain.values import (
     Binding,
@@ -30,46 +30,24 @@ from mango.domain.values import (
     SessionRecord,
     validate_session_id,
 )
-from mango.postgres._errors import redact, redact_conninfo, translate_errors
-from mango.postgres.schema import Pool, apply_migrations
+from mango.postgres._errors import translate_errors
+from mango.postgres._rows import fetch_all, fetch_one, spec_document
+from mango.postgres.schema import Pool
 
-__all__ = ["PostgresBindingStore", "open_store"]
+__all__ = ["PostgresBindingStore"]
 
-_SESSION = "SELECT id, created_at, deleting_at FROM mango_sessions"
+_SESSION = "SELECT id AS session_id, created_at, deleting_at FROM mango_sessions"
 _INTENT = (
-    "SELECT i.session_id, i.provider, i.spec, i.spec_hash, s.deleting_at IS NOT NULL"
+    "SELECT i.session_id, i.provider, i.spec, i.spec_hash, s.deleting_at IS NOT NULL AS deleting"
     " FROM mango_sandbox_provisioning_intents i JOIN mango_sessions s ON s.id = i.session_id"
+)
+_BINDING = (
+    "SELECT session_id, spec_hash, lost_at,"
+    " json_build_object('provider', provider, 'external_id', external_id) AS ref"
+    " FROM mango_sandbox_bindings"
 )
 _LOCK_SESSION = "SELECT deleting_at FROM mango_sessions WHERE id = %s FOR UPDATE"
 _BINDING_REF_KEY = "mango_sandbox_bindings_ref_key"
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
-def _session(row: tuple[Any, ...]) -> SessionRecord:
-    deleting_at = None if row[2] is None else _utc(row[2])
-    return SessionRecord(session_id=row[0], created_at=_utc(row[1]), deleting_at=deleting_at)
-
-
-def _intent(row: tuple[Any, ...]) -> ProvisioningIntent:
-    return ProvisioningIntent(
-        session_id=row[0],
-        provider=row[1],
-        spec=spec_from_json(row[2]),
-        spec_hash=row[3],
-        deleting=bool(row[4]),
-    )
-
-
-def _binding(row: tuple[Any, ...]) -> Binding:
-    return Binding(
-        session_id=row[0],
-        ref=SandboxRef(provider=row[1], external_id=row[2]),
-        spec_hash=row[3],
-        lost_at=None if row[4] is None else _utc(row[4]),
-    )
 
 
 @attrs.define
@@ -130,44 +108,43 @@ class PostgresBindingStore:
         validate_session_id(session_id)
         async with self._connection("creating a session") as conn:
             # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING always yields the stored row.
-            cursor = await conn.execute(
+            record = await fetch_one(
+                conn,
                 "INSERT INTO mango_sessions (id) VALUES (%s)"
                 " ON CONFLICT (id) DO UPDATE SET created_at = mango_sessions.created_at"
-                " RETURNING id, created_at, deleting_at",
+                " RETURNING id AS session_id, created_at, deleting_at",
                 (session_id,),
+                SessionRecord,
             )
-            row = await cursor.fetchone()
-        assert row is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
-        return _session(row)
+        assert record is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
+        return record
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """Return the Session row, or None."""
         validate_session_id(session_id)
         async with self._connection("reading a session") as conn:
-            cursor = await conn.execute(_SESSION + " WHERE id = %s", (session_id,))
-            row = await cursor.fetchone()
-        return None if row is None else _session(row)
+            return await fetch_one(conn, _SESSION + " WHERE id = %s", (session_id,), SessionRecord)
 
     async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
         """Sessions, oldest first (at most ``limit``; none if ``limit <= 0``)."""
         if limit <= 0:
             return []
         async with self._connection("listing sessions") as conn:
-            cursor = await conn.execute(_SESSION + " ORDER BY created_at, id LIMIT %s", (limit,))
-            rows = await cursor.fetchall()
-        return [_session(row) for row in rows]
+            return await fetch_all(
+                conn, _SESSION + " ORDER BY created_at, id LIMIT %s", (limit,), SessionRecord
+            )
 
     async def fence_session(self, session_id: str) -> SessionRecord | None:
         """Set the deletion fence (the first time wins); None if the Session does not exist."""
         validate_session_id(session_id)
         async with self._connection("fencing a session") as conn:
-            cursor = await conn.execute(
+            return await fetch_one(
+                conn,
                 "UPDATE mango_sessions SET deleting_at = COALESCE(deleting_at, now())"
-                " WHERE id = %s RETURNING id, created_at, deleting_at",
+                " WHERE id = %s RETURNING id AS session_id, created_at, deleting_at",
                 (session_id,),
+                SessionRecord,
             )
-            row = await cursor.fetchone()
-        return None if row is None else _session(row)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a fenced Session with no binding or intent left.
@@ -213,12 +190,12 @@ class PostgresBindingStore:
         if limit <= 0:
             return []
         async with self._connection("listing deleting sessions") as conn:
-            cursor = await conn.execute(
+            return await fetch_all(
+                conn,
                 _SESSION + " WHERE deleting_at IS NOT NULL ORDER BY deleting_at, id LIMIT %s",
                 (limit,),
+                SessionRecord,
             )
-            rows = await cursor.fetchall()
-        return [_session(row) for row in rows]
 
     # --------------------------------------------------------------- intents
 
@@ -226,9 +203,9 @@ class PostgresBindingStore:
         """Return the provisioning intent (``deleting`` projected), or None."""
         validate_session_id(session_id)
         async with self._connection("reading a provisioning intent") as conn:
-            cursor = await conn.execute(_INTENT + " WHERE i.session_id = %s", (session_id,))
-            row = await cursor.fetchone()
-        return None if row is None else _intent(row)
+            return await fetch_one(
+                conn, _INTENT + " WHERE i.session_id = %s", (session_id,), ProvisioningIntent
+            )
 
     async def put_intent(self, intent: ProvisioningIntent) -> ProvisioningIntent:
         """Insert-if-absent; return the stored intent (which may differ from ``intent``).
@@ -244,7 +221,8 @@ class PostgresBindingStore:
                 raise ProvisioningBlocked(f"session {session_id!r} does not exist")
             if locked[0] is not None:
                 raise ProvisioningBlocked(f"session {session_id!r} is being deleted")
-            cursor = await conn.execute(
+            stored = await fetch_one(
+                conn,
                 "INSERT INTO mango_sandbox_provisioning_intents"
                 " (session_id, provider, spec, spec_hash)"
                 " SELECT s.id, %s, %s, %s FROM mango_sessions s"
@@ -253,25 +231,25 @@ class PostgresBindingStore:
                 " FOR UPDATE OF s"
                 " ON CONFLICT (session_id) DO UPDATE"
                 " SET updated_at = mango_sandbox_provisioning_intents.updated_at"
-                " RETURNING session_id, provider, spec, spec_hash, false",
-                (intent.provider, Jsonb(spec_to_json(intent.spec)), intent.spec_hash, session_id),
+                " RETURNING session_id, provider, spec, spec_hash, false AS deleting",
+                (intent.provider, spec_document(intent.spec), intent.spec_hash, session_id),
+                ProvisioningIntent,
             )
-            row = await cursor.fetchone()
-        if row is None:
+        if stored is None:
             raise ProvisioningBlocked(f"session {session_id!r} is already bound to a sandbox")
-        return _intent(row)
+        return stored
 
     async def list_intents(self, provider: str, limit: int = 100) -> Sequence[ProvisioningIntent]:
         """That provider's intents, oldest first, with ``deleting`` projected."""
         if limit <= 0:
             return []
         async with self._connection("listing provisioning intents") as conn:
-            cursor = await conn.execute(
+            return await fetch_all(
+                conn,
                 _INTENT + " WHERE i.provider = %s ORDER BY i.created_at, i.session_id LIMIT %s",
                 (provider, limit),
+                ProvisioningIntent,
             )
-            rows = await cursor.fetchall()
-        return [_intent(row) for row in rows]
 
     async def delete_intent(self, intent: ProvisioningIntent) -> None:
         """Compare-and-delete on (session, provider, spec hash).
@@ -304,13 +282,9 @@ class PostgresBindingStore:
         """Return the binding, or None."""
         validate_session_id(session_id)
         async with self._connection("reading a sandbox binding") as conn:
-            cursor = await conn.execute(
-                "SELECT session_id, provider, external_id, spec_hash, lost_at"
-                " FROM mango_sandbox_bindings WHERE session_id = %s",
-                (session_id,),
+            return await fetch_one(
+                conn, _BINDING + " WHERE session_id = %s", (session_id,), Binding
             )
-            row = await cursor.fetchone()
-        return None if row is None else _binding(row)
 
     async def put_binding(self, binding: Binding) -> Binding:
         """Insert-if-absent and delete the Session's intent in one transaction.
@@ -325,15 +299,17 @@ class PostgresBindingStore:
                 cursor = await conn.execute(_LOCK_SESSION, (session_id,))
                 if await cursor.fetchone() is None:
                     raise ProvisioningBlocked(f"session {session_id!r} does not exist")
-                cursor = await conn.execute(
+                stored = await fetch_one(
+                    conn,
                     "INSERT INTO mango_sandbox_bindings"
                     " (session_id, provider, external_id, spec_hash) VALUES (%s, %s, %s, %s)"
                     " ON CONFLICT (session_id) DO UPDATE"
                     " SET updated_at = mango_sandbox_bindings.updated_at"
-                    " RETURNING session_id, provider, external_id, spec_hash, lost_at",
+                    " RETURNING session_id, spec_hash, lost_at,"
+                    " json_build_object('provider', provider, 'external_id', external_id) AS ref",
                     (session_id, ref.provider, ref.external_id, binding.spec_hash),
+                    Binding,
                 )
-                row = await cursor.fetchone()
                 await conn.execute(
                     "DELETE FROM mango_sandbox_provisioning_intents WHERE session_id = %s",
                     (session_id,),
@@ -342,8 +318,8 @@ class PostgresBindingStore:
             if exc.diag.constraint_name != _BINDING_REF_KEY:
                 raise
             raise PreconditionFailed(f"{ref} is bound to another session") from exc
-        assert row is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
-        return _binding(row)
+        assert stored is not None  # noqa: S101 - INSERT ... DO UPDATE RETURNING yields one row
+        return stored
 
     async def delete_binding(self, binding: Binding) -> None:
         """Compare-and-delete on (session, provider, external id).
@@ -379,59 +355,13 @@ class PostgresBindingStore:
         """
         validate_session_id(session_id)
         async with self._connection("marking a sandbox binding lost") as conn:
-            cursor = await conn.execute(
+            return await fetch_one(
+                conn,
                 "UPDATE mango_sandbox_bindings"
                 " SET lost_at = COALESCE(lost_at, now()), updated_at = now()"
                 " WHERE session_id = %s AND provider = %s AND external_id = %s"
-                " RETURNING session_id, provider, external_id, spec_hash, lost_at",
+                " RETURNING session_id, spec_hash, lost_at,"
+                " json_build_object('provider', provider, 'external_id', external_id) AS ref",
                 (session_id, ref.provider, ref.external_id),
+                Binding,
             )
-            row = await cursor.fetchone()
-        return None if row is None else _binding(row)
-
-
-async def open_store(
-    url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0
-) -> PostgresBindingStore:
-    """Connect to ``url``, apply pending migrations, and return an open store.
-
-    ``timeout`` bounds connecting and each wait for a pooled connection.
-    Raises :class:`ConfigurationError` for a malformed URL or a changed
-    migration and :class:`ProviderUnavailable` if the server cannot be
-    reached; messages never contain the password.
-    """
-    shown = redact_conninfo(url)
-    try:
-        psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        # ``from None``: libpq may quote the raw string, password included.
-        raise ConfigurationError(
-            f"malformed database URL {shown!r}: {redact(str(exc))}",
-            hint="use postgresql://user:password@host:port/database",
-        ) from None
-    # One direct connection first: its error says why (refused, auth, no such
-    # database), where a pool would only report a timeout.
-    async with translate_errors(f"connecting to {shown}"):
-        probe = await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=max(1, round(timeout))
-        )
-        await probe.close()
-    pool: Pool = AsyncConnectionPool(
-        url,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        check=AsyncConnectionPool.check_connection,
-        timeout=timeout,
-        open=False,
-        name="mango",
-    )
-    try:
-        async with translate_errors(f"opening the pool for {shown}"):
-            await pool.open(wait=True, timeout=timeout)
-        async with translate_errors(f"migrating {shown}"):
-            await apply_migrations(pool)
-    except BaseException:
-        await pool.close()
-        raise
-    return PostgresBindingStore(pool)

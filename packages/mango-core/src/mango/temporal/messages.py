@@ -1,8 +1,12 @@
 """One attrs input and one attrs output per workflow and activity.
 
-They travel as cattrs JSON (:mod:`mango.temporal.payloads`); adding a field
-with a default keeps old histories replayable. Session ids are validated on
-construction, so a malformed request fails where it is made.
+They travel as JSON through the one edge converter (:mod:`mango.app.converter`,
+wrapped by :mod:`mango.temporal.payloads`): adding a field with a default
+keeps old histories replayable, and a field a message does not have is
+refused (:class:`~mango.domain.errors.InvalidInput`), never dropped, so a
+worker older than the client that wrote a new field says so instead of
+ignoring it. Session ids are validated on construction, so a malformed
+request fails where it is made.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from mango.app.converter import converter
 from mango.app.session_manager import ReconcileReport
 from mango.domain.errors import InvalidInput
 from mango.domain.values import (
@@ -21,7 +26,6 @@ from mango.domain.values import (
     SandboxSpec,
     validate_session_id,
 )
-from mango.temporal.payloads import converter
 from mango.temporal.tools import ToolCall, ToolResult
 
 __all__ = [

@@ -1,13 +1,14 @@
-"""Temporal payloads as JSON, converted by cattrs.
+"""Temporal payloads as JSON, converted by mango's one edge converter.
 
 :data:`data_converter` is what every mango client and worker uses. Values
-are unstructured by a cattrs JSON converter (attrs classes become objects,
-``bytes`` become base85 strings, enums their values, tuples lists) and
-written with the standard ``json/plain`` encoding; on the way back the
-declared type hint is structured by the same converter, so attrs validators
-run and a malformed payload raises :class:`~mango.domain.errors.InvalidInput`
-naming every field at fault. Hints cattrs does not know (SDK internals) fall
-back to temporalio's own JSON conversion.
+are unstructured by :data:`mango.app.converter.converter` (attrs classes
+become objects, ``bytes`` base85 strings, enums their values, tuples lists,
+a spec its canonical document) and written with the standard ``json/plain``
+encoding; on the way back the declared type hint is structured by the same
+converter, so attrs validators run, and an unknown field, a wrong-typed value
+or a bad one raises :class:`~mango.domain.errors.InvalidInput` naming every
+field at fault. Hints the converter does not know (SDK internals) fall back
+to temporalio's own JSON conversion.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 from typing import Any
 
 import cattrs
-import cattrs.preconf.json
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
     BinaryNullPayloadConverter,
@@ -29,6 +29,7 @@ from temporalio.converter import (
     JSONProtoPayloadConverter,
 )
 
+from mango.app.converter import converter, structure
 from mango.domain.errors import InvalidInput
 
 __all__ = [
@@ -37,9 +38,6 @@ __all__ = [
     "converter",
     "data_converter",
 ]
-
-converter: cattrs.Converter = cattrs.preconf.json.make_converter()
-"""The one cattrs converter for Temporal payloads."""
 
 _ENCODING = "json/plain"
 
@@ -74,20 +72,11 @@ class CattrsJSONPayloadConverter(EncodingPayloadConverter):
             raw = json.loads(payload.data)
         except ValueError as exc:
             raise InvalidInput(f"payload is not JSON: {exc}") from exc
+        name = getattr(type_hint, "__name__", str(type_hint))
         try:
-            return converter.structure(raw, type_hint)
+            return structure(raw, type_hint, what=f"a {name} payload", path="payload")
         except cattrs.StructureHandlerNotFoundError:
             return self._fallback.from_payload(payload, type_hint)
-        except Exception as exc:
-            name = getattr(type_hint, "__name__", str(type_hint))
-            raise InvalidInput(f"payload is not a valid {name}: {_describe(exc)}") from exc
-
-
-def _describe(exc: Exception) -> str:
-    """A one-line account of a structuring failure, every field at fault included."""
-    if isinstance(exc, cattrs.BaseValidationError):
-        return "; ".join(cattrs.transform_error(exc, path="payload"))
-    return f"{type(exc).__name__}: {exc}"
 
 
 class MangoPayloadConverter(CompositePayloadConverter):

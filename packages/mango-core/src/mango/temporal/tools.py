@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import cattrs
 from cattrs.v import format_exception
 
+from mango.app.converter import strict_converter
 from mango.domain.errors import FileTooLarge, InvalidInput, MangoError, ToolFailed
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
 from mango.domain.ports import Sandbox
@@ -75,8 +76,6 @@ DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 The same value as ``MANGO_MAX_READ_BYTES``'s default; ``mango worker`` passes
 the configured value (this module stays free of the settings layer)."""
 TRUNCATION_MARKER = "\n[output truncated]"
-
-_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -198,30 +197,6 @@ TOOL_NAMES: tuple[str, ...] = tuple(sorted(_ARGS))
 """Names of the built-in tools."""
 
 
-def _strict_converter() -> cattrs.Converter:
-    """A converter that refuses extra fields and never coerces one JSON type into another."""
-    strict = cattrs.Converter(forbid_extra_keys=True)
-
-    def exact(kind: type[_T], accepted: tuple[type, ...]) -> None:
-        def hook(value: Any, _type: Any) -> _T:
-            if isinstance(value, bool) and bool not in accepted:
-                raise TypeError(f"expected {kind.__name__}, got bool")
-            if not isinstance(value, accepted):
-                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-            return kind(value)  # type: ignore[call-arg]
-
-        strict.register_structure_hook(kind, hook)
-
-    exact(str, (str,))
-    exact(int, (int,))
-    exact(float, (int, float))
-    exact(bool, (bool,))
-    return strict
-
-
-_STRICT = _strict_converter()
-
-
 def parse_arguments(call: ToolCall) -> Any:
     """Validate ``call`` and return its typed arguments, or raise :class:`InvalidInput`."""
     args_type = _ARGS.get(call.name)
@@ -232,7 +207,7 @@ def parse_arguments(call: ToolCall) -> Any:
     if not isinstance(call.arguments, dict):
         raise InvalidInput(f"arguments of {call.name!r} must be a JSON object")
     try:
-        return _STRICT.structure(call.arguments, args_type)
+        return strict_converter.structure(call.arguments, args_type)
     except MangoError as exc:
         raise _same_kind(exc, f"invalid arguments for {call.name!r}: {exc}") from exc
     except cattrs.BaseValidationError as exc:
