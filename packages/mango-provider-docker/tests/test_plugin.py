@@ -217,9 +217,12 @@ def test_absurd_limits_are_invalid_input_from_the_python_api() -> None:
         with pytest.raises(InvalidInput):
             DockerProvider("/r", **options)  # type: ignore[arg-type]
     defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    for fields in ({"cpus": 1e300}, {"memory": "99999999p"}):
+        with pytest.raises(InvalidInput):
+            resolve_limits(SandboxSpec(**fields), defaults)  # type: ignore[arg-type]
     for spec in (
-        SandboxSpec(cpus=1e300),
-        SandboxSpec(memory="99999999p"),
+        SandboxSpec(cpus=0.005),
+        SandboxSpec(memory="5m"),
         SandboxSpec(pids_limit=15),
         SandboxSpec(pids_limit=10**20),
     ):
@@ -237,6 +240,24 @@ def test_memory_sizes_use_binary_units() -> None:
     for bad in ("", "m", "12x", "-1g", "5m"):
         with pytest.raises(InvalidInput):
             parse_memory(bad)
+
+
+@pytest.mark.parametrize(
+    ("memory", "cpus", "expected"),
+    [
+        ("2Gi", 1, Limits(memory_bytes=2 << 30, nano_cpus=10**9, pids_limit=512)),
+        ("512Mi", "500m", Limits(memory_bytes=512 << 20, nano_cpus=5 * 10**8, pids_limit=512)),
+        ("1.5GiB", 0.25, Limits(memory_bytes=3 << 29, nano_cpus=25 * 10**7, pids_limit=512)),
+        (6 << 20, "2", Limits(memory_bytes=6 << 20, nano_cpus=2 * 10**9, pids_limit=512)),
+    ],
+)
+def test_the_parsed_sizes_become_the_engine_units(
+    memory: str | int, cpus: float | str, expected: Limits
+) -> None:
+    """Any spelling of the one grammar (Kubernetes' 2Gi too) becomes bytes and NanoCpus."""
+    defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    spec = SandboxSpec(memory=memory, cpus=cpus)  # type: ignore[arg-type]
+    assert resolve_limits(spec, defaults) == expected
 
 
 def test_spec_limits_win_over_defaults() -> None:

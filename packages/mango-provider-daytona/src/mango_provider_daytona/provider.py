@@ -20,6 +20,7 @@ from mango.provider import (
     ConfigurationError,
     InvalidInput,
     MangoError,
+    MemorySize,
     NetworkMode,
     OwnedResource,
     ProviderUnavailable,
@@ -66,22 +67,16 @@ FAILED_STATES = frozenset({"error", "build_failed"})
 STOPPED_STATES = frozenset({"stopped", "archived", "paused", "stopping", "archiving", "pausing"})
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _GIB = 1024**3
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": _GIB, "t": 1024**4}
 
 
-def memory_gib(text: str) -> int:
-    """``spec.memory`` (``512m``, ``2g``, ``1.5GiB``, bytes) in whole GiB, rounded up.
+def memory_gib(size: int | str) -> int:
+    """A memory size in whole GiB, rounded up: what the Daytona API's ``memory`` takes.
 
-    The Daytona API takes ``memory`` in GB (whole numbers); mango's specs use
-    Docker-style sizes, so ``512m`` asks for 1 GiB rather than 512 GiB.
+    ``size`` is a number of bytes (``SandboxSpec.memory_bytes``) or text of
+    mango's memory grammar (``512m``, ``2g``, ``1.5GiB``, ``2Gi``); ``512m``
+    asks for 1 GiB, never 512. Anything else is :class:`InvalidInput`.
     """
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if match is None:
-        raise InvalidInput(f"memory {text!r} is not a size such as 512m or 2g")
-    size = float(match.group(1)) * _UNITS[match.group(2)]
-    if size <= 0:
-        raise InvalidInput(f"memory {text!r} must be positive")
-    return max(1, math.ceil(size / _GIB))
+    return max(1, math.ceil(MemorySize.parse(size).bytes / _GIB))
 
 
 def _check_spec(spec: object) -> SandboxSpec:
@@ -332,8 +327,8 @@ class DaytonaProvider:
             body["buildInfo"] = {"dockerfileContent": f"FROM {image}\n"}
             if spec.cpus is not None:
                 body["cpu"] = max(1, math.ceil(spec.cpus))
-            if spec.memory is not None:
-                body["memory"] = memory_gib(spec.memory)
+            if spec.memory_bytes is not None:
+                body["memory"] = memory_gib(spec.memory_bytes)
         else:
             if spec.cpus is not None or spec.memory is not None:
                 raise InvalidInput(

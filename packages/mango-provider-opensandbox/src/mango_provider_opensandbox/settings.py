@@ -29,7 +29,12 @@ from mango_provider_opensandbox.provider import (
     DEFAULT_IMAGE,
     OpenSandboxProvider,
 )
-from mango_provider_opensandbox.resources import DEFAULT_CPU, DEFAULT_MEMORY, memory_limit
+from mango_provider_opensandbox.resources import (
+    DEFAULT_CPU,
+    DEFAULT_MEMORY,
+    cpu_limit,
+    memory_limit,
+)
 
 __all__ = [
     "API_KEY_ENV",
@@ -83,9 +88,15 @@ SETTINGS = (
         description=f"image of sandboxes whose spec names none (else ${SANDBOX_IMAGE_ENV})",
         default=DEFAULT_IMAGE,
     ),
-    SettingSpec(env=CPU_ENV, description="default CPU limit, e.g. 1 or 500m", default=DEFAULT_CPU),
     SettingSpec(
-        env=MEMORY_ENV, description="default memory limit, e.g. 2Gi or 512m", default=DEFAULT_MEMORY
+        env=CPU_ENV,
+        description="default CPU limit, 0.001 to 1024 CPUs, e.g. 1, 1.5 or 500m",
+        default=DEFAULT_CPU,
+    ),
+    SettingSpec(
+        env=MEMORY_ENV,
+        description="default memory limit, 1 byte to 1p, e.g. 2Gi, 512m or 2g (binary units)",
+        default=DEFAULT_MEMORY,
     ),
     SettingSpec(
         env=REQUEST_TIMEOUT_ENV,
@@ -152,11 +163,14 @@ def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettin
     proxy_text = env.get(SERVER_PROXY_ENV, "").strip().lower()
     if proxy_text not in _TRUE | _FALSE:
         raise ConfigurationError(f"{SERVER_PROXY_ENV} must be a boolean (1/0), got {proxy_text!r}")
-    memory = env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY
     try:
-        memory = memory_limit(memory)
+        memory = memory_limit(env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY)
     except InvalidInput as exc:
         raise ConfigurationError(f"{MEMORY_ENV}: {exc}") from None
+    try:
+        cpu = cpu_limit(env.get(CPU_ENV, "").strip() or DEFAULT_CPU)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{CPU_ENV}: {exc}") from None
     return OpenSandboxSettings(
         base_url=base_url,
         api_key=env.get(API_KEY_ENV, "").strip() or None,
@@ -164,7 +178,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettin
         image=env.get(IMAGE_ENV, "").strip()
         or env.get(SANDBOX_IMAGE_ENV, "").strip()
         or DEFAULT_IMAGE,
-        cpu=env.get(CPU_ENV, "").strip() or DEFAULT_CPU,
+        cpu=cpu,
         memory=memory,
         request_timeout=_positive(env, REQUEST_TIMEOUT_ENV, 30.0, integer=False),
         max_output_bytes=max_output_bytes(env),

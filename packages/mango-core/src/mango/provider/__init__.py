@@ -25,15 +25,12 @@ from __future__ import annotations
 import pluggy
 
 from mango.config import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_READ_BYTES,
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_ENV,
     MAX_READ_BYTES_SETTING,
     max_output_bytes,
     max_read_bytes,
-    number_setting,
     state_dir,
 )
 from mango.domain.capabilities import Capability, CapabilitySet, admit
@@ -53,6 +50,15 @@ from mango.domain.errors import (
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
+from mango.domain.limits import (
+    CPUS_GRAMMAR,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
+    MAX_MEMORY_BYTES,
+    MEMORY_GRAMMAR,
+    MemorySize,
+    parse_cpus,
+)
 from mango.domain.paths import (
     normalize_workspace_dir,
     normalize_workspace_path,
@@ -80,6 +86,13 @@ from mango.domain.registry import (
     SettingSpec,
     SupportLevel,
     TargetCost,
+)
+from mango.domain.validators import (
+    MAX_SETTING_SECONDS,
+    non_negative_number,
+    number_setting,
+    positive_int,
+    positive_number,
 )
 from mango.domain.values import (
     Command,
@@ -109,12 +122,16 @@ from mango.provider.paths import (
 )
 
 __all__ = [
+    "CPUS_GRAMMAR",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_MAX_READ_BYTES",
+    "MAX_MEMORY_BYTES",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
     "MAX_READ_BYTES_ENV",
     "MAX_READ_BYTES_SETTING",
+    "MAX_SETTING_SECONDS",
+    "MEMORY_GRAMMAR",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -134,6 +151,7 @@ __all__ = [
     "LimitedNetworkSandbox",
     "Location",
     "MangoError",
+    "MemorySize",
     "MemoryStoreSandbox",
     "NetworkMode",
     "OutputChunk",
@@ -173,9 +191,13 @@ __all__ = [
     "is_permanent",
     "max_output_bytes",
     "max_read_bytes",
+    "non_negative_number",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "number_setting",
+    "parse_cpus",
+    "positive_int",
+    "positive_number",
     "session_key_hash",
     "split_workspace_path",
     "state_dir",
