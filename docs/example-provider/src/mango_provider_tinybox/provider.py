@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     Command,
@@ -66,8 +67,6 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "tinybox"
-DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
-"""Per-stream cap on the output an exec keeps."""
 
 _OWNER = "owner"
 _WORKSPACE = "workspace"

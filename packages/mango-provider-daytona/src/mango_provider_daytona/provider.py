@@ -29,6 +29,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     admit,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
@@ -85,11 +86,6 @@ def _check_spec(spec: object) -> SandboxSpec:
     return spec
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 @attrs.define(eq=False)
 class DaytonaProvider:
     """Sandboxes on Daytona, one per Session key, found again by a deterministic name.
@@ -115,10 +111,10 @@ class DaytonaProvider:
     start_timeout: float = attrs.field(default=DEFAULT_START_TIMEOUT, kw_only=True)
     """Seconds to wait for a sandbox to be started."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
     """Receives progress lines while a sandbox is started or built (default: the logger)."""

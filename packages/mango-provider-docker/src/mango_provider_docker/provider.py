@@ -24,6 +24,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     admit,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
@@ -77,11 +78,6 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
     return Path(value).absolute()
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 def _labels(value: Mapping[str, str]) -> dict[str, str]:
     labels = dict(value)
     clash = Ownership.reserved(labels)
@@ -126,11 +122,11 @@ class DockerProvider(ProviderIdentity):
     pids_limit: int = attrs.field(default=DEFAULT_PIDS_LIMIT, kw_only=True)
     """Default pids limit (``0``: none)."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     pull_missing_images: bool = attrs.field(default=True, kw_only=True)

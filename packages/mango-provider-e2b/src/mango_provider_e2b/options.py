@@ -15,6 +15,7 @@ import urllib.parse
 import attrs
 
 from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
     MAX_READ_BYTES_ENV,
     ConfigurationError,
@@ -99,7 +100,7 @@ class EnvdOptions:
     """Dial every data-plane connection here, keeping the virtual host (``CUBE_PROXY_NODE_IP``)."""
     proxy_port: int = 80
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    max_output_bytes: int = 1024 * 1024
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     request_timeout: float = 30.0
     """httpx's per-operation timeout for control-plane calls and file transfers."""

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
@@ -30,6 +30,7 @@ from mango.provider import (
     OwnedResource,
     SandboxRef,
     SandboxSpec,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
@@ -42,11 +43,6 @@ __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
 def _as_path(value: str | os.PathLike[str]) -> Path:
     # Absolute now, so a later chdir of the worker cannot move the sandboxes.
     return Path(value).absolute()
-
-
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 def _check_spec(spec: object) -> SandboxSpec:
@@ -78,11 +74,11 @@ class LocalProvider(ProviderIdentity):
     base_dir: Path = attrs.field(converter=_as_path)
     """Where session directories live; created on first use."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     namespace: str = namespace_field()
