@@ -60,7 +60,7 @@ def test_settings_defaults_and_validation() -> None:
         read_daytona_settings({"DAYTONA_API_KEY": "k", AUTO_PAUSE_ENV: "soon"})
     with pytest.raises(Exception, match="DAYTONA_API_URL"):
         read_daytona_settings({"DAYTONA_API_KEY": "k", "DAYTONA_API_URL": "ftp://x"})
-    provider = open_daytona_provider(ProviderContext("ns-1"), {"DAYTONA_API_KEY": "k"})
+    provider = open_daytona_provider(ProviderContext("ns-1", {"DAYTONA_API_KEY": "k"}))
     assert (provider.namespace, provider.auto_pause_minutes) == ("ns-1", 15)
 
 

@@ -69,24 +69,26 @@ def test_registration_is_beta_with_no_capabilities() -> None:
     assert not any(setting.secret for setting in SETTINGS)
 
 
-def test_factory_is_lazy_and_matches_the_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_factory_is_lazy_and_matches_the_registration() -> None:
     """Opening the provider does no I/O, even with an unreachable daemon."""
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    monkeypatch.setenv("MANGO_SANDBOX_RESOURCE_DIR", "/nonexistent/resources")
+    environ = {
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        "MANGO_SANDBOX_RESOURCE_DIR": "/nonexistent/resources",
+    }
     registry = ProviderRegistry()
     plugin.mango_register_providers(registry)
-    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
+    provider = registry.open("docker", ProviderContext(namespace="ns-test", environ=environ))
     assert isinstance(provider, DockerProvider)
     assert provider.host == "unix:///nonexistent/docker.sock"
     assert provider.namespace == "ns-test"
 
 
-async def test_health_without_a_daemon_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_health_without_a_daemon_is_unavailable() -> None:
     """health() is a real round trip: DOCKER_HOST=unix:///nonexistent is ProviderUnavailable."""
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
     registry = ProviderRegistry()
     plugin.mango_register_providers(registry)
-    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
+    context = ProviderContext(namespace="ns-test", environ={"DOCKER_HOST": "unix:///nonexistent"})
+    provider = registry.open("docker", context)
     try:
         with pytest.raises(ProviderUnavailable, match="Docker Engine"):
             await provider.health()
@@ -131,8 +133,10 @@ def test_settings_from_environment() -> None:
     assert not settings.pull
     assert (settings.max_output_bytes, settings.max_read_bytes) == (4096, 8192)
     provider = open_docker_provider(
-        ProviderContext(namespace="ns-test"),
-        {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
+        ProviderContext(
+            namespace="ns-test",
+            environ={"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
+        )
     )
     assert provider.image == "alpine:latest"
 

@@ -123,7 +123,9 @@ def test_bad_settings_name_the_variable(name: str, value: str) -> None:
 def test_factory_is_lazy_and_takes_the_namespace() -> None:
     """The factory does no I/O and builds the provider in the deployment's namespace."""
     provider = open_opensandbox_provider(
-        ProviderContext(namespace="deploy-a"), {"OPEN_SANDBOX_DOMAIN": "sandbox.example.test"}
+        ProviderContext(
+            namespace="deploy-a", environ={"OPEN_SANDBOX_DOMAIN": "sandbox.example.test"}
+        )
     )
     assert isinstance(provider, OpenSandboxProvider)
     assert provider.ownership.namespace == "deploy-a"

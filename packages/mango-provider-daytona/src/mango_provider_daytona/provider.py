@@ -42,6 +42,11 @@ from mango_provider_daytona.api import (
     Toolbox,
     sandbox_state,
 )
+from mango_provider_daytona.layout import (
+    DEFAULT_AUTO_PAUSE_MINUTES,
+    DEFAULT_START_TIMEOUT,
+    PROVIDER_NAME,
+)
 from mango_provider_daytona.sandbox import DaytonaSandbox
 
 __all__ = [
@@ -55,11 +60,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PROVIDER_NAME = "daytona"
-DEFAULT_AUTO_PAUSE_MINUTES = 15
-"""Minutes of inactivity after which Daytona pauses a sandbox (``DAYTONA_AUTO_PAUSE_MINUTES``)."""
-DEFAULT_START_TIMEOUT = 300.0
-"""Seconds to wait for a sandbox to reach ``started`` (an archived one is restored first)."""
 KEEP_ALIVE_FRESH_SECONDS = 30.0
 """A sandbox whose toolbox answered a command this recently needs no keep-alive request."""
 GONE_STATES = frozenset({"destroyed", "destroying"})

@@ -8,13 +8,14 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    CapabilitySet,
     ConfigurationError,
     InvalidInput,
     OwnedResource,
@@ -29,7 +30,6 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecTracker
 from mango.provider.hostdirs import remove_dir
-from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
@@ -93,7 +93,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False)
-class DockerProvider(ProviderIdentity):
+class DockerProvider:
     """Sandboxes as containers on one Docker Engine.
 
     ``create`` is create-if-absent by a container name derived from the
@@ -104,8 +104,6 @@ class DockerProvider(ProviderIdentity):
     carry ``namespace`` (the deployment's), so deployments sharing a daemon
     never see, attach to or remove each other's containers.
     """
-
-    provider_name: ClassVar[str] = PROVIDER_NAME
 
     resource_dir: Path = attrs.field(converter=_as_path)
     """Provider-owned host directory; one ``session-<hash>`` directory per sandbox below it."""
@@ -145,6 +143,16 @@ class DockerProvider(ProviderIdentity):
     def __attrs_post_init__(self) -> None:
         self._defaults = default_limits(self.memory, self.cpus, self.pids_limit)
         self._engine = Engine(self.host, self.api_version)
+
+    @property
+    def name(self) -> str:
+        """Always ``docker``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None of the optional capabilities yet (refused at admission)."""
+        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import urllib.parse
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,7 +22,11 @@ from mango.provider import (
     ConfigurationError,
     max_read_bytes,
 )
-from mango_provider_e2b.control import Dialect
+
+if TYPE_CHECKING:
+    # Only a type here: the settings readers use this module, and the control
+    # plane (httpx) is imported only when a provider is opened.
+    from mango_provider_e2b.control import Dialect
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",

@@ -6,7 +6,6 @@ import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
 import attrs
 
@@ -26,6 +25,7 @@ from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    CapabilitySet,
     InvalidInput,
     OwnedResource,
     SandboxRef,
@@ -34,7 +34,6 @@ from mango.provider import (
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
-from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
@@ -52,7 +51,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.frozen)
-class LocalProvider(ProviderIdentity):
+class LocalProvider:
     """Sandboxes as directories under ``base_dir``, commands as host processes.
 
     **Not an isolation boundary**: commands share the worker's kernel,
@@ -69,8 +68,6 @@ class LocalProvider(ProviderIdentity):
     see or remove each other's directories.
     """
 
-    provider_name: ClassVar[str] = PROVIDER_NAME
-
     base_dir: Path = attrs.field(converter=_as_path)
     """Where session directories live; created on first use."""
     max_output_bytes: int = attrs.field(
@@ -84,6 +81,16 @@ class LocalProvider(ProviderIdentity):
     namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """Always ``local``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None: package setup, limited network and resource mounts are refused at admission."""
+        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

@@ -14,10 +14,21 @@ library are submodules, imported only by the providers that use them:
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
-size check, a bounded collector),
-:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host),
-:mod:`mango.provider.identity` (``name`` and ``capabilities`` from class attributes)
-and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
+size check, a bounded collector) and
+:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host).
+
+Settings: a provider's factory receives a :class:`ProviderContext` and reads
+every setting from ``context.environ`` (never ``os.environ``), checking
+numbers with :func:`number_setting` and sizes with :class:`MemorySize` and
+:func:`parse_cpus`; attrs fields use :func:`positive_int`,
+:func:`positive_number` and :func:`non_negative_number`.
+
+A plugin module (the entry-point target) holds the two hooks, marked with
+:data:`hookimpl`::
+
+    @hookimpl
+    def mango_register_providers(registry: ProviderRegistry) -> None:
+        registry.add(REGISTRATION)
 """
 
 from __future__ import annotations
