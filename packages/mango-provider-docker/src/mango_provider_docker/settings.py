@@ -108,7 +108,7 @@ SETTINGS = (
     ),
     SettingSpec(
         env=MEMORY_ENV,
-        description="default memory limit per sandbox, 6m to 1p, e.g. 512m or 2g (0: none)",
+        description="default memory limit per sandbox, 6m to 1p, e.g. 512m, 2g or 2Gi (0: none)",
         default=DEFAULT_MEMORY,
     ),
     SettingSpec(
