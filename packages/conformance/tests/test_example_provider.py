@@ -36,8 +36,10 @@ def test_example_plugin_registers_provider_and_target(
     assert host.providers().names() == ("local", "tinybox")
     assert host.providers().capabilities("tinybox").names() == ()
     assert host.conformance_targets().get("tinybox").provider == "tinybox"
-    monkeypatch.setenv("TINYBOX_DIR", str(tmp_path))
-    provider = host.providers().open("tinybox", ProviderContext(namespace="ns-test"))
+    context = ProviderContext(namespace="ns-test", environ={"TINYBOX_DIR": str(tmp_path)})
+    monkeypatch.setenv("TINYBOX_DIR", "relative/so/reading/os.environ/would/fail")
+    provider = host.providers().open("tinybox", context)
     assert provider.name == "tinybox"
+    assert provider.base_dir == tmp_path  # type: ignore[attr-defined]
     for name in [module for module in sys.modules if module.startswith("mango_provider_tinybox")]:
         monkeypatch.delitem(sys.modules, name)

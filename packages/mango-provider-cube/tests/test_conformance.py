@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mango.plugins import load_plugins
@@ -28,7 +30,10 @@ class TestCubeProvider(ProviderSuite):
     def conformance_target(self) -> ConformanceTarget:
         if LIVE:
             return provider_target(
-                "cube", lambda _scratch: E2BProvider(read_cube_options(), namespace="conformance")
+                "cube",
+                lambda _scratch: E2BProvider(
+                    read_cube_options(os.environ), namespace="conformance"
+                ),
             )
         return CONFORMANCE_TARGET
 

@@ -28,7 +28,7 @@ async def cube_fake(tmp_path: Path) -> AsyncIterator[E2BFakeService]:
 def test_required_settings_are_checked_at_open() -> None:
     """CUBE_API_URL and CUBE_TEMPLATE_ID are required; bad ports and schemes are refused."""
     with pytest.raises(ConfigurationError, match="CUBE_API_URL and CUBE_TEMPLATE_ID"):
-        open_cube_provider(ProviderContext(namespace="n"), {})
+        open_cube_provider(ProviderContext(namespace="n", environ={}))
     base = {"CUBE_API_URL": "http://10.0.0.2:3000", "CUBE_TEMPLATE_ID": "tpl"}
     with pytest.raises(ConfigurationError, match="CUBE_PROXY_PORT_HTTP"):
         read_cube_options({**base, "CUBE_PROXY_PORT_HTTP": "http"})

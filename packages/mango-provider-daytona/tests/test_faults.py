@@ -179,7 +179,7 @@ def test_absent_credentials_are_a_clear_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match=API_KEY_ENV):
         read_daytona_settings({})
     with pytest.raises(ConfigurationError, match=API_KEY_ENV):
-        open_daytona_provider(ProviderContext(NAMESPACE), {API_KEY_ENV: "  "})
+        open_daytona_provider(ProviderContext(NAMESPACE, {API_KEY_ENV: "  "}))
 
 
 async def test_refused_credentials_are_never_echoed(service: FakeService) -> None:

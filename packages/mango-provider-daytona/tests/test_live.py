@@ -9,6 +9,7 @@ creates is destroyed afterwards (leaks are reported by the suite).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.live
 @contextlib.asynccontextmanager
 async def _live_provider(scratch_dir: Path) -> AsyncIterator[DaytonaProvider]:
     namespace = derived_namespace("live", str(scratch_dir))
-    provider = open_daytona_provider(ProviderContext(namespace))
+    provider = open_daytona_provider(ProviderContext(namespace, os.environ))
     try:
         yield provider
     finally:

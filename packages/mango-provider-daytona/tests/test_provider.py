@@ -60,7 +60,7 @@ def test_settings_defaults_and_validation() -> None:
         read_daytona_settings({"DAYTONA_API_KEY": "k", AUTO_PAUSE_ENV: "soon"})
     with pytest.raises(Exception, match="DAYTONA_API_URL"):
         read_daytona_settings({"DAYTONA_API_KEY": "k", "DAYTONA_API_URL": "ftp://x"})
-    provider = open_daytona_provider(ProviderContext("ns-1"), {"DAYTONA_API_KEY": "k"})
+    provider = open_daytona_provider(ProviderContext("ns-1", {"DAYTONA_API_KEY": "k"}))
     assert (provider.namespace, provider.auto_pause_minutes) == ("ns-1", 15)
 
 
@@ -77,6 +77,17 @@ def test_bad_memory_is_invalid_input() -> None:
     """A size that is not one raises InvalidInput."""
     with pytest.raises(InvalidInput):
         memory_gib("lots")
+
+
+@pytest.mark.parametrize(
+    ("memory", "gib"),
+    [("2Gi", 2), ("512Mi", 1), ("1.5GiB", 2), (3 << 30, 3), ((3 << 30) + 1, 4), ("1p", 1 << 20)],
+)
+def test_the_parsed_size_is_sent_in_whole_gib(memory: str | int, gib: int) -> None:
+    """Every spelling of the one grammar (Kubernetes' 2Gi too) is translated from its bytes."""
+    spec = SandboxSpec(memory=memory)  # type: ignore[arg-type]
+    assert spec.memory_bytes is not None
+    assert memory_gib(spec.memory_bytes) == gib
 
 
 async def test_name_and_labels_carry_the_namespace(
@@ -123,6 +134,10 @@ async def test_create_body_network_pause_and_units(
     assert service.sandboxes.get(blocked.ref.external_id).extra["networkBlockAll"] is True
     with pytest.raises(InvalidInput, match="image"):
         await open_provider().create(session_key + "-x", SandboxSpec(memory="1g"))
+    kube = await provider.create(session_key + "-k", SandboxSpec(memory="2Gi", cpus="500m"))
+    kube_extra = service.sandboxes.get(kube.ref.external_id).extra
+    assert (kube_extra["memory"], kube_extra["cpu"]) == (2, 1)
+    await kube.destroy()
     await sandbox.destroy()
     await blocked.destroy()
 

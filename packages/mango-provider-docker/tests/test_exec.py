@@ -9,6 +9,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mango.domain.errors import (
@@ -18,11 +19,13 @@ from mango.domain.errors import (
     SandboxNotFound,
     is_permanent,
 )
+from mango.domain.registry import ProviderContext
 from mango.domain.values import Command, SandboxSpec
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
 from mango_provider_docker.execution import SAFE_PATH
+from mango_provider_docker.settings import REGISTRATION
 
-from .conftest import make_provider
+from .conftest import NAMESPACE, RUN_LABELS, docker_host, make_provider
 from .helpers import all_gone, eventually, processes, sh, wait_for_file
 
 pytestmark = pytest.mark.docker
@@ -140,18 +143,46 @@ async def test_wrapper_variables_never_reach_the_command(sandbox: DockerSandbox)
     assert result.stdout == b"x|y|z|w|"
 
 
-async def test_environment_is_fixed_plus_command_env(sandbox: DockerSandbox) -> None:
-    """PATH and HOME are fixed, Command.env is added, and the worker's variables stay out."""
-    os.environ["MANGO_TEST_WORKER_ONLY"] = "leak"
+async def test_environment_is_fixed_plus_command_env(
+    docker_engine: Engine, test_image: str, tmp_path: Path, session_key: str
+) -> None:
+    """PATH and HOME are fixed, Command.env is added, and the worker's variables stay out.
+
+    The provider is opened by its registration's factory from a context whose
+    environment holds its settings and a worker-only variable, before any
+    container exists; the test process's own environment (``PYTEST_CURRENT_TEST``
+    among it) is there from the start too. A provider that copied either into
+    the container, when it creates it or when it runs a command, fails here.
+    """
+    host = docker_host()
+    environ = {
+        "MANGO_SANDBOX_IMAGE": test_image,
+        "MANGO_SANDBOX_RESOURCE_DIR": str(tmp_path / "resources"),
+        "MANGO_SANDBOX_PULL": "0",
+        "MANGO_TEST_WORKER_ONLY": "leak",
+        **({"DOCKER_HOST": host} if host else {}),
+    }
+    opened = REGISTRATION.factory(ProviderContext(namespace=NAMESPACE, environ=environ))
+    assert isinstance(opened, DockerProvider)
+    assert (opened.image, opened.resource_dir) == (test_image, tmp_path / "resources")
+    # The same settings, plus the label that lets the session's clean-up find the container.
+    provider = attrs.evolve(opened, extra_labels=RUN_LABELS)
+    await opened.aclose()
+    sandbox = await provider.create(session_key, SandboxSpec(timeout=60.0))
     try:
         result = await sandbox.exec(Command(("env",), env={"PROBE": "a b=c"}))
     finally:
-        del os.environ["MANGO_TEST_WORKER_ONLY"]
+        await sandbox.destroy()
+        await provider.aclose()
     lines = set(result.stdout.decode().splitlines())
     assert f"PATH={SAFE_PATH}" in lines
     assert "HOME=/workspace" in lines
     assert "PROBE=a b=c" in lines
     assert not any("MANGO_TEST_WORKER_ONLY" in line for line in lines)
+    assert "PYTEST_CURRENT_TEST" in os.environ  # so the next line can fail
+    # Beyond those: the Engine's HOSTNAME, and PWD and SHLVL of the wrapper's shell.
+    names = {line.partition("=")[0] for line in lines}
+    assert names == {"PATH", "HOME", "PROBE", "HOSTNAME", "PWD", "SHLVL"}
 
 
 async def test_cwd_is_created_below_the_workspace(sandbox: DockerSandbox) -> None:

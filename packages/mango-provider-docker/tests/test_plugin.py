@@ -69,24 +69,26 @@ def test_registration_is_beta_with_no_capabilities() -> None:
     assert not any(setting.secret for setting in SETTINGS)
 
 
-def test_factory_is_lazy_and_matches_the_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_factory_is_lazy_and_matches_the_registration() -> None:
     """Opening the provider does no I/O, even with an unreachable daemon."""
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    monkeypatch.setenv("MANGO_SANDBOX_RESOURCE_DIR", "/nonexistent/resources")
+    environ = {
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        "MANGO_SANDBOX_RESOURCE_DIR": "/nonexistent/resources",
+    }
     registry = ProviderRegistry()
     plugin.mango_register_providers(registry)
-    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
+    provider = registry.open("docker", ProviderContext(namespace="ns-test", environ=environ))
     assert isinstance(provider, DockerProvider)
     assert provider.host == "unix:///nonexistent/docker.sock"
     assert provider.namespace == "ns-test"
 
 
-async def test_health_without_a_daemon_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_health_without_a_daemon_is_unavailable() -> None:
     """health() is a real round trip: DOCKER_HOST=unix:///nonexistent is ProviderUnavailable."""
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
     registry = ProviderRegistry()
     plugin.mango_register_providers(registry)
-    provider = registry.open("docker", ProviderContext(namespace="ns-test"))
+    context = ProviderContext(namespace="ns-test", environ={"DOCKER_HOST": "unix:///nonexistent"})
+    provider = registry.open("docker", context)
     try:
         with pytest.raises(ProviderUnavailable, match="Docker Engine"):
             await provider.health()
@@ -131,8 +133,10 @@ def test_settings_from_environment() -> None:
     assert not settings.pull
     assert (settings.max_output_bytes, settings.max_read_bytes) == (4096, 8192)
     provider = open_docker_provider(
-        ProviderContext(namespace="ns-test"),
-        {"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
+        ProviderContext(
+            namespace="ns-test",
+            environ={"MANGO_SANDBOX_RESOURCE_DIR": "/r", "MANGO_SANDBOX_MEMORY": "0"},
+        )
     )
     assert provider.image == "alpine:latest"
 
@@ -217,9 +221,12 @@ def test_absurd_limits_are_invalid_input_from_the_python_api() -> None:
         with pytest.raises(InvalidInput):
             DockerProvider("/r", **options)  # type: ignore[arg-type]
     defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    for fields in ({"cpus": 1e300}, {"memory": "99999999p"}):
+        with pytest.raises(InvalidInput):
+            resolve_limits(SandboxSpec(**fields), defaults)  # type: ignore[arg-type]
     for spec in (
-        SandboxSpec(cpus=1e300),
-        SandboxSpec(memory="99999999p"),
+        SandboxSpec(cpus=0.005),
+        SandboxSpec(memory="5m"),
         SandboxSpec(pids_limit=15),
         SandboxSpec(pids_limit=10**20),
     ):
@@ -237,6 +244,24 @@ def test_memory_sizes_use_binary_units() -> None:
     for bad in ("", "m", "12x", "-1g", "5m"):
         with pytest.raises(InvalidInput):
             parse_memory(bad)
+
+
+@pytest.mark.parametrize(
+    ("memory", "cpus", "expected"),
+    [
+        ("2Gi", 1, Limits(memory_bytes=2 << 30, nano_cpus=10**9, pids_limit=512)),
+        ("512Mi", "500m", Limits(memory_bytes=512 << 20, nano_cpus=5 * 10**8, pids_limit=512)),
+        ("1.5GiB", 0.25, Limits(memory_bytes=3 << 29, nano_cpus=25 * 10**7, pids_limit=512)),
+        (6 << 20, "2", Limits(memory_bytes=6 << 20, nano_cpus=2 * 10**9, pids_limit=512)),
+    ],
+)
+def test_the_parsed_sizes_become_the_engine_units(
+    memory: str | int, cpus: float | str, expected: Limits
+) -> None:
+    """Any spelling of the one grammar (Kubernetes' 2Gi too) becomes bytes and NanoCpus."""
+    defaults = Limits(memory_bytes=1 << 30, nano_cpus=10**9, pids_limit=512)
+    spec = SandboxSpec(memory=memory, cpus=cpus)  # type: ignore[arg-type]
+    assert resolve_limits(spec, defaults) == expected
 
 
 def test_spec_limits_win_over_defaults() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mango.plugins import load_plugins
@@ -27,7 +29,8 @@ class TestE2BProvider(ProviderSuite):
     def conformance_target(self) -> ConformanceTarget:
         if LIVE:
             return provider_target(
-                "e2b", lambda _scratch: E2BProvider(read_e2b_options(), namespace="conformance")
+                "e2b",
+                lambda _scratch: E2BProvider(read_e2b_options(os.environ), namespace="conformance"),
             )
         return CONFORMANCE_TARGET
 

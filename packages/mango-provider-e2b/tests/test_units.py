@@ -93,7 +93,7 @@ def test_bad_durations_name_the_variable(text: str) -> None:
 def test_missing_api_key_is_a_clear_configuration_error() -> None:
     """No E2B_API_KEY: the factory fails at open time, naming the variable."""
     with pytest.raises(ConfigurationError, match="E2B_API_KEY"):
-        open_e2b_provider(ProviderContext(namespace="n"), {})
+        open_e2b_provider(ProviderContext(namespace="n", environ={}))
 
 
 def test_settings_are_validated_and_the_key_is_never_shown() -> None:

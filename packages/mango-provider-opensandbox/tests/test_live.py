@@ -7,6 +7,7 @@ and ``OPEN_SANDBOX_USE_SERVER_PROXY`` like the provider does.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ pytestmark = [
 
 @contextlib.asynccontextmanager
 async def _live_provider(scratch_dir: Path) -> AsyncIterator[OpenSandboxProvider]:
-    settings = read_settings()
+    settings = read_settings(os.environ)
     provider = OpenSandboxProvider(
         settings.base_url,
         api_key=settings.api_key,

@@ -123,7 +123,9 @@ def test_bad_settings_name_the_variable(name: str, value: str) -> None:
 def test_factory_is_lazy_and_takes_the_namespace() -> None:
     """The factory does no I/O and builds the provider in the deployment's namespace."""
     provider = open_opensandbox_provider(
-        ProviderContext(namespace="deploy-a"), {"OPEN_SANDBOX_DOMAIN": "sandbox.example.test"}
+        ProviderContext(
+            namespace="deploy-a", environ={"OPEN_SANDBOX_DOMAIN": "sandbox.example.test"}
+        )
     )
     assert isinstance(provider, OpenSandboxProvider)
     assert provider.ownership.namespace == "deploy-a"
@@ -146,3 +148,33 @@ def test_resource_limits() -> None:
     spec = SandboxSpec(cpus=1.5, memory="256m")
     assert resource_limits(spec, cpu="1", memory="2Gi") == {"cpu": "1500m", "memory": "256Mi"}
     assert resource_limits(SandboxSpec(), cpu="4", memory="8Gi") == {"cpu": "4", "memory": "8Gi"}
+
+
+@pytest.mark.parametrize(
+    ("memory", "cpus", "expected"),
+    [
+        ("2g", 2, {"cpu": "2", "memory": "2Gi"}),  # Docker's spelling, as Kubernetes spells it
+        ("1.5GiB", "500m", {"cpu": "500m", "memory": "1.5Gi"}),
+        ("64MB", 0.25, {"cpu": "250m", "memory": "64Mi"}),
+        (1 << 30, "1.5", {"cpu": "1500m", "memory": "1073741824"}),  # bytes stay bytes
+    ],
+)
+def test_the_parsed_spec_becomes_kubernetes_quantities(
+    memory: str | int, cpus: float | str, expected: dict[str, str]
+) -> None:
+    """Any spelling of mango's one grammar reaches the server as a quantity of the same size."""
+    spec = SandboxSpec(memory=memory, cpus=cpus)  # type: ignore[arg-type]
+    limits = resource_limits(spec, cpu=None, memory=None)
+    assert limits == expected
+    assert SandboxSpec(memory=limits["memory"]).memory_bytes == spec.memory_bytes
+
+
+def test_cpu_setting_follows_the_grammar() -> None:
+    """OPEN_SANDBOX_CPU is read by the CPU grammar and sent as the server spells it."""
+    base = {"OPEN_SANDBOX_DOMAIN": "sandbox.example.test"}
+    assert read_settings({**base, "OPEN_SANDBOX_CPU": "1.5"}).cpu == "1500m"
+    assert read_settings({**base, "OPEN_SANDBOX_CPU": "250m"}).cpu == "250m"
+    assert read_settings({**base, "OPEN_SANDBOX_MEMORY": "2g"}).memory == "2Gi"
+    for bad in ("lots", "0", "2000"):
+        with pytest.raises(ConfigurationError, match="OPEN_SANDBOX_CPU"):
+            read_settings({**base, "OPEN_SANDBOX_CPU": bad})

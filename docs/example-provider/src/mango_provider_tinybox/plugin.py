@@ -8,6 +8,8 @@ and only when ``MANGO_SANDBOX=tinybox`` selects this provider.
 from __future__ import annotations
 
 from mango.provider import (
+    MAX_OUTPUT_BYTES_SETTING,
+    MAX_READ_BYTES_SETTING,
     CapabilitySet,
     ConformanceTarget,
     ConformanceTargetRegistry,
@@ -27,8 +29,9 @@ __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_pro
 def _open_provider(context: ProviderContext) -> Provider:
     from mango_provider_tinybox.provider import TinyboxProvider
 
-    # Every name and owner record carries the deployment's namespace.
-    return TinyboxProvider.from_env(namespace=context.namespace)
+    # Settings come from the context's environment (what the caller chose, never
+    # os.environ); every name and owner record carries the deployment's namespace.
+    return TinyboxProvider.from_settings(context.environ, namespace=context.namespace)
 
 
 @hookimpl
@@ -45,6 +48,8 @@ def mango_register_providers(registry: ProviderRegistry) -> None:
                     description="absolute directory holding one sub-directory per Session",
                     required=True,
                 ),
+                MAX_OUTPUT_BYTES_SETTING,  # the shared caps, read by the kit's readers
+                MAX_READ_BYTES_SETTING,
             ),
             factory=_open_provider,  # called only when MANGO_SANDBOX=tinybox
             description="example provider: host directories, NOT an isolation boundary",

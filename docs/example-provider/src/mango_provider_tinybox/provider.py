@@ -26,10 +26,11 @@ import secrets
 import shutil
 import signal
 import stat
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     Command,
@@ -44,6 +45,8 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    max_output_bytes,
+    max_read_bytes,
     split_workspace_path,
 )
 from mango.provider.execution import StreamedExec, torn_down
@@ -66,8 +69,6 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "tinybox"
-DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
-"""Per-stream cap on the output an exec keeps."""
 
 _OWNER = "owner"
 _WORKSPACE = "workspace"
@@ -94,15 +95,21 @@ class TinyboxProvider:
         self.max_read_bytes = max_read_bytes
 
     @classmethod
-    def from_env(cls, namespace: str) -> TinyboxProvider:
-        """Build from ``TINYBOX_DIR`` (read only when the provider is selected)."""
-        value = os.environ.get("TINYBOX_DIR", "")
+    def from_settings(cls, environ: Mapping[str, str], *, namespace: str) -> TinyboxProvider:
+        """Build from the settings in ``environ``: ``TINYBOX_DIR`` and the shared output and
+        read caps (``MANGO_MAX_OUTPUT_BYTES``, ``MANGO_MAX_READ_BYTES``)."""
+        value = environ.get("TINYBOX_DIR", "")
         if not value or not Path(value).is_absolute():
             raise ConfigurationError(
                 "TINYBOX_DIR must be an absolute directory",
                 hint="export TINYBOX_DIR=/var/lib/tinybox",
             )
-        return cls(Path(value), namespace=namespace)
+        return cls(
+            Path(value),
+            namespace=namespace,
+            max_output_bytes=max_output_bytes(environ),  # range-checked, ConfigurationError
+            max_read_bytes=max_read_bytes(environ),
+        )
 
     @property
     def name(self) -> str:

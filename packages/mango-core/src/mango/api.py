@@ -22,9 +22,14 @@ on the configured store and provider and uses it for every Session::
 
 Configuration comes from the process environment (the same ``MANGO_*``
 variables as the command line: ``MANGO_SANDBOX``, ``MANGO_DATABASE_URL``,
-``MANGO_STATE_DIR``, ...) or from an explicit :class:`~mango.config.Settings`.
-With no ``MANGO_DATABASE_URL`` an embedded PostgreSQL server under the state
-directory is used (it needs the ``embedded`` extra, installed by default).
+``MANGO_STATE_DIR``, ...), from a mapping given as ``environ=`` or from an
+explicit :class:`~mango.config.Settings`. The provider's own settings
+(``E2B_API_KEY``, ``MANGO_SANDBOX_IMAGE``, ...) come from the same place:
+with ``environ=`` (or ``Settings.from_env(mapping)``) the process environment
+is not read at all, so two managers in one process can use differently
+configured providers. With no ``MANGO_DATABASE_URL`` an embedded PostgreSQL
+server under the state directory is used (it needs the ``embedded`` extra,
+installed by default).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ async def open_session_manager(
     """Open the store and the selected provider and yield a ready :class:`SessionManager`.
 
     ``settings`` defaults to :meth:`Settings.from_env` over ``environ`` (default:
-    ``os.environ``). On exit the provider's connections and the store are
+    ``os.environ``); the provider is opened with ``settings.environ`` and reads
+    its settings from it. On exit the provider's connections and the store are
     closed; sandboxes stay (they are durable). Raises
     :class:`~mango.domain.errors.ConfigurationError` or
     :class:`~mango.domain.errors.UnknownProvider` for bad settings, before

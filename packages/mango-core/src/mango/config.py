@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import attrs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
+from mango.domain.limits import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
+    MAX_OUTPUT_BYTES_LIMIT,
+    MAX_READ_BYTES_LIMIT,
+)
 from mango.domain.registry import SettingSpec, validate_namespace
+from mango.domain.validators import MAX_SETTING_SECONDS, number_setting
 from mango.domain.values import validate_host, validate_provider_name
 
 __all__ = [
@@ -53,18 +60,12 @@ __all__ = [
 
 DEFAULT_PROVIDER = "local"
 MAX_OUTPUT_BYTES_ENV = "MANGO_MAX_OUTPUT_BYTES"
-DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
-"""Default per-stream cap on the output an exec keeps, shared by the providers."""
 MAX_OUTPUT_BYTES_SETTING = SettingSpec(
     env=MAX_OUTPUT_BYTES_ENV,
     description="per-stream cap, in bytes, on the output an exec keeps",
     default=str(DEFAULT_MAX_OUTPUT_BYTES),
 )
 MAX_READ_BYTES_ENV = "MANGO_MAX_READ_BYTES"
-DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
-"""Default bound of a buffered ``read_file`` (``open_file`` streams files of any size)."""
-MAX_READ_BYTES_LIMIT = 1024 * 1024 * 1024
-"""Upper bound of ``MANGO_MAX_READ_BYTES``: a buffered read holds the whole file in memory."""
 MAX_READ_BYTES_SETTING = SettingSpec(
     env=MAX_READ_BYTES_ENV,
     description=(
@@ -107,48 +108,7 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     return platformdirs.user_state_path("mango", appauthor=False)
 
 
-def number_setting(
-    env: Mapping[str, str],
-    name: str,
-    *,
-    minimum: float,
-    maximum: float,
-    integer: bool = False,
-    unit: str = "",
-) -> float | None:
-    """Read the numeric setting ``name`` and check it lies in ``[minimum, maximum]``.
-
-    Returns None when unset or empty. NaN, infinities, values out of range and
-    text that is not a number raise :class:`ConfigurationError` naming the
-    variable and the accepted range, so an absurd value fails at start-up, not
-    later inside a backend.
-    """
-    text = env.get(name, "").strip()
-    if not text:
-        return None
-    value: float | None
-    try:
-        value = int(text, 10) if integer else float(text)
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or not minimum <= value <= maximum:
-        kind = "a whole number" if integer else "a number"
-        suffix = f" {unit}" if unit else ""
-        raise ConfigurationError(
-            f"{name} must be {kind} from {_bound(minimum)} to {_bound(maximum)}{suffix}, "
-            f"got {text[:40]!r}"
-        )
-    return value
-
-
-def _bound(value: float) -> str:
-    # Whole bounds in full (4194304, not 4.1943e+06); others as short as exact.
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-MAX_OUTPUT_BYTES_LIMIT = 256 * 1024 * 1024
-"""Upper bound of ``MANGO_MAX_OUTPUT_BYTES``: each stream is held in memory up to the cap."""
-EXEC_TIMEOUT_LIMIT = 7 * 24 * 3600.0
+EXEC_TIMEOUT_LIMIT = MAX_SETTING_SECONDS
 """Upper bound of ``MANGO_EXEC_TIMEOUT`` (a week); unset means no bound at all."""
 MAX_WAIT_ENV = "MANGO_TEMPORAL_MAX_WAIT"
 DEFAULT_MAX_WAIT = 120.0
@@ -258,9 +218,24 @@ def payload_keys(env: Mapping[str, str] | None = None) -> tuple[PayloadKey, ...]
     return tuple(keys)
 
 
+def _snapshot(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """A read-only copy: later changes to the caller's mapping do not reach the settings."""
+    return MappingProxyType(dict(environ))
+
+
+def _process_environ() -> Mapping[str, str]:
+    return _snapshot(os.environ)
+
+
 @attrs.frozen
 class Settings:
-    """Everything the composition roots (CLI, worker) need from the environment."""
+    """Everything the composition roots (CLI, worker) need from the environment.
+
+    ``environ`` is the environment the settings come from; the selected
+    provider reads its own settings (``E2B_API_KEY``, ``MANGO_SANDBOX_IMAGE``,
+    ...) from it too, through ``ProviderContext.environ``, never from
+    ``os.environ`` behind the caller's back.
+    """
 
     state_dir: Path
     sandbox: str = DEFAULT_PROVIDER
@@ -283,10 +258,19 @@ class Settings:
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
+    environ: Mapping[str, str] = attrs.field(
+        factory=_process_environ, converter=_snapshot, repr=False, hash=False
+    )
+    """The environment read, as a read-only copy (default: ``os.environ`` when the settings
+    are made); the provider's settings are read from it. Never shown: it holds credentials."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read and validate settings; raise :class:`ConfigurationError` naming the variable."""
+        """Read and validate settings from ``env`` (default: ``os.environ``).
+
+        Raises :class:`ConfigurationError` naming the variable. ``env`` is kept
+        (a copy) as :attr:`environ`, for the provider's own settings.
+        """
         env = os.environ if env is None else env
         sandbox = env.get("MANGO_SANDBOX", "").strip() or DEFAULT_PROVIDER
         try:
@@ -338,6 +322,7 @@ class Settings:
             task_queue_prefix=prefix,
             temporal_payload_keys=payload_keys(env),
             package_manager_hosts=package_manager_hosts(env),
+            environ=env,
         )
 
     @property

@@ -56,15 +56,22 @@ class Runtime:
 def select_provider(
     settings: Settings, host: PluginHost | None = None
 ) -> tuple[ProviderRegistry, ProviderRegistration]:
-    """Load plugins and find the selected provider; unknown names fail here, at startup."""
-    registry = (host or load_plugins()).providers()
+    """Load plugins and find the selected provider; unknown names fail here, at startup.
+
+    ``MANGO_DISABLE_PLUGINS`` is read from ``settings.environ``.
+    """
+    registry = (host or load_plugins(environ=settings.environ)).providers()
     return registry, registry.get(settings.sandbox)
 
 
 async def deployment_context(settings: Settings, store: BindingStore) -> ProviderContext:
-    """The context providers are opened with: ``MANGO_NAMESPACE`` if set, else the store's."""
+    """The context providers are opened with.
+
+    Its namespace is ``MANGO_NAMESPACE`` if set, else the store's; its
+    environment is ``settings.environ``, where the provider reads its settings.
+    """
     namespace = settings.namespace or await store.deployment_namespace()
-    return ProviderContext(namespace=namespace)
+    return ProviderContext(namespace=namespace, environ=settings.environ)
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ unless ``MANGO_REQUIRE_DOCKER=1``).
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,20 @@ def test_bad_namespace_setting_is_a_configuration_error(value: str) -> None:
 async def _deployment(
     url: str, name: str, shared: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[PostgresBindingStore, Provider]:
-    monkeypatch.setenv("MANGO_LOCAL_SANDBOX_DIR", str(shared / "local"))
-    monkeypatch.setenv("MANGO_SANDBOX_RESOURCE_DIR", str(shared / "docker"))
-    monkeypatch.setenv("MANGO_SANDBOX_IMAGE", DOCKER_IMAGE)
-    monkeypatch.setenv("MANGO_SANDBOX_PULL", "0")
     monkeypatch.delenv("MANGO_NAMESPACE", raising=False)
     store = await open_store(url)
-    settings = Settings.from_env({"MANGO_STATE_DIR": str(shared), "MANGO_SANDBOX": name})
+    # The provider reads its settings from the same mapping (ProviderContext.environ).
+    settings = Settings.from_env(
+        {
+            "MANGO_STATE_DIR": str(shared),
+            "MANGO_SANDBOX": name,
+            "MANGO_LOCAL_SANDBOX_DIR": str(shared / "local"),
+            "MANGO_SANDBOX_RESOURCE_DIR": str(shared / "docker"),
+            "MANGO_SANDBOX_IMAGE": DOCKER_IMAGE,
+            "MANGO_SANDBOX_PULL": "0",
+            **({"DOCKER_HOST": os.environ["DOCKER_HOST"]} if "DOCKER_HOST" in os.environ else {}),
+        }
+    )
     registry = load_plugins().providers()
     return store, registry.open(name, await deployment_context(settings, store))
 

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -197,8 +197,8 @@ class RemoteSetup:
     """The kit service inside what ``open_fake`` yields (its sandbox registry)."""
     settings: Callable[[Any], dict[str, str]]
     """The provider's documented settings pointing at the running fake."""
-    factory: Callable[[ProviderContext, Mapping[str, str]], Provider]
-    """The registration's factory, given those settings."""
+    factory: Callable[[ProviderContext], Provider]
+    """The registration's factory, given those settings through the context."""
 
 
 def _remote_setup(name: str) -> RemoteSetup:
@@ -263,7 +263,7 @@ def _remote_backend(
     async def live_ids() -> list[str]:
         return [record.id for record in service.sandboxes.list()]
 
-    provider = setup.factory(ProviderContext(namespace), settings)
+    provider = setup.factory(ProviderContext(namespace, environ=settings))
     return Backend(
         name=name,
         worker_env={"MANGO_SANDBOX": name, "MANGO_DISABLE_PLUGINS": "", **settings},

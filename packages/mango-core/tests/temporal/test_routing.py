@@ -107,7 +107,7 @@ async def test_each_worker_touches_only_its_providers_sessions(
     """Routing follows bindings and intents; another provider's binding is an explained refusal."""
     alt_dir = tmp_path / "alt-sandboxes"
     registry = load_plugins(extra=[AltPlugin(alt_dir)], entry_points=False).providers()
-    alt_provider = registry.open(ALT, ProviderContext(namespace="routing-test"))
+    alt_provider = registry.open(ALT, ProviderContext(namespace="routing-test", environ={}))
     store, env = harness.store, ActivityEnvironment()
     to_local = harness.orchestrator
     to_alt = harness.orchestrator_with(default_provider=ALT)

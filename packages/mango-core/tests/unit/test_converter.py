@@ -21,11 +21,17 @@ _NUMBER = st.one_of(
     st.integers(min_value=1, max_value=10_000),
     st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False),
 )
+_CPUS = st.one_of(
+    st.none(),
+    st.integers(min_value=1, max_value=1024),
+    st.floats(min_value=0.001, max_value=1024, allow_nan=False, allow_infinity=False),
+)
+"""CPU counts inside the grammar (0.001 to 1024)."""
 SPECS = st.builds(
     SandboxSpec,
     timeout=_NUMBER,
     image=st.one_of(st.none(), _NAMES),
-    cpus=_NUMBER,
+    cpus=_CPUS,
     network=st.sampled_from(list(NetworkMode)),
     pids_limit=st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
     network_allowed_hosts=st.lists(_HOSTS, max_size=3),

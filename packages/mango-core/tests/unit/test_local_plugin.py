@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import attrs
 import platformdirs
 import pluggy
 import pytest
@@ -29,7 +30,7 @@ from mango.local.settings import (
 )
 from mango.plugins import load_plugins
 
-CONTEXT = ProviderContext(namespace="ns-test")
+CONTEXT = ProviderContext(namespace="ns-test", environ={})
 
 
 def registered() -> ProviderRegistry:
@@ -70,17 +71,13 @@ def test_builtin_plugin_is_loaded_by_the_host() -> None:
     assert "local" in host.conformance_targets().names()
 
 
-def test_factory_reads_settings_only_when_opened(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_factory_reads_settings_only_when_opened(tmp_path: Path) -> None:
     """A bad setting does not break registration, only opening the provider."""
-    monkeypatch.setenv(MAX_OUTPUT_BYTES_ENV, "lots")
     registry = registered()
     with pytest.raises(ConfigurationError, match=MAX_OUTPUT_BYTES_ENV):
-        registry.open("local", CONTEXT)
-    monkeypatch.setenv(MAX_OUTPUT_BYTES_ENV, "4096")
-    monkeypatch.setenv(SANDBOX_DIR_ENV, str(tmp_path / "boxes"))
-    provider = registry.open("local", CONTEXT)
+        registry.open("local", attrs.evolve(CONTEXT, environ={MAX_OUTPUT_BYTES_ENV: "lots"}))
+    environ = {MAX_OUTPUT_BYTES_ENV: "4096", SANDBOX_DIR_ENV: str(tmp_path / "boxes")}
+    provider = registry.open("local", attrs.evolve(CONTEXT, environ=environ))
     assert isinstance(provider, LocalProvider)
     assert provider.base_dir == tmp_path / "boxes"
     assert provider.max_output_bytes == 4096
@@ -132,7 +129,9 @@ def test_relative_directories_are_refused(name: str) -> None:
 def test_open_local_provider_from_mapping(tmp_path: Path) -> None:
     """open_local_provider builds the provider from the given environment."""
     provider = open_local_provider(
-        CONTEXT, {SANDBOX_DIR_ENV: str(tmp_path), MAX_OUTPUT_BYTES_ENV: " 123 "}
+        attrs.evolve(
+            CONTEXT, environ={SANDBOX_DIR_ENV: str(tmp_path), MAX_OUTPUT_BYTES_ENV: " 123 "}
+        )
     )
     assert provider.base_dir == tmp_path
     assert provider.max_output_bytes == 123

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ class _Provider:
         self.capabilities = capabilities
 
 
-CONTEXT = ProviderContext(namespace="ns-test")
+CONTEXT = ProviderContext(namespace="ns-test", environ={})
 
 
 def _registration(
@@ -152,3 +156,51 @@ def test_disabled_plugins_setting() -> None:
         assert disabled_plugins({DISABLE_PLUGINS_ENV: value}) is None
     assert disabled_plugins({}) == frozenset()
     assert disabled_plugins({DISABLE_PLUGINS_ENV: " e2b, daytona ,"}) == {"e2b", "daytona"}
+
+
+LIGHT_MODULES = frozenset(
+    {"", ".plugin", ".settings", ".layout", ".limits", ".options", ".resources"}
+)
+"""What a provider distribution may load to register: its package, plugin and settings, and
+the constant modules they build the registration from; never its adapter."""
+HEAVY_LIBRARIES = frozenset({"httpx", "stamina", "aiodocker", "aiohttp"})
+REMOTE_PROVIDERS = {"cube", "daytona", "docker", "e2b", "opensandbox"}
+
+_SELECT_LOCAL = """
+import json, sys
+from mango.config import Settings
+from mango.domain.registry import ProviderContext
+from mango.runtime import select_provider
+
+settings = Settings.from_env({"MANGO_STATE_DIR": sys.argv[1], "MANGO_SANDBOX": "local"})
+registry, registration = select_provider(settings)
+listing = [(r.name, [s.env for s in r.settings]) for r in registry]  # as 'mango providers'
+provider = registry.open("local", ProviderContext(namespace="ns-lazy", environ=settings.environ))
+seen = {"names": registry.names(), "opened": provider.name, "modules": sorted(sys.modules)}
+print(json.dumps(seen))
+"""
+
+
+def test_selecting_local_imports_no_remote_adapter_httpx_or_stamina(tmp_path: Path) -> None:
+    """In a fresh process, every installed plugin registers and local opens; no adapter loads."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SELECT_LOCAL, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={key: value for key, value in os.environ.items() if key != DISABLE_PLUGINS_ENV},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["opened"] == "local"
+    assert set(seen["names"]) >= REMOTE_PROVIDERS, "the workspace's provider plugins are missing"
+    modules: list[str] = seen["modules"]
+    assert sorted(name for name in modules if name.split(".")[0] in HEAVY_LIBRARIES) == []
+    assert "mango.provider.http" not in modules
+    loaded = {name for name in modules if name.startswith("mango_provider_")}
+    for provider in REMOTE_PROVIDERS:
+        assert f"mango_provider_{provider}.plugin" in loaded
+    adapters = sorted(
+        name for name in loaded if "".join(name.partition(".")[1:]) not in LIGHT_MODULES
+    )
+    assert adapters == []

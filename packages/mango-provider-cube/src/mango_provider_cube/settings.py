@@ -1,11 +1,16 @@
-"""Settings of the ``cube`` provider, read from the environment only when it is opened."""
+"""Settings of the ``cube`` provider, read from its context's environment only when it is opened.
+
+A light module: the plugin's entry point loads it on every mango command,
+whichever provider is selected, so the E2B protocol client (httpx, stamina)
+is imported only by the factory.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
@@ -18,9 +23,12 @@ from mango.provider import (
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    number_setting,
 )
-from mango_provider_e2b import CUBE, E2BProvider, EnvdOptions, parse_duration
-from mango_provider_e2b.options import api_url_setting, max_read_bytes
+from mango_provider_e2b.options import EnvdOptions, api_url_setting, max_read_bytes, parse_duration
+
+if TYPE_CHECKING:
+    from mango_provider_e2b.provider import E2BProvider
 
 __all__ = [
     "API_KEY_ENV",
@@ -73,7 +81,7 @@ SETTINGS = (
         description="dial every data-plane connection to this CubeProxy node, keeping the "
         "sandbox's virtual host (default: DNS for *.<domain>)",
     ),
-    SettingSpec(env=PROXY_PORT_ENV, description="the proxy node's port", default="80"),
+    SettingSpec(env=PROXY_PORT_ENV, description="the proxy node's port, 1 to 65535", default="80"),
     SettingSpec(env=PROXY_SCHEME_ENV, description="http or https to the proxy", default="http"),
     SettingSpec(
         env=IDLE_TIMEOUT_ENV,
@@ -86,11 +94,9 @@ SETTINGS = (
 """The settings the ``cube`` provider reads, as its registration declares them."""
 
 
-def _port(text: str) -> int:
-    value = text.strip() or "80"
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise ConfigurationError(f"{PROXY_PORT_ENV} must be a port number 1-65535, got {value!r}")
-    return int(value)
+def _port(env: Mapping[str, str]) -> int:
+    port = number_setting(env, PROXY_PORT_ENV, minimum=1, maximum=65535, integer=True)
+    return 80 if port is None else int(port)
 
 
 def _scheme(text: str, port: int) -> str:
@@ -101,20 +107,23 @@ def _scheme(text: str, port: int) -> str:
     return "https" if port == 443 else "http"
 
 
-def read_cube_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
-    """Read and validate the Cube settings; :class:`ConfigurationError` names the variable at fault.
+def read_cube_options(environ: Mapping[str, str]) -> EnvdOptions:
+    """Read and validate the Cube settings from ``environ`` (the provider context's).
 
-    ``CUBE_API_URL`` and ``CUBE_TEMPLATE_ID`` are required; the API key is
-    optional (CubeAPI without an auth callback checks none) and never echoed.
+    :class:`ConfigurationError` names the variable at fault. ``CUBE_API_URL``
+    and ``CUBE_TEMPLATE_ID`` are required; the API key is optional (CubeAPI
+    without an auth callback checks none) and never echoed.
     """
-    env = os.environ if environ is None else environ
+    from mango_provider_e2b.control import CUBE
+
+    env = environ
     missing = [name for name in (API_URL_ENV, TEMPLATE_ENV) if not env.get(name, "").strip()]
     if missing:
         raise ConfigurationError(
             f"the cube provider needs {' and '.join(missing)}",
             hint="point CUBE_API_URL at CubeAPI and CUBE_TEMPLATE_ID at a template with bash",
         )
-    port = _port(env.get(PROXY_PORT_ENV, ""))
+    port = _port(env)
     proxy = env.get(PROXY_NODE_IP_ENV, "").strip() or None
     return EnvdOptions(
         dialect=CUBE,
@@ -131,11 +140,14 @@ def read_cube_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
     )
 
 
-def open_cube_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> E2BProvider:
-    """The registration's factory: validates the settings now, contacts CubeAPI on first use."""
-    return E2BProvider(read_cube_options(environ), namespace=context.namespace)
+def open_cube_provider(context: ProviderContext) -> E2BProvider:
+    """The registration's factory: validates the settings now, contacts CubeAPI on first use.
+
+    The settings come from ``context.environ``, never from ``os.environ``.
+    """
+    from mango_provider_e2b.provider import E2BProvider
+
+    return E2BProvider(read_cube_options(context.environ), namespace=context.namespace)
 
 
 def open_cube_conformance_target(

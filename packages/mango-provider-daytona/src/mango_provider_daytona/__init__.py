@@ -20,17 +20,32 @@ a test-only dependency, used to prove the fake).
   download and its upload (see :mod:`mango_provider_daytona.files`).
 
 Settings are in :mod:`mango_provider_daytona.settings`.
+
+The names below are loaded on first use: the plugin's entry point imports
+this package on every mango command, and the API client (httpx, stamina) is
+only worth importing when Daytona is the provider selected.
 """
 
-from mango.provider import DEFAULT_MAX_OUTPUT_BYTES
-from mango_provider_daytona.provider import (
-    DEFAULT_AUTO_PAUSE_MINUTES,
-    DEFAULT_MAX_READ_BYTES,
-    PROVIDER_NAME,
-    DaytonaProvider,
-    memory_gib,
-)
-from mango_provider_daytona.sandbox import DaytonaSandbox
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mango.provider import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_READ_BYTES
+    from mango_provider_daytona.layout import DEFAULT_AUTO_PAUSE_MINUTES, PROVIDER_NAME
+    from mango_provider_daytona.provider import DaytonaProvider, memory_gib
+    from mango_provider_daytona.sandbox import DaytonaSandbox
+
+_WHERE = {
+    "DEFAULT_AUTO_PAUSE_MINUTES": "mango_provider_daytona.layout",
+    "DEFAULT_MAX_OUTPUT_BYTES": "mango.provider",
+    "DEFAULT_MAX_READ_BYTES": "mango.provider",
+    "PROVIDER_NAME": "mango_provider_daytona.layout",
+    "DaytonaProvider": "mango_provider_daytona.provider",
+    "DaytonaSandbox": "mango_provider_daytona.sandbox",
+    "memory_gib": "mango_provider_daytona.provider",
+}
 
 __all__ = [
     "DEFAULT_AUTO_PAUSE_MINUTES",
@@ -41,3 +56,16 @@ __all__ = [
     "DaytonaSandbox",
     "memory_gib",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

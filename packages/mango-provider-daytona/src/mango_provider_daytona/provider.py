@@ -20,6 +20,7 @@ from mango.provider import (
     ConfigurationError,
     InvalidInput,
     MangoError,
+    MemorySize,
     NetworkMode,
     OwnedResource,
     ProviderUnavailable,
@@ -28,6 +29,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     admit,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
@@ -39,6 +41,11 @@ from mango_provider_daytona.api import (
     DaytonaApi,
     Toolbox,
     sandbox_state,
+)
+from mango_provider_daytona.layout import (
+    DEFAULT_AUTO_PAUSE_MINUTES,
+    DEFAULT_START_TIMEOUT,
+    PROVIDER_NAME,
 )
 from mango_provider_daytona.sandbox import DaytonaSandbox
 
@@ -53,11 +60,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PROVIDER_NAME = "daytona"
-DEFAULT_AUTO_PAUSE_MINUTES = 15
-"""Minutes of inactivity after which Daytona pauses a sandbox (``DAYTONA_AUTO_PAUSE_MINUTES``)."""
-DEFAULT_START_TIMEOUT = 300.0
-"""Seconds to wait for a sandbox to reach ``started`` (an archived one is restored first)."""
 KEEP_ALIVE_FRESH_SECONDS = 30.0
 """A sandbox whose toolbox answered a command this recently needs no keep-alive request."""
 GONE_STATES = frozenset({"destroyed", "destroying"})
@@ -66,33 +68,22 @@ FAILED_STATES = frozenset({"error", "build_failed"})
 STOPPED_STATES = frozenset({"stopped", "archived", "paused", "stopping", "archiving", "pausing"})
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _GIB = 1024**3
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": _GIB, "t": 1024**4}
 
 
-def memory_gib(text: str) -> int:
-    """``spec.memory`` (``512m``, ``2g``, ``1.5GiB``, bytes) in whole GiB, rounded up.
+def memory_gib(size: int | str) -> int:
+    """A memory size in whole GiB, rounded up: what the Daytona API's ``memory`` takes.
 
-    The Daytona API takes ``memory`` in GB (whole numbers); mango's specs use
-    Docker-style sizes, so ``512m`` asks for 1 GiB rather than 512 GiB.
+    ``size`` is a number of bytes (``SandboxSpec.memory_bytes``) or text of
+    mango's memory grammar (``512m``, ``2g``, ``1.5GiB``, ``2Gi``); ``512m``
+    asks for 1 GiB, never 512. Anything else is :class:`InvalidInput`.
     """
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if match is None:
-        raise InvalidInput(f"memory {text!r} is not a size such as 512m or 2g")
-    size = float(match.group(1)) * _UNITS[match.group(2)]
-    if size <= 0:
-        raise InvalidInput(f"memory {text!r} must be positive")
-    return max(1, math.ceil(size / _GIB))
+    return max(1, math.ceil(MemorySize.parse(size).bytes / _GIB))
 
 
 def _check_spec(spec: object) -> SandboxSpec:
     if not isinstance(spec, SandboxSpec):
         raise InvalidInput(f"expected a SandboxSpec, got {type(spec).__name__}")
     return spec
-
-
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 @attrs.define(eq=False)
@@ -120,10 +111,10 @@ class DaytonaProvider:
     start_timeout: float = attrs.field(default=DEFAULT_START_TIMEOUT, kw_only=True)
     """Seconds to wait for a sandbox to be started."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
     """Receives progress lines while a sandbox is started or built (default: the logger)."""
@@ -332,8 +323,8 @@ class DaytonaProvider:
             body["buildInfo"] = {"dockerfileContent": f"FROM {image}\n"}
             if spec.cpus is not None:
                 body["cpu"] = max(1, math.ceil(spec.cpus))
-            if spec.memory is not None:
-                body["memory"] = memory_gib(spec.memory)
+            if spec.memory_bytes is not None:
+                body["memory"] = memory_gib(spec.memory_bytes)
         else:
             if spec.cpus is not None or spec.memory is not None:
                 raise InvalidInput(

@@ -1,14 +1,17 @@
-"""Settings of the Daytona provider, read from the environment only when it is opened."""
+"""Settings of the Daytona provider, read from its context's environment only when it is opened.
+
+A light module: the plugin's entry point loads it on every mango command,
+whichever provider is selected, so the API client (httpx, stamina) is
+imported only by the factory.
+"""
 
 from __future__ import annotations
 
-import math
-import os
 import sys
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
@@ -26,14 +29,16 @@ from mango.provider import (
     SupportLevel,
     max_output_bytes,
     max_read_bytes,
+    number_setting,
 )
-from mango_provider_daytona.api import check_api_url
-from mango_provider_daytona.provider import (
+from mango_provider_daytona.layout import (
     DEFAULT_AUTO_PAUSE_MINUTES,
     DEFAULT_START_TIMEOUT,
     PROVIDER_NAME,
-    DaytonaProvider,
 )
+
+if TYPE_CHECKING:
+    from mango_provider_daytona.provider import DaytonaProvider
 
 __all__ = [
     "API_KEY_ENV",
@@ -84,7 +89,8 @@ SETTINGS = (
     ),
     SettingSpec(
         env=START_TIMEOUT_ENV,
-        description="seconds to wait for a sandbox to start (an archived one is restored first)",
+        description="seconds to wait for a sandbox to start, up to a day (an archived one is "
+        "restored first)",
         default=str(int(DEFAULT_START_TIMEOUT)),
     ),
     MAX_READ_BYTES_SETTING,
@@ -111,45 +117,41 @@ class DaytonaSettings:
     max_read_bytes: int
 
 
-def _whole(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
-    text = env.get(name, "").strip() or str(default)
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be a whole number >= {minimum}, got {text!r}")
-    return value
+MAX_AUTO_PAUSE_MINUTES = 2**31 - 1
+"""The largest ``DAYTONA_AUTO_PAUSE_MINUTES``: the API's 32-bit interval."""
+MAX_START_TIMEOUT = 24 * 3600.0
+"""The largest ``DAYTONA_START_TIMEOUT``: a day (restoring an archived sandbox takes minutes)."""
 
 
-def read_daytona_settings(environ: Mapping[str, str] | None = None) -> DaytonaSettings:
-    """Read and validate the settings from ``environ`` (default: ``os.environ``).
+def read_daytona_settings(environ: Mapping[str, str]) -> DaytonaSettings:
+    """Read and validate the settings from ``environ`` (the provider context's).
 
     Raises :class:`ConfigurationError` naming the variable at fault; the key's
     value never appears in a message. Empty values count as unset.
     """
-    env = os.environ if environ is None else environ
+    from mango_provider_daytona.api import check_api_url
+
+    env = environ
     api_key = env.get(API_KEY_ENV, "").strip()
     if not api_key:
         raise ConfigurationError(
             f"{API_KEY_ENV} is not set: the daytona provider needs an API key",
             hint=f"create one in the Daytona dashboard and export {API_KEY_ENV}",
         )
-    timeout_text = env.get(START_TIMEOUT_ENV, "").strip() or str(DEFAULT_START_TIMEOUT)
-    try:
-        start_timeout = float(timeout_text)
-    except ValueError:
-        start_timeout = -1.0
-    if not math.isfinite(start_timeout) or start_timeout <= 0:
-        raise ConfigurationError(f"{START_TIMEOUT_ENV} must be a positive number of seconds")
+    start_timeout = number_setting(
+        env, START_TIMEOUT_ENV, minimum=0.001, maximum=MAX_START_TIMEOUT, unit="seconds"
+    )
+    auto_pause = number_setting(
+        env, AUTO_PAUSE_ENV, minimum=0, maximum=MAX_AUTO_PAUSE_MINUTES, integer=True, unit="minutes"
+    )
     return DaytonaSettings(
         api_key=api_key,
         api_url=check_api_url(env.get(API_URL_ENV, "").strip() or DEFAULT_API_URL, API_URL_ENV),
         target=env.get(TARGET_ENV, "").strip() or None,
         snapshot=env.get(SNAPSHOT_ENV, "").strip() or None,
         image=env.get(IMAGE_ENV, "").strip() or None,
-        auto_pause_minutes=_whole(env, AUTO_PAUSE_ENV, DEFAULT_AUTO_PAUSE_MINUTES, minimum=0),
-        start_timeout=start_timeout,
+        auto_pause_minutes=DEFAULT_AUTO_PAUSE_MINUTES if auto_pause is None else int(auto_pause),
+        start_timeout=DEFAULT_START_TIMEOUT if start_timeout is None else start_timeout,
         max_output_bytes=max_output_bytes(env),
         max_read_bytes=max_read_bytes(env),
     )
@@ -167,14 +169,15 @@ class StderrProgress:
         print(f"mango: daytona: {line}", file=stream, flush=True)
 
 
-def open_daytona_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> DaytonaProvider:
+def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
     """The registration's factory: a :class:`DaytonaProvider` in ``context``'s namespace.
 
-    It does no I/O; Daytona is contacted on first use.
+    Its settings come from ``context.environ``, never from ``os.environ``. It
+    does no I/O; Daytona is contacted on first use.
     """
-    settings = read_daytona_settings(environ)
+    from mango_provider_daytona.provider import DaytonaProvider
+
+    settings = read_daytona_settings(context.environ)
     return DaytonaProvider(
         settings.api_url,
         settings.api_key,

@@ -32,6 +32,7 @@ from mango_provider_docker.limits import (
     MIN_PIDS_LIMIT,
     Limits,
     check_cpus,
+    check_memory,
     check_pids_limit,
     parse_memory,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "MIN_PIDS_LIMIT",
     "Limits",
     "check_cpus",
+    "check_memory",
     "check_pids_limit",
     "configuration_problems",
     "container_config",
@@ -64,8 +66,8 @@ def resolve_limits(spec: SandboxSpec, defaults: Limits) -> Limits:
     Raises :class:`InvalidInput` for a spec limit outside the accepted ranges.
     """
     memory = defaults.memory_bytes
-    if spec.memory is not None:
-        memory = parse_memory(spec.memory) or None
+    if spec.memory_bytes is not None:
+        memory = check_memory(spec.memory_bytes)
     nano_cpus = defaults.nano_cpus if spec.cpus is None else check_cpus(float(spec.cpus))
     pids = defaults.pids_limit if spec.pids_limit is None else check_pids_limit(spec.pids_limit)
     return Limits(memory_bytes=memory, nano_cpus=nano_cpus, pids_limit=pids)

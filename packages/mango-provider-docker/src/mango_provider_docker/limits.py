@@ -7,12 +7,10 @@ plugin's entry point loads on every mango command, validates with it.
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal
 
 import attrs
 
-from mango.provider import InvalidInput
+from mango.provider import MAX_MEMORY_BYTES, InvalidInput, MemorySize
 
 __all__ = [
     "MAX_CPUS",
@@ -23,14 +21,13 @@ __all__ = [
     "MIN_PIDS_LIMIT",
     "Limits",
     "check_cpus",
+    "check_memory",
     "check_pids_limit",
     "parse_memory",
 ]
 
 MIN_MEMORY_BYTES = 6 * 1024 * 1024
 """The smallest memory limit the Docker Engine accepts."""
-MAX_MEMORY_BYTES = 1 << 50
-"""The largest memory limit accepted (1 PiB): beyond any host, far inside the Engine's int64."""
 MIN_CPUS = 0.01
 """The smallest CPU limit: below it the kernel refuses the CFS quota; the container cannot start."""
 MAX_CPUS = 1024.0
@@ -43,26 +40,31 @@ command, or stop one (measured: at 8 the kill of a two-stage pipeline fails to s
 MAX_PIDS_LIMIT = 4 * 1024 * 1024
 """The largest pids limit: the kernel's ``PID_MAX_LIMIT``; ``pids.max`` refuses more."""
 
-_MEMORY = re.compile(r"(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]?)(?:i?b)?\Z", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+def check_memory(size: int) -> int:
+    """The Engine's ``Memory`` for a size in bytes (``0``: no limit), checked against its range.
+
+    The size comes parsed from mango's one memory grammar; the Engine takes
+    bytes and refuses less than 6 MiB, so that is :class:`InvalidInput` here.
+    """
+    if size and size < MIN_MEMORY_BYTES:
+        raise InvalidInput(
+            f"memory limit of {size} bytes is below the Docker minimum of 6m "
+            f"({MIN_MEMORY_BYTES} bytes)"
+        )
+    if size > MAX_MEMORY_BYTES:
+        raise InvalidInput(f"memory limit of {size} bytes is above the maximum of 1p")
+    return size
 
 
 def parse_memory(text: str) -> int:
-    """Parse a Docker memory size (``512m``, ``1g``, ``1.5GiB``, ``1048576``) into bytes.
+    """A memory setting (``512m``, ``1g``, ``1.5GiB``, ``2Gi``, ``1048576``) in bytes for Docker.
 
-    Units are binary, as the docker CLI reads them. ``0`` means no limit.
-    Raises :class:`InvalidInput` for anything else, or a limit outside 6 MiB to 1 PiB.
+    mango's memory grammar (binary units, as the docker CLI reads them), where
+    ``0`` means no limit. Raises :class:`InvalidInput` for anything else, or a
+    limit outside 6 MiB to 1 PiB.
     """
-    match = _MEMORY.match(text.strip())
-    if match is None:
-        raise InvalidInput(f"memory limit {text[:40]!r} is not a size such as 512m or 2g")
-    # Decimal, not float: no rounding or overflow whatever the digits.
-    value = int(Decimal(match.group(1)) * _UNITS[match.group(2).lower()])
-    if value and value < MIN_MEMORY_BYTES:
-        raise InvalidInput(f"memory limit {text!r} is below the Docker minimum of 6m")
-    if value > MAX_MEMORY_BYTES:
-        raise InvalidInput(f"memory limit {text!r} is above the maximum of 1p")
-    return value
+    return check_memory(MemorySize.parse(text, allow_zero=True).bytes)
 
 
 @attrs.frozen

@@ -8,13 +8,14 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    CapabilitySet,
     ConfigurationError,
     InvalidInput,
     OwnedResource,
@@ -24,11 +25,11 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     admit,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
 from mango.provider.hostdirs import remove_dir
-from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
@@ -77,11 +78,6 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
     return Path(value).absolute()
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 def _labels(value: Mapping[str, str]) -> dict[str, str]:
     labels = dict(value)
     clash = Ownership.reserved(labels)
@@ -97,7 +93,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False)
-class DockerProvider(ProviderIdentity):
+class DockerProvider:
     """Sandboxes as containers on one Docker Engine.
 
     ``create`` is create-if-absent by a container name derived from the
@@ -108,8 +104,6 @@ class DockerProvider(ProviderIdentity):
     carry ``namespace`` (the deployment's), so deployments sharing a daemon
     never see, attach to or remove each other's containers.
     """
-
-    provider_name: ClassVar[str] = PROVIDER_NAME
 
     resource_dir: Path = attrs.field(converter=_as_path)
     """Provider-owned host directory; one ``session-<hash>`` directory per sandbox below it."""
@@ -126,11 +120,11 @@ class DockerProvider(ProviderIdentity):
     pids_limit: int = attrs.field(default=DEFAULT_PIDS_LIMIT, kw_only=True)
     """Default pids limit (``0``: none)."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     pull_missing_images: bool = attrs.field(default=True, kw_only=True)
@@ -149,6 +143,16 @@ class DockerProvider(ProviderIdentity):
     def __attrs_post_init__(self) -> None:
         self._defaults = default_limits(self.memory, self.cpus, self.pids_limit)
         self._engine = Engine(self.host, self.api_version)
+
+    @property
+    def name(self) -> str:
+        """Always ``docker``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None of the optional capabilities yet (refused at admission)."""
+        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

@@ -1,8 +1,7 @@
-"""Settings of the Docker provider, read from the environment only when it is opened."""
+"""Settings of the Docker provider, read from its context's environment only when it is opened."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -109,7 +108,7 @@ SETTINGS = (
     ),
     SettingSpec(
         env=MEMORY_ENV,
-        description="default memory limit per sandbox, 6m to 1p, e.g. 512m or 2g (0: none)",
+        description="default memory limit per sandbox, 6m to 1p, e.g. 512m, 2g or 2Gi (0: none)",
         default=DEFAULT_MEMORY,
     ),
     SettingSpec(
@@ -160,14 +159,14 @@ def _checked(name: str, check: Callable[[], object]) -> None:
         raise ConfigurationError(f"{name}: {exc}") from None
 
 
-def read_docker_settings(environ: Mapping[str, str] | None = None) -> DockerSettings:
-    """Read and validate the settings from ``environ`` (default: ``os.environ``).
+def read_docker_settings(environ: Mapping[str, str]) -> DockerSettings:
+    """Read and validate the settings from ``environ`` (the provider context's).
 
     Raises :class:`ConfigurationError` naming the variable at fault. Empty
     values count as unset. Every number has a range: memory 6m to 1p, CPUs
     0.01 to 1024, pids 16 to 4194304 (0 means no limit for each of them).
     """
-    env = os.environ if environ is None else environ
+    env = environ
     resource_text = env.get(RESOURCE_DIR_ENV, "").strip()
     if resource_text:
         resource_dir = absolute_dir_setting(RESOURCE_DIR_ENV, resource_text)
@@ -227,16 +226,15 @@ class StderrProgress:
         print(f"mango: docker: {line}", file=stream, flush=True)
 
 
-def open_docker_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> DockerProvider:
+def open_docker_provider(context: ProviderContext) -> DockerProvider:
     """The registration's factory: a :class:`DockerProvider` in ``context``'s namespace.
 
-    It does no I/O; the Engine is contacted on first use.
+    Its settings come from ``context.environ``, never from ``os.environ``. It
+    does no I/O; the Engine is contacted on first use.
     """
     from mango_provider_docker.provider import DockerProvider
 
-    settings = read_docker_settings(environ)
+    settings = read_docker_settings(context.environ)
     return DockerProvider(
         settings.resource_dir,
         namespace=context.namespace,

@@ -11,16 +11,22 @@ from __future__ import annotations
 import math
 import re
 import urllib.parse
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mango.provider import (
+    DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
     MAX_READ_BYTES_ENV,
     ConfigurationError,
     max_read_bytes,
 )
-from mango_provider_e2b.control import Dialect
+
+if TYPE_CHECKING:
+    # Only a type here: the settings readers use this module, and the control
+    # plane (httpx) is imported only when a provider is opened.
+    from mango_provider_e2b.control import Dialect
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -99,7 +105,7 @@ class EnvdOptions:
     """Dial every data-plane connection here, keeping the virtual host (``CUBE_PROXY_NODE_IP``)."""
     proxy_port: int = 80
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    max_output_bytes: int = 1024 * 1024
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     request_timeout: float = 30.0
     """httpx's per-operation timeout for control-plane calls and file transfers."""

@@ -1,11 +1,16 @@
-"""Settings of the ``e2b`` provider, read from the environment only when it is opened."""
+"""Settings of the ``e2b`` provider, read from its context's environment only when it is opened.
+
+A light module: the plugin's entry point loads it on every mango command,
+whichever provider is selected, so the protocol client (httpx, stamina) is
+imported only by the factory.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
@@ -19,14 +24,15 @@ from mango.provider import (
     SupportLevel,
     max_output_bytes,
 )
-from mango_provider_e2b.control import E2B
 from mango_provider_e2b.options import (
     EnvdOptions,
     api_url_setting,
     max_read_bytes,
     parse_duration,
 )
-from mango_provider_e2b.provider import E2BProvider
+
+if TYPE_CHECKING:
+    from mango_provider_e2b.provider import E2BProvider
 
 __all__ = [
     "API_KEY_ENV",
@@ -87,12 +93,15 @@ SETTINGS = (
 """The settings the ``e2b`` provider reads, as its registration declares them."""
 
 
-def read_e2b_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
-    """Read and validate the E2B settings; :class:`ConfigurationError` names the variable at fault.
+def read_e2b_options(environ: Mapping[str, str]) -> EnvdOptions:
+    """Read and validate the E2B settings from ``environ`` (the provider context's).
 
-    The API key is required and never echoed. Empty values count as unset.
+    :class:`ConfigurationError` names the variable at fault. The API key is
+    required and never echoed. Empty values count as unset.
     """
-    env = os.environ if environ is None else environ
+    from mango_provider_e2b.control import E2B
+
+    env = environ
     api_key = env.get(API_KEY_ENV, "").strip()
     if not api_key:
         raise ConfigurationError(
@@ -114,11 +123,14 @@ def read_e2b_options(environ: Mapping[str, str] | None = None) -> EnvdOptions:
     )
 
 
-def open_e2b_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> E2BProvider:
-    """The registration's factory: validates the settings now, contacts E2B on first use."""
-    return E2BProvider(read_e2b_options(environ), namespace=context.namespace)
+def open_e2b_provider(context: ProviderContext) -> E2BProvider:
+    """The registration's factory: validates the settings now, contacts E2B on first use.
+
+    The settings come from ``context.environ``, never from ``os.environ``.
+    """
+    from mango_provider_e2b.provider import E2BProvider
+
+    return E2BProvider(read_e2b_options(context.environ), namespace=context.namespace)
 
 
 def open_e2b_conformance_target(

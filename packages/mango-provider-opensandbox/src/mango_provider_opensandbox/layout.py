@@ -1,10 +1,18 @@
-"""Fixed names of the OpenSandbox wire protocol and of mango's layout inside a sandbox."""
+"""Fixed names of the OpenSandbox wire protocol and of mango's layout inside a sandbox.
+
+A light module (no httpx): the settings module, which the plugin's entry point
+loads on every mango command, builds the registration from it.
+"""
 
 from __future__ import annotations
+
+from mango.provider import Capability, CapabilitySet
 
 __all__ = [
     "API_KEY_HEADER",
     "API_PREFIX",
+    "CAPABILITIES",
+    "DEFAULT_IMAGE",
     "EGRESS_AUTH_HEADER",
     "EGRESS_PORT",
     "ENTRYPOINT",
@@ -17,6 +25,10 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "opensandbox"
+DEFAULT_IMAGE = "python:3.12-slim"
+"""Image of sandboxes whose spec names none (``OPEN_SANDBOX_IMAGE``)."""
+CAPABILITIES = CapabilitySet.of(Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK)
+"""Package setup (through exec) and limited network (the egress sidecar)."""
 API_PREFIX = "/v1"
 """The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"

@@ -1,17 +1,25 @@
 """Entry point of the mango plugin ``opensandbox``: its pluggy hook implementations only.
 
 What it registers (the provider and its offline conformance target) is
-declared in :mod:`mango_provider_opensandbox.settings`.
+declared in :mod:`mango_provider_opensandbox.settings`, a light module: the
+protocol client is imported only when the provider is opened.
 """
 
 from __future__ import annotations
 
-from mango.provider import hookimpl
-from mango.provider.plugin import ProviderPlugin
+from mango.provider import ConformanceTargetRegistry, ProviderRegistry, hookimpl
 from mango_provider_opensandbox.settings import CONFORMANCE_TARGET, REGISTRATION
 
 __all__ = ["hookimpl", "mango_register_conformance_targets", "mango_register_providers"]
 
-mango_register_providers, mango_register_conformance_targets = ProviderPlugin(
-    REGISTRATION, CONFORMANCE_TARGET
-).hooks()
+
+@hookimpl
+def mango_register_providers(registry: ProviderRegistry) -> None:
+    """Register ``opensandbox``: package setup and limited network; preview."""
+    registry.add(REGISTRATION)
+
+
+@hookimpl
+def mango_register_conformance_targets(registry: ConformanceTargetRegistry) -> None:
+    """Register the offline target: the provider against its fake server."""
+    registry.add(CONFORMANCE_TARGET)

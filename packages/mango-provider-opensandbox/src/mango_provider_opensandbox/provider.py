@@ -21,7 +21,6 @@ import attrs
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
-    Capability,
     CapabilitySet,
     OwnedResource,
     PermanentError,
@@ -37,6 +36,8 @@ from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_opensandbox.execd import DataPlane, Egress, Execd
 from mango_provider_opensandbox.layout import (
     API_KEY_HEADER,
+    CAPABILITIES,
+    DEFAULT_IMAGE,
     EGRESS_PORT,
     ENTRYPOINT,
     EXECD_PORT,
@@ -57,11 +58,8 @@ __all__ = [
     "OpenSandboxProvider",
 ]
 
-DEFAULT_IMAGE = "python:3.12-slim"
 READY_SECONDS = 120.0
 """How long create waits for a new sandbox to be ``Running`` (within the caller's deadline)."""
-CAPABILITIES = CapabilitySet.of(Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK)
-"""Package setup (through exec) and limited network (the egress sidecar)."""
 _POLL_INITIAL = 0.2
 _POLL_MAX = 2.0
 

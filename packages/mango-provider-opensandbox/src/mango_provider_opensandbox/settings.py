@@ -1,9 +1,16 @@
-"""Settings of the OpenSandbox provider, read from the environment only when it is opened."""
+"""Settings of the OpenSandbox provider, read from its context's environment only when it is opened.
+
+A light module: the plugin's entry point loads it on every mango command,
+whichever provider is selected, so the protocol client (httpx, stamina) and
+the fake are imported only by the factory and the conformance target.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,15 +28,18 @@ from mango.provider import (
     SupportLevel,
     max_output_bytes,
     max_read_bytes,
+    number_setting,
 )
-from mango_provider_opensandbox.conformance import open_conformance_provider
-from mango_provider_opensandbox.layout import PROVIDER_NAME
-from mango_provider_opensandbox.provider import (
-    CAPABILITIES,
-    DEFAULT_IMAGE,
-    OpenSandboxProvider,
+from mango_provider_opensandbox.layout import CAPABILITIES, DEFAULT_IMAGE, PROVIDER_NAME
+from mango_provider_opensandbox.resources import (
+    DEFAULT_CPU,
+    DEFAULT_MEMORY,
+    cpu_limit,
+    memory_limit,
 )
-from mango_provider_opensandbox.resources import DEFAULT_CPU, DEFAULT_MEMORY, memory_limit
+
+if TYPE_CHECKING:
+    from mango_provider_opensandbox.provider import OpenSandboxProvider
 
 __all__ = [
     "API_KEY_ENV",
@@ -58,6 +68,7 @@ SANDBOX_IMAGE_ENV = "MANGO_SANDBOX_IMAGE"
 CPU_ENV = "OPEN_SANDBOX_CPU"
 MEMORY_ENV = "OPEN_SANDBOX_MEMORY"
 REQUEST_TIMEOUT_ENV = "OPEN_SANDBOX_REQUEST_TIMEOUT"
+DEFAULT_REQUEST_TIMEOUT = 30.0
 _TRUE = frozenset({"1", "t", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "f", "false", "no", "off"})
 
@@ -83,14 +94,21 @@ SETTINGS = (
         description=f"image of sandboxes whose spec names none (else ${SANDBOX_IMAGE_ENV})",
         default=DEFAULT_IMAGE,
     ),
-    SettingSpec(env=CPU_ENV, description="default CPU limit, e.g. 1 or 500m", default=DEFAULT_CPU),
     SettingSpec(
-        env=MEMORY_ENV, description="default memory limit, e.g. 2Gi or 512m", default=DEFAULT_MEMORY
+        env=CPU_ENV,
+        description="default CPU limit, 0.001 to 1024 CPUs, e.g. 1, 1.5 or 500m",
+        default=DEFAULT_CPU,
+    ),
+    SettingSpec(
+        env=MEMORY_ENV,
+        description="default memory limit, 1 byte to 1p, e.g. 2Gi, 512m or 2g (binary units)",
+        default=DEFAULT_MEMORY,
     ),
     SettingSpec(
         env=REQUEST_TIMEOUT_ENV,
-        description="seconds one API call may take (a command's stream is bounded by its timeout)",
-        default="30",
+        description="seconds one API call may take, 0.001 to 3600 (a command's stream is bounded "
+        "by its timeout)",
+        default=str(int(DEFAULT_REQUEST_TIMEOUT)),
     ),
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
@@ -113,26 +131,17 @@ class OpenSandboxSettings:
     max_read_bytes: int
 
 
-def _positive(env: Mapping[str, str], name: str, default: float, *, integer: bool) -> float:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text, 10) if integer else float(text)
-    except ValueError:
-        value = 0
-    if not value > 0 or value != value:  # noqa: PLR0124 - NaN is not a timeout
-        kind = "a whole number" if integer else "a number"
-        raise ConfigurationError(f"{name} must be {kind} > 0, got {text!r}")
-    return value
+MAX_REQUEST_TIMEOUT = 3600.0
+"""The largest ``OPEN_SANDBOX_REQUEST_TIMEOUT``: one API call for an hour is never meant."""
 
 
-def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettings:
-    """Read and validate the settings; :class:`ConfigurationError` names the variable at fault.
+def read_settings(environ: Mapping[str, str]) -> OpenSandboxSettings:
+    """Read and validate the settings from ``environ`` (the provider context's).
 
-    The API key is never part of a message.
+    :class:`ConfigurationError` names the variable at fault. The API key is
+    never part of a message.
     """
-    env = os.environ if environ is None else environ
+    env = environ
     domain = env.get(DOMAIN_ENV, "").strip().rstrip("/")
     if not domain:
         raise ConfigurationError(
@@ -152,11 +161,14 @@ def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettin
     proxy_text = env.get(SERVER_PROXY_ENV, "").strip().lower()
     if proxy_text not in _TRUE | _FALSE:
         raise ConfigurationError(f"{SERVER_PROXY_ENV} must be a boolean (1/0), got {proxy_text!r}")
-    memory = env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY
     try:
-        memory = memory_limit(memory)
+        memory = memory_limit(env.get(MEMORY_ENV, "").strip() or DEFAULT_MEMORY)
     except InvalidInput as exc:
         raise ConfigurationError(f"{MEMORY_ENV}: {exc}") from None
+    try:
+        cpu = cpu_limit(env.get(CPU_ENV, "").strip() or DEFAULT_CPU)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{CPU_ENV}: {exc}") from None
     return OpenSandboxSettings(
         base_url=base_url,
         api_key=env.get(API_KEY_ENV, "").strip() or None,
@@ -164,19 +176,25 @@ def read_settings(environ: Mapping[str, str] | None = None) -> OpenSandboxSettin
         image=env.get(IMAGE_ENV, "").strip()
         or env.get(SANDBOX_IMAGE_ENV, "").strip()
         or DEFAULT_IMAGE,
-        cpu=env.get(CPU_ENV, "").strip() or DEFAULT_CPU,
+        cpu=cpu,
         memory=memory,
-        request_timeout=_positive(env, REQUEST_TIMEOUT_ENV, 30.0, integer=False),
+        request_timeout=number_setting(
+            env, REQUEST_TIMEOUT_ENV, minimum=0.001, maximum=MAX_REQUEST_TIMEOUT, unit="seconds"
+        )
+        or DEFAULT_REQUEST_TIMEOUT,
         max_output_bytes=max_output_bytes(env),
         max_read_bytes=max_read_bytes(env),
     )
 
 
-def open_opensandbox_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> OpenSandboxProvider:
-    """The registration's factory: a provider in ``context``'s namespace. No I/O."""
-    settings = read_settings(environ)
+def open_opensandbox_provider(context: ProviderContext) -> OpenSandboxProvider:
+    """The registration's factory: a provider in ``context``'s namespace. No I/O.
+
+    The settings come from ``context.environ``, never from ``os.environ``.
+    """
+    from mango_provider_opensandbox.provider import OpenSandboxProvider
+
+    settings = read_settings(context.environ)
     return OpenSandboxProvider(
         settings.base_url,
         api_key=settings.api_key,
@@ -201,9 +219,19 @@ REGISTRATION = ProviderRegistration(
 )
 """``opensandbox``: package setup and limited network; preview."""
 
+
+def _open_conformance_provider(
+    scratch_dir: Path,
+) -> AbstractAsyncContextManager[OpenSandboxProvider]:
+    # Imported on use: the fake pulls in aiohttp and the local provider.
+    from mango_provider_opensandbox.conformance import open_conformance_provider
+
+    return open_conformance_provider(scratch_dir)
+
+
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
-    open=open_conformance_provider,
+    open=_open_conformance_provider,
     description="a fake OpenSandbox server on 127.0.0.1 (server proxy and direct endpoints)",
 )
 """The offline target: the provider against its fake (needs the ``fake`` extra)."""

@@ -50,7 +50,7 @@ async def _provider_check(
                 "missing settings: " + ", ".join(missing),
                 "set them in the worker's environment",
             )
-        context = ProviderContext(namespace=namespace or _PROBE_NAMESPACE)
+        context = ProviderContext(namespace=namespace or _PROBE_NAMESPACE, environ=env)
         provider = registry.open(settings.sandbox, context)
         try:
             detail = await provider.health()

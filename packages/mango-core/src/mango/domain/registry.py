@@ -10,9 +10,10 @@ from __future__ import annotations
 import enum
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -112,6 +113,14 @@ def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
     return frozenset(Quirk(value) for value in values)
 
 
+def _environ(value: Mapping[str, str]) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(
+            f"ProviderContext.environ must be a mapping of settings, got {type(value).__name__}"
+        )
+    return MappingProxyType(dict(value))
+
+
 @attrs.frozen
 class ProviderContext:
     """What mango hands a provider factory when the provider is opened.
@@ -119,14 +128,22 @@ class ProviderContext:
     ``namespace`` is the deployment's namespace (see
     :meth:`~mango.domain.ports.BindingStore.deployment_namespace`); every
     ownership label and deterministic name the provider makes must carry it.
+
+    ``environ`` is the environment the caller chose (the command line's
+    process environment, or the mapping an application gave
+    ``mango.open_session_manager(environ=...)``), as a read-only copy. A
+    factory reads its settings from it and never from ``os.environ``, so two
+    providers opened in one process with different mappings are configured
+    differently. It holds credentials, so it is never shown.
     """
 
     namespace: str = attrs.field(validator=_namespace)
+    environ: Mapping[str, str] = attrs.field(converter=_environ, repr=False, hash=False)
 
 
 @attrs.frozen
 class SettingSpec:
-    """One setting a provider reads from the environment when it is opened."""
+    """One setting a provider reads from its context's environment when it is opened."""
 
     env: str
     description: str

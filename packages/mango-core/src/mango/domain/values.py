@@ -7,7 +7,7 @@ Values validate themselves on construction and raise :class:`InvalidInput`
 from __future__ import annotations
 
 import enum
-import math
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -16,7 +16,9 @@ from typing import Any
 import attrs
 
 from mango.domain.errors import InvalidInput
+from mango.domain.limits import MemorySize, parse_cpus
 from mango.domain.paths import normalize_workspace_dir
+from mango.domain.validators import positive_int, positive_number
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
@@ -165,27 +167,20 @@ class PackagePlan:
         return not (self.apt or self.cargo or self.gem or self.go or self.npm or self.pip)
 
 
-def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _memory(value: str | int | None) -> str | None:
+    """Check a memory size by the one grammar; the text is kept as given (it is hashed)."""
     if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise InvalidInput(
-            f"{attribute.name} must be a finite positive number or None, got {value!r}"
-        )
+        return None
+    MemorySize.parse(value)
+    return str(value) if isinstance(value, int) else value
 
 
-def _positive_int_or_none(
-    _instance: object, attribute: attrs.Attribute[Any], value: object
-) -> None:
+def _cpus(value: float | str | None) -> float | None:
+    """Check a CPU count by the one grammar; a number is kept, text becomes its number."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer or None, got {value!r}")
+        return None
+    cpus = parse_cpus(value)
+    return cpus if isinstance(value, str) else value
 
 
 def _network_mode(value: NetworkMode | str) -> NetworkMode:
@@ -200,20 +195,39 @@ def _network_mode(value: NetworkMode | str) -> NetworkMode:
 class SandboxSpec:
     """What to provision for a Session. Non-secret: it is stored with intents."""
 
-    timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
+    timeout: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(positive_number)
+    )
     """Default per-exec timeout in seconds; ``None`` means no bound."""
     image: str | None = None
     """Container image for container providers; ``None`` means the provider default."""
-    memory: str | None = None
-    """Memory limit such as ``512m``; ``None`` means the provider default."""
-    cpus: float | None = attrs.field(default=None, validator=_positive_or_none)
+    memory: str | None = attrs.field(default=None, converter=_memory)
+    """Memory limit such as ``512m`` or ``2Gi`` (:data:`~mango.domain.limits.MEMORY_GRAMMAR`;
+    a whole number is bytes); ``None`` means the provider default. The text is kept as
+    given, :attr:`memory_bytes` is its value."""
+    cpus: float | None = attrs.field(default=None, converter=_cpus)
+    """CPU limit such as ``1.5`` or ``"500m"`` (:data:`~mango.domain.limits.CPUS_GRAMMAR`),
+    kept as a number; ``None`` means the provider default."""
     network: NetworkMode = attrs.field(default=NetworkMode.NONE, converter=_network_mode)
-    pids_limit: int | None = attrs.field(default=None, validator=_positive_int_or_none)
+    pids_limit: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(positive_int)
+    )
     network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
     """Final egress allowlist; only meaningful with ``network=limited``."""
     setup_network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
     """Temporary allowlist used only while packages are installed."""
     packages: PackagePlan = attrs.field(factory=PackagePlan)
+
+    @functools.cached_property
+    def memory_size(self) -> MemorySize | None:
+        """``memory`` parsed: what a provider translates into its own units."""
+        return None if self.memory is None else MemorySize.parse(self.memory)
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """``memory`` in bytes; ``None`` means the provider default."""
+        size = self.memory_size
+        return None if size is None else size.bytes
 
 
 def _argv(values: Iterable[str]) -> tuple[str, ...]:
@@ -269,7 +283,9 @@ class Command:
     stdin: bytes = attrs.field(default=b"", converter=_stdin)
     env: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_env)
     cwd: str = attrs.field(default="", converter=normalize_workspace_dir)
-    timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
+    timeout: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(positive_number)
+    )
 
     @property
     def env_dict(self) -> dict[str, str]:

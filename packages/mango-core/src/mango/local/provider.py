@@ -6,7 +6,6 @@ import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
 
 import attrs
 
@@ -26,14 +25,15 @@ from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    CapabilitySet,
     InvalidInput,
     OwnedResource,
     SandboxRef,
     SandboxSpec,
+    positive_int,
     validate_session_id,
 )
 from mango.provider.execution import ExecTracker
-from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
@@ -44,11 +44,6 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
     return Path(value).absolute()
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 def _check_spec(spec: object) -> SandboxSpec:
     if not isinstance(spec, SandboxSpec):
         raise InvalidInput(f"expected a SandboxSpec, got {type(spec).__name__}")
@@ -56,7 +51,7 @@ def _check_spec(spec: object) -> SandboxSpec:
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.frozen)
-class LocalProvider(ProviderIdentity):
+class LocalProvider:
     """Sandboxes as directories under ``base_dir``, commands as host processes.
 
     **Not an isolation boundary**: commands share the worker's kernel,
@@ -73,21 +68,29 @@ class LocalProvider(ProviderIdentity):
     see or remove each other's directories.
     """
 
-    provider_name: ClassVar[str] = PROVIDER_NAME
-
     base_dir: Path = attrs.field(converter=_as_path)
     """Where session directories live; created on first use."""
     max_output_bytes: int = attrs.field(
-        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_OUTPUT_BYTES, kw_only=True, validator=positive_int
     )
     """Per-stream cap on the bytes an exec keeps."""
     max_read_bytes: int = attrs.field(
-        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=_positive_int
+        default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
     namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """Always ``local``."""
+        return PROVIDER_NAME
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None: package setup, limited network and resource mounts are refused at admission."""
+        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

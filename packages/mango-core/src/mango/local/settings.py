@@ -1,8 +1,7 @@
-"""Settings of the local provider, read from the environment only when it is opened."""
+"""Settings of the local provider, read from its context's environment only when it is opened."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -65,13 +64,13 @@ class LocalSettings:
     max_read_bytes: int
 
 
-def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettings:
-    """Read and validate the settings from ``environ`` (default: ``os.environ``).
+def read_local_settings(environ: Mapping[str, str]) -> LocalSettings:
+    """Read and validate the settings from ``environ`` (the provider context's).
 
     Raises :class:`ConfigurationError` naming the variable at fault. Empty
     values count as unset.
     """
-    env = os.environ if environ is None else environ
+    env = environ
     sandbox_dir_text = env.get(SANDBOX_DIR_ENV, "")
     if sandbox_dir_text:
         sandbox_dir = absolute_dir_setting(SANDBOX_DIR_ENV, sandbox_dir_text)
@@ -84,11 +83,12 @@ def read_local_settings(environ: Mapping[str, str] | None = None) -> LocalSettin
     )
 
 
-def open_local_provider(
-    context: ProviderContext, environ: Mapping[str, str] | None = None
-) -> LocalProvider:
-    """The registration's factory: a :class:`LocalProvider` in ``context``'s namespace."""
-    settings = read_local_settings(environ)
+def open_local_provider(context: ProviderContext) -> LocalProvider:
+    """The registration's factory: a :class:`LocalProvider` in ``context``'s namespace.
+
+    Its settings come from ``context.environ``, never from ``os.environ``.
+    """
+    settings = read_local_settings(context.environ)
     return LocalProvider(
         settings.sandbox_dir,
         max_output_bytes=settings.max_output_bytes,

@@ -13,8 +13,9 @@ hookspec = pluggy.HookspecMarker("mango")
 def mango_register_providers(registry: ProviderRegistry) -> None:
     """Add :class:`~mango.domain.registry.ProviderRegistration` objects with ``registry.add``.
 
-    Must be cheap: import no SDK and read no credential here; do that in the
-    registration's factory.
+    Must be cheap: import no SDK or HTTP client and read no setting here; do
+    that in the registration's factory, which reads its settings from the
+    ``ProviderContext.environ`` it is given (never ``os.environ``).
     """
 
 

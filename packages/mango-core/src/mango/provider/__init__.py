@@ -14,10 +14,21 @@ library are submodules, imported only by the providers that use them:
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
-size check, a bounded collector),
-:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host),
-:mod:`mango.provider.identity` (``name`` and ``capabilities`` from class attributes)
-and :mod:`mango.provider.plugin` (the two hooks of a provider plugin).
+size check, a bounded collector) and
+:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host).
+
+Settings: a provider's factory receives a :class:`ProviderContext` and reads
+every setting from ``context.environ`` (never ``os.environ``), checking
+numbers with :func:`number_setting` and sizes with :class:`MemorySize` and
+:func:`parse_cpus`; attrs fields use :func:`positive_int`,
+:func:`positive_number` and :func:`non_negative_number`.
+
+A plugin module (the entry-point target) holds the two hooks, marked with
+:data:`hookimpl`::
+
+    @hookimpl
+    def mango_register_providers(registry: ProviderRegistry) -> None:
+        registry.add(REGISTRATION)
 """
 
 from __future__ import annotations
@@ -25,15 +36,12 @@ from __future__ import annotations
 import pluggy
 
 from mango.config import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_READ_BYTES,
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_ENV,
     MAX_READ_BYTES_SETTING,
     max_output_bytes,
     max_read_bytes,
-    number_setting,
     state_dir,
 )
 from mango.domain.capabilities import Capability, CapabilitySet, admit
@@ -53,6 +61,15 @@ from mango.domain.errors import (
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
+from mango.domain.limits import (
+    CPUS_GRAMMAR,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_READ_BYTES,
+    MAX_MEMORY_BYTES,
+    MEMORY_GRAMMAR,
+    MemorySize,
+    parse_cpus,
+)
 from mango.domain.paths import (
     normalize_workspace_dir,
     normalize_workspace_path,
@@ -75,6 +92,13 @@ from mango.domain.registry import (
     SettingSpec,
     SupportLevel,
     TargetCost,
+)
+from mango.domain.validators import (
+    MAX_SETTING_SECONDS,
+    non_negative_number,
+    number_setting,
+    positive_int,
+    positive_number,
 )
 from mango.domain.values import (
     Command,
@@ -104,12 +128,16 @@ from mango.provider.paths import (
 )
 
 __all__ = [
+    "CPUS_GRAMMAR",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_MAX_READ_BYTES",
+    "MAX_MEMORY_BYTES",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
     "MAX_READ_BYTES_ENV",
     "MAX_READ_BYTES_SETTING",
+    "MAX_SETTING_SECONDS",
+    "MEMORY_GRAMMAR",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -128,6 +156,7 @@ __all__ = [
     "LimitedNetworkSandbox",
     "Location",
     "MangoError",
+    "MemorySize",
     "NetworkMode",
     "OutputChunk",
     "OutputStream",
@@ -163,9 +192,13 @@ __all__ = [
     "is_permanent",
     "max_output_bytes",
     "max_read_bytes",
+    "non_negative_number",
     "normalize_workspace_dir",
     "normalize_workspace_path",
     "number_setting",
+    "parse_cpus",
+    "positive_int",
+    "positive_number",
     "session_key_hash",
     "split_workspace_path",
     "state_dir",

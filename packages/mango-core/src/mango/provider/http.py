@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
-import math
 import time
 from collections.abc import (
     AsyncIterator,
@@ -69,6 +68,7 @@ from mango.domain.errors import (
     ResourceConflict,
     SandboxNotFound,
 )
+from mango.domain.validators import non_negative_number, positive_int, positive_number
 
 __all__ = [
     "DEFAULT_RETRY_POLICY",
@@ -96,18 +96,6 @@ _REDACTED = "***"
 _MIN_SECRET_LENGTH = 4
 
 
-def _positive(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidInput(f"{attribute.name} must be a positive number, got {value!r}")
-    if math.isinf(value):
-        raise InvalidInput(f"{attribute.name} must be finite, got {value!r}")
-
-
-def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidInput(f"{attribute.name} must be a non-negative number, got {value!r}")
-
-
 @attrs.frozen
 class RetryPolicy:
     """Budgets for retrying one idempotent call.
@@ -120,13 +108,13 @@ class RetryPolicy:
     left in ``timeout``, the call fails now instead of sleeping past its budget.
     """
 
-    attempts: int = attrs.field(default=5, validator=_positive)
-    timeout: float = attrs.field(default=30.0, validator=_positive)
-    wait_initial: float = attrs.field(default=0.1, validator=_non_negative)
-    wait_max: float = attrs.field(default=5.0, validator=_non_negative)
-    wait_jitter: float = attrs.field(default=0.5, validator=_non_negative)
-    wait_exp_base: float = attrs.field(default=2.0, validator=_positive)
-    retry_after_max: float = attrs.field(default=20.0, validator=_non_negative)
+    attempts: int = attrs.field(default=5, validator=positive_int)
+    timeout: float = attrs.field(default=30.0, validator=positive_number)
+    wait_initial: float = attrs.field(default=0.1, validator=non_negative_number)
+    wait_max: float = attrs.field(default=5.0, validator=non_negative_number)
+    wait_jitter: float = attrs.field(default=0.5, validator=non_negative_number)
+    wait_exp_base: float = attrs.field(default=2.0, validator=positive_number)
+    retry_after_max: float = attrs.field(default=20.0, validator=non_negative_number)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -42,15 +42,15 @@ from cattrs.v import format_exception
 
 from mango.app.converter import strict_converter
 from mango.domain.errors import FileTooLarge, InvalidInput, MangoError, ToolFailed
+from mango.domain.limits import DEFAULT_MAX_READ_BYTES
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, ExecResult
 from mango.temporal.lines import read_line_window
 
 __all__ = [
-    "DEFAULT_MAX_OUTPUT_BYTES",
-    "DEFAULT_MAX_READ_BYTES",
     "DEFAULT_MAX_RESULTS",
+    "DEFAULT_MAX_TOOL_OUTPUT_BYTES",
     "TOOL_NAMES",
     "BashArgs",
     "EditArgs",
@@ -66,15 +66,15 @@ __all__ = [
     "parse_arguments",
 ]
 
-DEFAULT_MAX_OUTPUT_BYTES = 100_000
-"""Default cap on each output stream and on the rendered text of a result."""
+DEFAULT_MAX_TOOL_OUTPUT_BYTES = 100_000
+"""Default cap on each output stream and on the rendered text of a result: what a model reads.
+
+Not the providers' per-stream cap (``DEFAULT_MAX_OUTPUT_BYTES``, 1 MiB, applied
+at the source): a tool result is sized for a model's context. ``max_read_bytes``
+defaults to the one ``DEFAULT_MAX_READ_BYTES`` (``mango worker`` passes the
+configured ``MANGO_MAX_READ_BYTES``)."""
 DEFAULT_MAX_RESULTS = 1000
 """Default cap on the entries ``glob`` and ``grep`` return."""
-DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
-"""Default of ``max_read_bytes``: what ``read`` scans and ``edit`` loads at most.
-
-The same value as ``MANGO_MAX_READ_BYTES``'s default; ``mango worker`` passes
-the configured value (this module stays free of the settings layer)."""
 TRUNCATION_MARKER = "\n[output truncated]"
 
 
@@ -316,7 +316,7 @@ class ToolRunner:
     loads; memory stays O(``max_output_bytes``) for ``read`` whatever the file.
     """
 
-    max_output_bytes: int = attrs.field(default=DEFAULT_MAX_OUTPUT_BYTES, validator=_positive)
+    max_output_bytes: int = attrs.field(default=DEFAULT_MAX_TOOL_OUTPUT_BYTES, validator=_positive)
     max_results: int = attrs.field(default=DEFAULT_MAX_RESULTS, validator=_positive)
     max_read_bytes: int = attrs.field(default=DEFAULT_MAX_READ_BYTES, validator=_positive)
 
