@@ -11,6 +11,10 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
 * :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
 
+:mod:`mango.provider.packages` is package setup as SessionManager runs it
+(the commands a ``package-setup`` provider's sandboxes must run, and the
+step itself, for the conformance suite).
+
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
@@ -81,6 +85,7 @@ from mango.domain.registry import (
     SupportLevel,
     TargetCost,
 )
+from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -121,6 +126,8 @@ __all__ = [
     "ConfigurationError",
     "ConformanceTarget",
     "ConformanceTargetRegistry",
+    "ConformanceTestbed",
+    "EgressProbe",
     "Entry",
     "EntryKind",
     "ExecEvent",
@@ -136,11 +143,13 @@ __all__ = [
     "MangoError",
     "MemoryStoreSandbox",
     "NetworkMode",
+    "NetworkTestbed",
     "OutputChunk",
     "OutputStream",
     "OwnedResource",
     "OwnershipError",
     "PackagePlan",
+    "PackageSource",
     "PathEscapeError",
     "PathPolicy",
     "PermanentError",
