@@ -22,7 +22,10 @@ from mango.provider import (
     max_output_bytes,
     max_read_bytes,
 )
-from mango_provider_opensandbox.conformance import open_conformance_provider
+from mango_provider_opensandbox.conformance import (
+    open_conformance_provider,
+    open_conformance_testbed,
+)
 from mango_provider_opensandbox.layout import PROVIDER_NAME
 from mango_provider_opensandbox.provider import (
     CAPABILITIES,
@@ -205,5 +208,7 @@ CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=open_conformance_provider,
     description="a fake OpenSandbox server on 127.0.0.1 (server proxy and direct endpoints)",
+    testbed=open_conformance_testbed,
 )
-"""The offline target: the provider against its fake (needs the ``fake`` extra)."""
+"""The offline target: the provider against its fake (needs the ``fake`` extra), with the
+fake's upstream hosts and package mirror as the capability checks' testbed."""
