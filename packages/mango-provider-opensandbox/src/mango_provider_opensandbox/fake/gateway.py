@@ -156,7 +156,7 @@ class EgressGateway:
         try:
             async with self._client.request(
                 request.method,
-                target,
+                str(target),
                 headers=headers,
                 data=await request.read(),
                 allow_redirects=False,
