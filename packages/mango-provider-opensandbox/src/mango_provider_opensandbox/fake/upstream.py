@@ -56,6 +56,13 @@ class UpstreamHosts:
             await self._runner.cleanup()
             self._runner = None
 
+    async def __aenter__(self) -> UpstreamHosts:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
     async def _get(self, request: web.Request) -> web.Response:
         name = request.host.rsplit(":", 1)[0].lower()
         if name in self.pages:
