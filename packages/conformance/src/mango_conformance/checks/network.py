@@ -49,7 +49,7 @@ from mango_conformance.harness import Harness
 
 __all__ = ["EGRESS_PROBE", "PROBE_SECONDS", "NetworkChecks", "limited_spec"]
 
-PROBE_SECONDS = 5
+PROBE_SECONDS = 10
 """How long one probe waits for a host (a blocked name usually fails at once)."""
 
 EGRESS_PROBE = """\
