@@ -2,6 +2,10 @@
 
 The suite must catch every one of them (``test_mutants.py``); a mutant that
 passes would mean a check is vacuous. Imported by path from pytester runs.
+
+The ``limited-network`` and ``package-setup`` mutants wrap the OpenSandbox
+provider on its fake instead (the one provider that implements both, with
+the fake's egress gateway, image and testbed), each with one defect.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from mango.domain.values import (
     Command,
     ExecEvent,
     ExecResult,
+    NetworkMode,
     OutputChunk,
     OutputStream,
     OwnedResource,
@@ -46,14 +51,18 @@ class WrappedSandbox(SandboxWrapper):
 
 @attrs.define
 class WrappedProvider:
-    """Delegates to a local provider under ``scratch/sandboxes``; mutants override one method."""
+    """Delegates to ``inner`` (default: a local provider under ``scratch/sandboxes``).
+
+    Mutants override one method.
+    """
 
     scratch: Path
-    inner: LocalProvider = attrs.field(init=False)
+    inner: Provider = attrs.field(default=None)
     sandbox_class: ClassVar[type[WrappedSandbox]] = WrappedSandbox
 
     def __attrs_post_init__(self) -> None:
-        self.inner = LocalProvider(self.scratch / "sandboxes")
+        if self.inner is None:
+            self.inner = LocalProvider(self.scratch / "sandboxes")
 
     @property
     def name(self) -> str:
@@ -376,6 +385,199 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
 """Each mutant's factory, by name."""
 
 
+# ---------------------------------------------------------------------------
+# limited-network and package-setup: mutants of the OpenSandbox provider on its fake.
+
+
+def _ledger_path(scratch: Path, name: str) -> Path:
+    return scratch / f"mutant-{name}.json"
+
+
+def _read_ledger(path: Path) -> dict[str, list[str]]:
+    try:
+        loaded: dict[str, list[str]] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return loaded
+
+
+@attrs.define
+class RemoteSandbox(WrappedSandbox):
+    """A wrapped OpenSandbox sandbox that knows the mutant's scratch directory."""
+
+    scratch: Path = attrs.field(kw_only=True)
+
+
+@attrs.define
+class RemoteWrapped(WrappedProvider):
+    """Wraps an OpenSandbox provider (``inner``, from the fake's target)."""
+
+    sandbox_class: ClassVar[type[WrappedSandbox]] = RemoteSandbox
+
+    def wrap(self, sandbox: Sandbox) -> WrappedSandbox:
+        return self.sandbox_class(sandbox, scratch=self.scratch)  # type: ignore[call-arg]
+
+
+class IgnoringAllowlistSandbox(RemoteSandbox):
+    """``apply_limited_network`` accepts any list and changes nothing."""
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        del allowed_hosts
+
+
+class AllowlistIgnored(RemoteWrapped):
+    """The allowlist is never applied: the sandbox keeps the policy it was created with."""
+
+    sandbox_class = IgnoringAllowlistSandbox
+
+
+class MergingAllowlistSandbox(RemoteSandbox):
+    """Only ever adds hosts: each list is merged into everything applied before."""
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        path = _ledger_path(self.scratch, "merged")
+        ledger = _read_ledger(path)
+        merged = sorted({*ledger.get(self.ref.external_id, []), *allowed_hosts})
+        ledger[self.ref.external_id] = merged
+        path.write_text(json.dumps(ledger))
+        await self.inner.apply_limited_network(merged)  # type: ignore[attr-defined]
+
+
+class AllowlistMerged(RemoteWrapped):
+    """Replacing the allowlist merges instead (a PATCH of the new hosts, never a removal)."""
+
+    sandbox_class = MergingAllowlistSandbox
+
+
+class TrustingRecordSandbox(RemoteSandbox):
+    """Compares the wanted list with what it last applied (its own record), not the backend."""
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        path = _ledger_path(self.scratch, "applied")
+        ledger = _read_ledger(path)
+        wanted = sorted(allowed_hosts)
+        if ledger.get(self.ref.external_id) == wanted:
+            return
+        await self.inner.apply_limited_network(wanted)  # type: ignore[attr-defined]
+        ledger[self.ref.external_id] = wanted
+        path.write_text(json.dumps(ledger))
+
+
+class DriftNotRepaired(RemoteWrapped):
+    """A policy changed behind the provider stays: re-applying the same list is skipped."""
+
+    sandbox_class = TrustingRecordSandbox
+
+
+class LimitedCreatedUnrestricted(RemoteWrapped):
+    """A ``limited`` spec is created with unrestricted network (no egress policy at all)."""
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> WrappedSandbox:
+        if spec.network is NetworkMode.LIMITED:
+            spec = attrs.evolve(spec, network=NetworkMode.BRIDGE, network_allowed_hosts=())
+        return await super().create(session_key, spec)
+
+
+_PACKAGE_MANAGERS = frozenset({"apt-get", "cargo", "gem", "go", "npm", "python3"})
+
+
+def _is_package_step(command: Command) -> bool:
+    return command.argv[0] in _PACKAGE_MANAGERS and (
+        "install" in command.argv or "update" in command.argv
+    )
+
+
+class SwallowingSetupSandbox(RemoteSandbox):
+    """A package manager's failure comes back as exit 0 (as if run ``... || true``)."""
+
+    async def exec(self, command: Command) -> ExecResult:
+        result = await self.inner.exec(command)
+        if _is_package_step(command) and not (result.timed_out or result.cancelled):
+            return attrs.evolve(result, exit_code=0)
+        return result
+
+
+class PackageFailureSwallowed(RemoteWrapped):
+    """A failed install looks successful, so SessionManager would bind without the packages."""
+
+    sandbox_class = SwallowingSetupSandbox
+
+
+@attrs.define
+class ReorderingSetupSandbox(RemoteSandbox):
+    """Holds each first package step back (answering success) and runs it after the next one."""
+
+    held: list[Command] = attrs.field(factory=list, kw_only=True)
+
+    async def exec(self, command: Command) -> ExecResult:
+        if not _is_package_step(command):
+            return await self.inner.exec(command)
+        if not self.held:
+            self.held.append(command)
+            return ExecResult()
+        result = await self.inner.exec(command)
+        await self.inner.exec(self.held.pop())
+        return result
+
+
+class PackagesOutOfOrder(RemoteWrapped):
+    """The package steps run out of order (``apt-get install`` before ``apt-get update``)."""
+
+    sandbox_class = ReorderingSetupSandbox
+
+
+_RESET_IMAGE = (
+    'bin=$(dirname "$(command -v apt-get)") && for f in "$bin"/*; do '
+    '[ "${f##*/}" = apt-get ] || rm -f "$f"; done'
+)
+"""Put the fake image's ``/usr/bin`` back as it was (only ``apt-get``)."""
+
+
+class ImageResetOnAttach(RemoteWrapped):
+    """Attach gives the sandbox its image afresh: only the workspace survives a restart."""
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
+        sandbox = await super().attach(session_key, ref, spec)
+        await sandbox.exec(Command(("sh", "-c", _RESET_IMAGE)))
+        return sandbox
+
+
+REMOTE_MUTANTS: dict[str, type[RemoteWrapped]] = {
+    "allowlist-ignored": AllowlistIgnored,
+    "allowlist-merged": AllowlistMerged,
+    "drift-not-repaired": DriftNotRepaired,
+    "limited-created-unrestricted": LimitedCreatedUnrestricted,
+    "package-failure-swallowed": PackageFailureSwallowed,
+    "packages-out-of-order": PackagesOutOfOrder,
+    "image-reset-on-attach": ImageResetOnAttach,
+    "opensandbox-unchanged": RemoteWrapped,
+}
+"""The OpenSandbox mutants; ``opensandbox-unchanged`` is the control (no defect)."""
+
+
+def _remote_target(name: str) -> ConformanceTarget:
+    from mango_provider_opensandbox.conformance import (
+        open_conformance_provider,
+        open_conformance_testbed,
+    )
+
+    mutant = REMOTE_MUTANTS[name]
+
+    @contextlib.asynccontextmanager
+    async def open_mutant(scratch: Path) -> AsyncIterator[Provider]:
+        async with open_conformance_provider(scratch) as inner:
+            yield mutant(scratch, inner)
+
+    return ConformanceTarget(
+        provider="opensandbox",
+        open=open_mutant,
+        testbed=open_conformance_testbed,
+        description=f"mutant: {name}",
+    )
+
+
 def target_for(name: str) -> ConformanceTarget:
-    """The conformance target of the mutant ``name`` (it keeps the name ``local``)."""
+    """The conformance target of the mutant ``name`` (it keeps its base's provider name)."""
+    if name in REMOTE_MUTANTS:
+        return _remote_target(name)
     return provider_target("local", MUTANTS[name], description=f"mutant: {name}")

@@ -71,6 +71,37 @@ CAUGHT_BY: dict[str, set[str]] = {
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 
+NETWORK_AND_PACKAGES = "limited_network or package_setup"
+"""The checks the OpenSandbox mutants are run with (the rest would take minutes each)."""
+
+NETWORK_CHECKS = {
+    "test_limited_network_empty_allowlist_blocks_egress",
+    "test_limited_network_allowlisted_host_is_reachable",
+    "test_limited_network_replacing_the_list_is_idempotent",
+    "test_limited_network_drift_is_repaired_on_attach",
+}
+PACKAGE_CHECKS = {
+    "test_package_setup_installs_in_order",
+    "test_package_setup_failure_is_reported_and_keeps_the_sandbox",
+}
+
+REMOTE_CAUGHT_BY: dict[str, set[str]] = {
+    # Package setup needs the setup allowlist to reach the mirror: no allowlist, no packages.
+    "allowlist-ignored": NETWORK_CHECKS | PACKAGE_CHECKS,
+    "allowlist-merged": {
+        "test_limited_network_empty_allowlist_blocks_egress",
+        "test_limited_network_replacing_the_list_is_idempotent",
+    },
+    "drift-not-repaired": {"test_limited_network_drift_is_repaired_on_attach"},
+    # Created without a policy, the sandbox refuses every allowlist (never "restricted" later).
+    "limited-created-unrestricted": NETWORK_CHECKS | PACKAGE_CHECKS,
+    "package-failure-swallowed": {"test_package_setup_failure_is_reported_and_keeps_the_sandbox"},
+    # install before update: even the failing plan fails on its first (installable) package.
+    "packages-out-of-order": PACKAGE_CHECKS,
+    "image-reset-on-attach": {"test_package_setup_installs_in_order"},
+}
+"""The OpenSandbox mutants (on its fake) and the network and package checks that catch them."""
+
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT_BY))
 def test_mutant_is_caught(
@@ -87,6 +118,34 @@ def test_mutant_is_caught(
     escaped = {name for name in CAUGHT_BY[mutant] if found.get(name) != "failed"}
     assert not escaped, f"{mutant} was not caught by: {sorted(escaped)}"
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.parametrize("mutant", sorted(REMOTE_CAUGHT_BY))
+def test_network_and_package_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """Exactly the named network and package checks fail against the OpenSandbox mutant."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", NETWORK_AND_PACKAGES)
+    found = outcomes(result)
+    failed = {name for name, outcome in found.items() if outcome == "failed"}
+    assert failed == REMOTE_CAUGHT_BY[mutant], f"{mutant}: {found}"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_unchanged_opensandbox_wrapper_passes_network_and_package_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+) -> None:
+    """The control: the same wrapper with no defect passes every check the mutants fail."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="opensandbox-unchanged"))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", NETWORK_AND_PACKAGES)
+    found = outcomes(result)
+    checks = set().union(*REMOTE_CAUGHT_BY.values())
+    assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
+    assert result.ret == pytest.ExitCode.OK
 
 
 QUIRK_MODULE = """

@@ -249,3 +249,67 @@ def test_hypothesis_profiles_are_registered_not_loaded() -> None:
         assert registered.stateful_step_count == profile.stateful_steps
         assert registered.deadline is None
     assert not settings.get_current_profile_name().startswith("mango-conformance")
+
+
+DECLARED_MODULE = """
+import pytest
+from mango.provider import Capability, ConformanceTarget
+from mango_provider_opensandbox.conformance import open_conformance_provider
+from mango_conformance import ProviderSuite
+
+
+class TestNoTestbed(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return ConformanceTarget(provider="opensandbox", open=open_conformance_provider)
+
+
+class TestWaived(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return ConformanceTarget(
+            provider="opensandbox",
+            open=open_conformance_provider,
+            waivers={
+                Capability.LIMITED_NETWORK: "no hosts to probe here",
+                Capability.PACKAGE_SETUP: "no package source here",
+            },
+        )
+"""
+
+
+def test_a_declared_capability_is_checked_or_waived_never_skipped(
+    suite_pytester: pytest.Pytester,
+) -> None:
+    """Without testbed or waiver the behavioural checks fail; a target's waiver is reported."""
+    suite_pytester.makepyfile(test_declared=DECLARED_MODULE)
+    selection = "limited_network or package_setup"
+    result = suite_pytester.runpytest("-k", selection, "-rs")
+    # Each class: the protocol check passes; the six behavioural ones fail or are waived.
+    result.assert_outcomes(passed=2, failed=6, skipped=6)
+    result.stdout.fnmatch_lines_random(
+        [
+            (
+                "failed: test_limited_network_drift_is_repaired_on_attach: Failed: opensandbox "
+                "declares limited-network, but its conformance target supplies no network testbed*"
+            ),
+            (
+                "failed: test_package_setup_installs_in_order: Failed: opensandbox declares "
+                "package-setup, but its conformance target supplies no package source*"
+            ),
+            (
+                "waived: test_declared.py::TestWaived::test_limited_network_drift_is_repaired_on_"
+                "attach: limited-network waived by the opensandbox target: no hosts to probe here"
+            ),
+            (
+                "waived: test_declared.py::TestWaived::test_package_setup_installs_in_order: "
+                "package-setup waived by the opensandbox target: no package source here"
+            ),
+            "NOT conformant: 6 check(s) failed (*)",
+        ]
+    )
+    waived = suite_pytester.runpytest("-k", f"TestWaived and ({selection})")
+    waived.assert_outcomes(passed=1, skipped=6)
+    waived.stdout.fnmatch_lines(
+        ["conformant with 6 waiver(s): 1 check(s) passed, 6 skipped (6 waived), * deselected *"]
+    )

@@ -129,6 +129,25 @@ def test_docker_registers_a_container_target() -> None:
     assert mango_conformance.provider_target("x", LocalProvider).cost is TargetCost.PROCESS
 
 
+def test_provider_target_carries_a_testbed_and_waivers() -> None:
+    """provider_target passes the testbed opener and the waivers on to the target."""
+    from mango.domain.capabilities import Capability
+    from mango_provider_opensandbox.conformance import open_conformance_testbed
+    from mango_provider_opensandbox.settings import CONFORMANCE_TARGET
+
+    target = mango_conformance.provider_target(
+        "x",
+        LocalProvider,
+        testbed=open_conformance_testbed,
+        waivers={"package-setup": "no package manager"},
+    )
+    assert target.testbed is open_conformance_testbed
+    assert target.waiver(Capability.PACKAGE_SETUP) == "no package manager"
+    assert mango_conformance.provider_target("x", LocalProvider).waivers == ()
+    assert CONFORMANCE_TARGET.testbed is not None  # opened lazily: the fake imports aiohttp
+    assert CONFORMANCE_TARGET.waivers == ()
+
+
 def test_progress_prints_the_first_example_then_at_most_one_line_per_interval() -> None:
     """Start, the first example, then one line per interval, and the end: never silent for long."""
     lines: list[str] = []

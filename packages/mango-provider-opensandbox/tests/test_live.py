@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import mango_conformance
-from mango.provider import ConformanceTarget, SandboxSpec
+from mango.provider import Capability, ConformanceTarget, SandboxSpec
 from mango.provider.ownership import derived_namespace
 from mango_conformance import ProviderSuite, SuiteOptions
 from mango_provider_opensandbox import OpenSandboxProvider
@@ -49,7 +49,14 @@ class TestOpenSandboxLive(ProviderSuite):
 
     @pytest.fixture
     def conformance_target(self) -> ConformanceTarget:
-        return ConformanceTarget(provider="opensandbox", open=_live_provider)
+        return ConformanceTarget(
+            provider="opensandbox",
+            open=_live_provider,
+            waivers={
+                Capability.LIMITED_NETWORK: "a live server: no hosts this run serves to probe",
+                Capability.PACKAGE_SETUP: "a live image installs from the real registries only",
+            },
+        )
 
     @pytest.fixture
     def conformance_options(self) -> SuiteOptions:

@@ -1,14 +1,17 @@
-"""Egress policy: created deny-by-default, reconciled by hash through the sidecar."""
+"""Egress policy: created deny-by-default, reconciled by hash, enforced by the fake's gateway."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
 import pytest
 
-from mango.provider import NetworkMode, PermanentError, SandboxSpec
+from mango.provider import Command, NetworkMode, PermanentError, SandboxSpec
 from mango_provider_opensandbox import OpenSandboxProvider
 from mango_provider_opensandbox.fake import FakeOpenSandbox
+from mango_provider_opensandbox.fake.gateway import egress_allows
+from mango_provider_opensandbox.fake.upstream import UpstreamHosts
 from mango_provider_opensandbox.network import create_policy, policy_hash
 
 LIMITED = SandboxSpec(
@@ -91,3 +94,65 @@ async def test_a_permissive_sandbox_is_never_widened(
     fake.set_policy(limited.ref.external_id, {"defaultAction": "allow", "egress": []})
     with pytest.raises(PermanentError):
         await limited.apply_limited_network(["a.example.test"])
+
+
+def test_the_fake_gateway_evaluates_like_the_sidecar() -> None:
+    """First matching rule wins, ``*.x`` matches names under x but not x, else the default."""
+    policy = {
+        "defaultAction": "deny",
+        "egress": [
+            {"action": "deny", "target": "bad.example.test"},
+            {"action": "allow", "target": "*.example.test"},
+            {"action": "allow", "target": "Exact.Other.test"},
+        ],
+    }
+    assert egress_allows(policy, "a.example.test")
+    assert egress_allows(policy, "deep.a.example.test.")
+    assert not egress_allows(policy, "bad.example.test")
+    assert not egress_allows(policy, "example.test")
+    assert egress_allows(policy, "exact.other.test")
+    assert not egress_allows(policy, "sub.exact.other.test")
+    assert egress_allows({"defaultAction": "allow", "egress": []}, "anything.test")
+    assert egress_allows(None, "anything.test")  # no sidecar: unrestricted
+
+
+async def test_fake_sandboxes_reach_only_what_their_policy_allows(
+    make_provider: Callable[..., OpenSandboxProvider], fake: FakeOpenSandbox
+) -> None:
+    """A command's HTTP goes through the gateway: allowed names answer, denied ones do not."""
+    async with UpstreamHosts(pages={"a.example.test": "tok-a"}) as upstream:
+        fake.upstream["a.example.test"] = "127.0.0.1"
+        sandbox = await make_provider().create("net-gw", LIMITED)
+        url = upstream.url("a.example.test") + "/"
+        fetch = Command(("sh", "-c", 'wget -q -T 5 -O - "$1" || printf blocked', "sh", url))
+        assert (await sandbox.exec(fetch)).stdout == b"tok-a"
+        await sandbox.apply_limited_network(["b.example.test"])
+        assert (await sandbox.exec(fetch)).stdout == b"blocked"
+        fake.set_policy(sandbox.ref.external_id, {"defaultAction": "allow", "egress": []})
+        assert (await sandbox.exec(fetch)).stdout == b"tok-a"
+
+
+async def test_the_fake_image_apt_needs_update_and_installs_all_or_nothing(
+    make_provider: Callable[..., OpenSandboxProvider], fake: FakeOpenSandbox
+) -> None:
+    """install before update locates nothing; a missing name installs nothing; then all."""
+    async with UpstreamHosts(mirrors={"mirror.example.test": ("tool-one", "tool-two")}) as up:
+        fake.upstream["mirror.example.test"] = "127.0.0.1"
+        fake.apt_source = up.url("mirror.example.test")
+        spec = attrs.evolve(LIMITED, network_allowed_hosts=("mirror.example.test",))
+        sandbox = await make_provider().create("apt", spec)
+
+        async def sh(line: str) -> tuple[int, bytes]:
+            result = await sandbox.exec(Command(("sh", "-c", line)))
+            return result.exit_code, result.stdout + result.stderr
+
+        assert await sh("apt-get install -y tool-one") == (
+            100,
+            b"E: Unable to locate package tool-one\n",
+        )
+        assert (await sh("apt-get update"))[0] == 0
+        code, output = await sh("apt-get install -y tool-one nope")
+        assert (code, output) == (100, b"E: Unable to locate package nope\n")
+        assert await sh("command -v tool-one || printf absent") == (0, b"absent")
+        assert (await sh("apt-get install -y --no-install-recommends tool-one tool-two"))[0] == 0
+        assert await sh("tool-one && tool-two") == (0, b"tool-one\ntool-two\n")

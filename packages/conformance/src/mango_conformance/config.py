@@ -36,6 +36,8 @@ class RunConfig:
     """Provider names the suite ran against."""
     outcomes: dict[str, str] = attrs.field(factory=dict)
     """Node id -> ``passed``, ``failed`` or ``skipped`` of every check that ran."""
+    skip_kinds: dict[str, str] = attrs.field(factory=dict)
+    """Node id of a skipped check -> ``waived``, ``not declared``, ``pending`` or ``other``."""
     failures: dict[str, str] = attrs.field(factory=dict)
     """Node id -> the first line of why the check failed."""
     deselected: int = 0

@@ -10,10 +10,12 @@ from typing import TypeVar
 from mango.provider import (
     Command,
     ConformanceTarget,
+    ConformanceTestbed,
     ExecResult,
     Provider,
     Sandbox,
     SandboxRef,
+    SandboxSpec,
     is_permanent,
 )
 from mango_conformance.bridge import AsyncBridge
@@ -56,6 +58,7 @@ class Harness:
         self._providers: list[Provider] = []
         self._created: list[tuple[str, Sandbox]] = []
         self._uncertain: list[tuple[Provider, str]] = []
+        self._testbed: list[ConformanceTestbed | None] = []
 
     @property
     def name(self) -> str:
@@ -82,16 +85,40 @@ class Harness:
             self.open_provider()
         return self._providers[0]
 
+    def testbed(self) -> ConformanceTestbed | None:
+        """The target's testbed, opened on first use (``None`` if the target has none)."""
+        if not self._testbed:
+            opener = self.target.testbed
+            if opener is None:
+                self._testbed.append(None)
+            else:
+                entered = self.run(
+                    self._stack.enter_async_context(opener(self.scratch_dir)),
+                    f"{self.name}: testbed()",
+                )
+                self._testbed.append(entered)
+        return self._testbed[0]
+
     def new_key(self, tag: str = "") -> str:
         """A fresh Session key."""
         return new_session_key(tag)
 
-    def create(self, key: str | None = None, provider: Provider | None = None) -> Sandbox:
-        """``provider.create(key, spec)`` with the sandbox tracked for cleanup."""
+    def create(
+        self,
+        key: str | None = None,
+        provider: Provider | None = None,
+        *,
+        spec: SandboxSpec | None = None,
+    ) -> Sandbox:
+        """``provider.create(key, spec)`` with the sandbox tracked for cleanup.
+
+        ``spec`` defaults to the options' spec.
+        """
         key = self.new_key() if key is None else key
         provider = self.provider if provider is None else provider
+        spec = self.options.spec if spec is None else spec
         try:
-            sandbox = self.run(provider.create(key, self.options.spec), f"create({key!r})")
+            sandbox = self.run(provider.create(key, spec), f"create({key!r})")
         except Exception as exc:
             # A transient failure may still have created the resource.
             if not is_permanent(exc):
@@ -100,10 +127,18 @@ class Harness:
         self.track(key, sandbox)
         return sandbox
 
-    def attach(self, key: str, ref: SandboxRef, provider: Provider | None = None) -> Sandbox:
+    def attach(
+        self,
+        key: str,
+        ref: SandboxRef,
+        provider: Provider | None = None,
+        *,
+        spec: SandboxSpec | None = None,
+    ) -> Sandbox:
         """``provider.attach(key, ref, spec)``; a successful attach is tracked for cleanup."""
         provider = self.provider if provider is None else provider
-        sandbox = self.run(provider.attach(key, ref, self.options.spec), f"attach({key!r}, {ref})")
+        spec = self.options.spec if spec is None else spec
+        sandbox = self.run(provider.attach(key, ref, spec), f"attach({key!r}, {ref})")
         self.track(key, sandbox)
         return sandbox
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from mango_conformance.checks.capabilities import NOT_DECLARED, PENDING
 from mango_conformance.config import RUN_CONFIG_KEY, RunConfig, run_config
 from mango_conformance.ledger import LeakLedger, set_current_ledger
 from mango_conformance.profiles import PROFILE_ENV, PROFILES, profile_from_env
@@ -56,7 +57,10 @@ MARKERS = (
     "mango_gap: a contract clause the reference suite did not check",
     "mango_stream: streaming exec matches the buffered exec",
     "mango_stateful: the Hypothesis lifecycle state machine",
-    "mango_capability(name): runs only if the provider declares the capability",
+    (
+        "mango_capability(name, testbed=False): runs only if the provider declares the "
+        "capability; testbed=True: a behavioural check needing the target's testbed or waiver"
+    ),
     "mango_capability_group: a check of the capability groups",
     "mango_destructive: may leave the sandbox unusable (it gets its own sandbox)",
 )
@@ -213,11 +217,21 @@ def _record(run: RunConfig, report: pytest.TestReport) -> None:
         run.failures[nodeid] = _reason(report)
     elif report.skipped:
         run.outcomes[nodeid] = "skipped"
+        run.skip_kinds[nodeid] = "waived" if nodeid in run.waived else _skip_kind(report)
     elif report.when == "call":
         run.outcomes[nodeid] = "passed"
 
 
 _REASON_CHARS = 160
+_SKIP_KINDS = (NOT_DECLARED, PENDING)
+
+
+def _skip_kind(report: pytest.TestReport) -> str:
+    """``not declared``, ``pending`` or ``other``: how the verdict labels a skip."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = text.removeprefix("Skipped: ")
+    return next((kind for kind in _SKIP_KINDS if reason.startswith(f"{kind}: ")), "other")
 
 
 def _reason(report: pytest.TestReport) -> str:
@@ -277,6 +291,14 @@ def verdict(run: RunConfig, *, leaks: int, stale: int) -> str:
     if leaks:
         text += f" and {leaks} leak(s)"
     text += f": {counts['passed']} check(s) passed, {counts['skipped']} skipped"
+    kinds = list(run.skip_kinds.values())
+    labels = [
+        f"{kinds.count(kind)} {kind}"
+        for kind in ("waived", NOT_DECLARED, PENDING, "other")
+        if kinds.count(kind)
+    ]
+    if labels:
+        text += f" ({', '.join(labels)})"
     if run.deselected:
         text += f", {run.deselected} deselected (not a full run)"
     return text

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from mango.provider import Capability, ConformanceTarget
-from mango_conformance.checks.capabilities import CapabilityChecks, declared_capabilities
+from mango_conformance.checks.capabilities import (
+    NOT_DECLARED,
+    CapabilityChecks,
+    declared_capabilities,
+)
 from mango_conformance.checks.gaps import GapChecks
+from mango_conformance.checks.network import NetworkChecks
+from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.stateful import StatefulChecks
@@ -23,7 +29,14 @@ __all__ = ["ProviderSuite"]
 
 
 class ProviderSuite(
-    ParityChecks, GapChecks, ReadChecks, StreamChecks, CapabilityChecks, StatefulChecks
+    ParityChecks,
+    GapChecks,
+    ReadChecks,
+    StreamChecks,
+    CapabilityChecks,
+    NetworkChecks,
+    PackageChecks,
+    StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.
 
@@ -91,11 +104,21 @@ class ProviderSuite(
 
     @pytest.fixture(autouse=True)
     def _mango_capability_gate(self, request: pytest.FixtureRequest) -> None:
-        """Skip a capability group unless the provider declares the capability."""
+        """Skip a capability group unless the provider declares the capability.
+
+        A behavioural check (``mango_capability(name, testbed=True)``) of a
+        declared capability that the target waives is skipped as a waiver,
+        with the target's reason, and counted as one in the verdict.
+        """
         marker = request.node.get_closest_marker("mango_capability")
         if marker is None:
             return
         capability = Capability(marker.args[0])
         harness: Harness = request.getfixturevalue("conformance")
         if capability not in declared_capabilities(harness):
-            pytest.skip(f"not declared: {harness.name} does not declare {capability.value}")
+            pytest.skip(f"{NOT_DECLARED}: {harness.name} does not declare {capability.value}")
+        reason = harness.target.waiver(capability) if marker.kwargs.get("testbed") else None
+        if reason is not None:
+            text = f"{capability.value} waived by the {harness.name} target: {reason}"
+            run_config(request.config).waived[request.node.nodeid] = text
+            pytest.skip(f"waived: {text}")

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from mango.provider import ConformanceTarget, Provider, TargetCost
+from mango.provider import (
+    Capability,
+    ConformanceTarget,
+    ConformanceTestbed,
+    Provider,
+    TargetCost,
+)
 
 __all__ = ["as_target", "provider_target"]
 
@@ -25,6 +32,8 @@ def provider_target(
     *,
     description: str = "",
     cost: TargetCost = TargetCost.PROCESS,
+    testbed: Callable[[Path], AbstractAsyncContextManager[ConformanceTestbed]] | None = None,
+    waivers: Mapping[Capability | str, str] | None = None,
 ) -> ConformanceTarget:
     """Build a target from a factory ``factory(scratch_dir) -> Provider`` (sync or async).
 
@@ -33,7 +42,8 @@ def provider_target(
     deployment*: for a local-style provider, one over a directory under
     ``scratch_dir``; for a fake service, one sharing the fake's state.
     ``cost`` sizes the lifecycle machine's default budget
-    (:class:`~mango.provider.TargetCost`).
+    (:class:`~mango.provider.TargetCost`); ``testbed`` and ``waivers`` are
+    the target's (see :class:`~mango.provider.ConformanceTarget`).
     """
 
     @contextlib.asynccontextmanager
@@ -45,7 +55,14 @@ def provider_target(
         finally:
             await provider.aclose()
 
-    return ConformanceTarget(provider=name, open=open_provider, description=description, cost=cost)
+    return ConformanceTarget(
+        provider=name,
+        open=open_provider,
+        description=description,
+        cost=cost,
+        testbed=testbed,
+        waivers=waivers or {},
+    )
 
 
 def as_target(value: object) -> ConformanceTarget:

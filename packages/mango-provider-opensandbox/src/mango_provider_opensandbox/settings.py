@@ -21,6 +21,7 @@ from mango.provider import (
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
+    ConformanceTestbed,
     InvalidInput,
     ProviderContext,
     ProviderRegistration,
@@ -229,9 +230,17 @@ def _open_conformance_provider(
     return open_conformance_provider(scratch_dir)
 
 
+def _open_conformance_testbed(scratch_dir: Path) -> AbstractAsyncContextManager[ConformanceTestbed]:
+    from mango_provider_opensandbox.conformance import open_conformance_testbed
+
+    return open_conformance_testbed(scratch_dir)
+
+
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=_open_conformance_provider,
     description="a fake OpenSandbox server on 127.0.0.1 (server proxy and direct endpoints)",
+    testbed=_open_conformance_testbed,
 )
-"""The offline target: the provider against its fake (needs the ``fake`` extra)."""
+"""The offline target: the provider against its fake (needs the ``fake`` extra), with the
+fake's upstream hosts and package mirror as the capability checks' testbed."""

@@ -4,12 +4,20 @@ A group is selected by the provider's *declared* capabilities (its
 registration, or what it reports when no registration is given), never by its
 name. A provider that does not declare a capability skips the group with
 "not declared". A provider that declares it must hand out sandboxes that
-implement the matching protocol of the provider surface (checked now); the
-behavioural checks of each group are listed here and are skipped until the
-issue that builds the capability specifies them. File resources, session
-outputs, skill bundles and memory stores have no protocol yet: a provider that
-declares one of them fails its protocol check, since nothing in mango could
-use the capability.
+implement the matching protocol of :mod:`mango.domain.ports` (checked here).
+File resources, session outputs, skill bundles and memory stores have no
+protocol yet: a provider that declares one of them fails its protocol check,
+since nothing in mango could use the capability.
+
+Behavioural checks: ``limited-network`` (:mod:`.network`) and
+``package-setup`` (:mod:`.packages`) need what only the target can give
+offline (hosts to reach, a package source): its testbed
+(``ConformanceTarget.testbed``). A declared capability whose target has no
+testbed for it fails those checks (the declaration cannot be checked)
+unless the target waives it with a reason (``ConformanceTarget.waivers``),
+which the run reports as a waiver. The other groups' behavioural checks are
+listed in :data:`PENDING_CHECKS` and skip until the issue that builds the
+capability specifies them.
 """
 
 # Checks are plain asserts on purpose: pytest rewrites them for detailed failure reports.
@@ -25,11 +33,19 @@ from mango_conformance.harness import Harness
 
 __all__ = [
     "CAPABILITY_PROTOCOLS",
+    "NOT_DECLARED",
+    "PENDING",
     "PENDING_CHECKS",
     "CapabilityChecks",
     "declared_capabilities",
+    "no_testbed",
     "pending_reason",
 ]
+
+NOT_DECLARED = "not declared"
+"""How a skipped group of an undeclared capability starts its reason (the verdict counts them)."""
+PENDING = "pending"
+"""How a declared capability's not-yet-specified check starts its skip reason."""
 
 CAPABILITY_PROTOCOLS: dict[Capability, type | None] = {
     Capability.LIMITED_NETWORK: LimitedNetworkSandbox,
@@ -57,14 +73,6 @@ PENDING_CHECKS: dict[Capability, str] = {
         "memory stores: replace then read round-trips, a fresh-client attach sees the "
         "same files, and a concurrent change is a PreconditionFailed"
     ),
-    Capability.LIMITED_NETWORK: (
-        "limited network: an empty allowlist blocks all egress, an allowlisted host is "
-        "reachable, and replacing the list is idempotent"
-    ),
-    Capability.PACKAGE_SETUP: (
-        "package setup: each package manager in a PackagePlan installs once, and a "
-        "failing install is reported with its stderr"
-    ),
 }
 """What each group will check once its capability is specified."""
 
@@ -72,8 +80,18 @@ PENDING_CHECKS: dict[Capability, str] = {
 def pending_reason(capability: Capability) -> str:
     """The skip reason of a declared capability whose checks are not written yet."""
     return (
-        f"{capability.value} checks arrive with the issue that builds {capability.description} "
+        f"{PENDING}: {capability.value} checks arrive with the issue that builds "
+        f"{capability.description} "
         f"({PENDING_CHECKS[capability]})"
+    )
+
+
+def no_testbed(harness: Harness, capability: Capability, part: str) -> str:
+    """Why a declared capability's behavioural check fails when the target gives it nothing."""
+    return (
+        f"{harness.name} declares {capability.value}, but its conformance target supplies no "
+        f"{part} (ConformanceTarget.testbed) and does not waive {capability.value} "
+        "(ConformanceTarget.waivers): the declaration cannot be checked"
     )
 
 
@@ -160,16 +178,6 @@ class CapabilityChecks:
     def test_limited_network_protocol(self, conformance: Harness) -> None:
         """Sandboxes of a provider declaring limited network implement LimitedNetworkSandbox."""
         _protocol_check(conformance, Capability.LIMITED_NETWORK)
-
-    @pytest.mark.mango_capability(Capability.LIMITED_NETWORK.value)
-    def test_limited_network_allowlist(self) -> None:
-        """Limited network checks (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.LIMITED_NETWORK))
-
-    @pytest.mark.mango_capability(Capability.PACKAGE_SETUP.value)
-    def test_package_setup_installs(self) -> None:
-        """Package setup checks (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.PACKAGE_SETUP))
 
 
 mark_checks(CapabilityChecks, pytest.mark.mango_capability_group)

@@ -18,9 +18,10 @@ from typing import Any
 
 import attrs
 
-from mango.domain.capabilities import CapabilitySet
+from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import ConfigurationError, InvalidInput, UnknownProvider
 from mango.domain.ports import Provider
+from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import validate_provider_name
 
 __all__ = [
@@ -119,6 +120,21 @@ def _environ(value: Mapping[str, str]) -> Mapping[str, str]:
             f"ProviderContext.environ must be a mapping of settings, got {type(value).__name__}"
         )
     return MappingProxyType(dict(value))
+
+
+def _waivers(
+    values: Mapping[Capability | str, str] | Iterable[tuple[Capability | str, str]],
+) -> tuple[tuple[Capability, str], ...]:
+    items = values.items() if isinstance(values, Mapping) else values
+    waivers: dict[Capability, str] = {}
+    for capability, reason in items:
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput(f"the waiver of {capability!r} needs a reason")
+        try:
+            waivers[Capability(capability)] = reason.strip()
+        except ValueError:
+            raise InvalidInput(f"{capability!r} is not a capability") from None
+    return tuple(sorted(waivers.items()))
 
 
 @attrs.frozen
@@ -248,6 +264,27 @@ class ConformanceTarget:
     description: str = ""
     cost: TargetCost = attrs.field(default=TargetCost.PROCESS, converter=TargetCost)
     """What one operation costs; the suite's profiles size the lifecycle machine by it."""
+    testbed: Callable[[Path], AbstractAsyncContextManager[ConformanceTestbed]] | None = attrs.field(
+        default=None, repr=False
+    )
+    """Opens what the capability checks need beside the providers (see :mod:`mango.domain.testbed`).
+
+    Entered like ``open``: with the same scratch directory, on the same event
+    loop, while providers of that directory may be open. ``None``: the
+    target has none, and a declared capability whose checks need one fails
+    them unless :attr:`waivers` names it.
+    """
+    waivers: tuple[tuple[Capability, str], ...] = attrs.field(default=(), converter=_waivers)
+    """Declared capabilities whose checks cannot run against this target, each with a reason.
+
+    Given as a mapping (``{Capability.PACKAGE_SETUP: "the fake has no package
+    manager"}``). The suite reports each as a waiver in its verdict, never as
+    a silent skip; the capability stays declared and admitted.
+    """
+
+    def waiver(self, capability: Capability) -> str | None:
+        """The reason ``capability``'s checks are waived for this target, or None."""
+        return dict(self.waivers).get(capability)
 
 
 @attrs.define

@@ -11,6 +11,10 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
 * :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
 
+:mod:`mango.provider.packages` is package setup as SessionManager runs it
+(the commands a ``package-setup`` provider's sandboxes must run, and the
+step itself, for the conformance suite).
+
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
@@ -93,6 +97,7 @@ from mango.domain.registry import (
     SupportLevel,
     TargetCost,
 )
+from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
     non_negative_number,
@@ -144,6 +149,8 @@ __all__ = [
     "ConfigurationError",
     "ConformanceTarget",
     "ConformanceTargetRegistry",
+    "ConformanceTestbed",
+    "EgressProbe",
     "Entry",
     "EntryKind",
     "ExecEvent",
@@ -158,11 +165,13 @@ __all__ = [
     "MangoError",
     "MemorySize",
     "NetworkMode",
+    "NetworkTestbed",
     "OutputChunk",
     "OutputStream",
     "OwnedResource",
     "OwnershipError",
     "PackagePlan",
+    "PackageSource",
     "PathEscapeError",
     "PathPolicy",
     "PermanentError",

@@ -33,8 +33,12 @@ the local sandbox's workspace, any other absolute path lies under a private
 command line are rewritten for the two prefixes mango uses (``/workspace``
 and ``/var/lib/mango``, where they start a word or a quoted string); that is a
 limit of the fake, not of the protocol. Commands run with ``bash -c`` (``sh``
-without bash), as execd runs them. Package commands would run on the host:
-never give the fake a spec with packages.
+without bash), as execd runs them, with the sandbox's image first on their
+``PATH`` (:mod:`.image`: an ``apt-get`` that installs from the fake's
+``apt_source`` into the sandbox, never the host's) and their HTTP sent
+through the egress gateway (:mod:`.gateway`), which enforces the sandbox's
+policy. Package managers other than ``apt-get`` would run the host's
+programs: give the fake no ``pip``, ``npm``, ... plans.
 """
 
 from mango_provider_opensandbox.fake.execd import LineSplitter

@@ -84,6 +84,7 @@ class ExecdRoutes:
     ping_seconds: float
     shell: str
     _commands: dict[str, asyncio.Future[Any]]
+    _command_env: Callable[[FakeSandbox], dict[str, str]]
 
     async def _execd(
         self, request: web.Request, record: FakeSandbox, tail: str
@@ -230,7 +231,8 @@ class ExecdRoutes:
         timeout = timeout_ms / 1000 if isinstance(timeout_ms, int) and timeout_ms > 0 else None
         rewritten = _REWRITE.sub(lambda m: str(self._host_path(record, m.group(1))), line)
         cwd = "" if relative == "." else relative
-        return Command((self.shell, "-c", rewritten), cwd=cwd, timeout=timeout)
+        env = self._command_env(record)  # the image's PATH and the egress gateway
+        return Command((self.shell, "-c", rewritten), cwd=cwd, timeout=timeout, env=env)
 
     async def _command(self, request: web.Request, record: FakeSandbox) -> web.StreamResponse:
         command = self._parse_command(await request.json(), record)

@@ -19,6 +19,8 @@ from mango.provider.fake import FakeSandbox, FakeService, SandboxState
 from mango_provider_opensandbox.fake.common import error, iso
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
 from mango_provider_opensandbox.fake.execd import ExecdRoutes
+from mango_provider_opensandbox.fake.gateway import EgressGateway
+from mango_provider_opensandbox.fake.image import IMAGE_PATH, fsroot_of, prepare_image
 from mango_provider_opensandbox.layout import (
     API_KEY_HEADER,
     EGRESS_AUTH_HEADER,
@@ -31,6 +33,7 @@ __all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox"]
 
 DEFAULT_FAKE_API_KEY = "fake-opensandbox-key"
 _UNLIMITED = 1 << 62
+_HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @attrs.define(eq=False)
@@ -40,6 +43,9 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     ``api_key`` is the key the lifecycle API wants (``None``: no auth).
     ``grace_seconds`` is how long execd keeps a finished command's stream
     open (1 s on the real server), ``ping_seconds`` its keep-alive interval.
+    ``apt_source`` is the package mirror in the emulated image's
+    ``sources.list`` (:mod:`~mango_provider_opensandbox.fake.image`);
+    :attr:`upstream` maps the host names a test serves to their address.
     """
 
     scratch_dir: Path = attrs.field(converter=Path)
@@ -47,7 +53,10 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     grace_seconds: float = 1.0
     ping_seconds: float = 3.0
     shell: str = attrs.field(factory=lambda: "bash" if shutil.which("bash") else "sh")
+    apt_source: str | None = None
     service: FakeService = attrs.field(init=False)
+    gateway: EgressGateway = attrs.field(init=False)
+    """Where every sandbox's HTTP goes: its egress policy is enforced there."""
     _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
     direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
     """The API key header of every direct data-plane request (it must never be there)."""
@@ -57,6 +66,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         self.service = FakeService(
             self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=_UNLIMITED
         )
+        self.gateway = EgressGateway(self._live)
 
     # ------------------------------------------------------------------ running
 
@@ -70,13 +80,22 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         """The service's :class:`~mango.provider.fake.Faults`."""
         return self.service.faults
 
+    @property
+    def upstream(self) -> dict[str, str]:
+        """Host name -> address: the names the gateway resolves before the host's resolver."""
+        return self.gateway.upstream
+
     async def start(self) -> str:
         """Serve; return :attr:`url`."""
+        await self.gateway.start()
         return await self.service.start()
 
     async def stop(self) -> None:
         """Delete every sandbox and stop serving."""
-        await self.service.stop()
+        try:
+            await self.service.stop()
+        finally:
+            await self.gateway.stop()
 
     async def __aenter__(self) -> FakeOpenSandbox:
         await self.start()
@@ -106,6 +125,13 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     async def delete(self, sandbox_id: str) -> bool:
         """Delete a sandbox behind the client's back."""
         return await self.service.sandboxes.delete(sandbox_id)
+
+    def _command_env(self, record: FakeSandbox) -> dict[str, str]:
+        """The environment a command of ``record`` starts with: its image first, its egress."""
+        fsroot = fsroot_of(Path(record.local.root))
+        prepare_image(fsroot, self.apt_source)
+        image = ":".join(str(fsroot / directory) for directory in IMAGE_PATH)
+        return {"PATH": f"{image}:{_HOST_PATH}", **self.gateway.environment(record)}
 
     # ------------------------------------------------------------------ routes
 
