@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from mango.app import InMemoryBindingStore, SessionManager
+from mango.fakes import FakeService
 from mango.provider import (
     Command,
     ConfigurationError,
@@ -22,7 +23,6 @@ from mango.provider import (
     SandboxNotRunning,
     SandboxSpec,
 )
-from mango.provider.fake import FakeService
 from mango_provider_daytona import DaytonaProvider, DaytonaSandbox
 from mango_provider_daytona.fake import DaytonaFake
 from mango_provider_daytona.settings import (

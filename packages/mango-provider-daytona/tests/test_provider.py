@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from mango.fakes import FakeService
 from mango.provider import (
     Command,
     FileTooLarge,
@@ -20,7 +21,6 @@ from mango.provider import (
     SandboxSpec,
     SupportLevel,
 )
-from mango.provider.fake import FakeService
 from mango.provider.ownership import LABEL_MANAGED, LABEL_NAMESPACE, LABEL_SESSION
 from mango_provider_daytona import DaytonaProvider, DaytonaSandbox, memory_gib
 from mango_provider_daytona.settings import (

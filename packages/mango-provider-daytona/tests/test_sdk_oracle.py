@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
-from mango.provider.fake import FakeService
+from mango.fakes import FakeService
 from mango_provider_daytona.fake import FAKE_API_KEY, DaytonaFake
 
 

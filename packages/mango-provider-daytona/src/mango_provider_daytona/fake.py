@@ -14,7 +14,7 @@ deleted while the command runs, as the proxies in front of a dead daemon do;
 The SDK's ``/socket.io`` event channel is not served (404), which the SDK
 tolerates by polling.
 
-Every sandbox is a real local process sandbox (:mod:`mango.provider.fake`):
+Every sandbox is a real local process sandbox (:mod:`mango.fakes`):
 its "home directory" is the local workspace on this host, so absolute paths
 the toolbox receives are host paths. File routes refuse paths outside the
 sandbox's home and the wrapper's ``/tmp`` directories (a fake must never
@@ -22,7 +22,7 @@ write elsewhere on the test host).
 
 Test hooks: :meth:`DaytonaFake.set_state` (stop, archive or pause behind
 mango's back), :attr:`DaytonaFake.start_polls` (how many polls a start takes),
-and the service's :class:`~mango.provider.fake.Faults` and
+and the service's :class:`~mango.fakes.Faults` and
 ``sandboxes.delete`` (a sandbox deleted behind mango's back).
 """
 
@@ -41,13 +41,13 @@ from typing import Any
 import attrs
 from aiohttp import web
 
+from mango.fakes import FakeSandbox, FakeService, SandboxState
 from mango.provider import Command, SandboxSpec
-from mango.provider.fake import FakeSandbox, FakeService, SandboxState
 
 __all__ = ["FAKE_API_KEY", "DaytonaFake", "open_fake_daytona", "routes"]
 
 FAKE_API_KEY = "fake-daytona-key"
-"""The key the standalone fake accepts (``python -m mango.provider.fake ...:routes``)."""
+"""The key the standalone fake accepts (``python -m mango.fakes ...:routes``)."""
 FAKE_ORGANIZATION = "org-mango-fake"
 _DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 _SHELL_EXEC = ("/bin/sh", "-c", "exec /bin/sh 2>&1")
@@ -535,7 +535,7 @@ def main() -> None:
     import sys
     import tempfile
 
-    from mango.provider.fake import serve
+    from mango.fakes import serve
 
     with tempfile.TemporaryDirectory(prefix="mango-daytona-fake-") as default_scratch:
         scratch = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(default_scratch)

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from mango.provider.fake import serve
+from mango.fakes import serve
 from mango_provider_e2b.fake.service import (
     CUBE_MODE,
     E2B_MODE,

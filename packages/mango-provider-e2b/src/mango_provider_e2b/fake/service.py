@@ -42,7 +42,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from mango.provider.fake import FakeSandbox, FakeService, SandboxState
+from mango.fakes import FakeSandbox, FakeService, SandboxState
 from mango_provider_e2b.connect import ConnectError, decode_envelopes, encode_envelope, end_stream
 from mango_provider_e2b.fake.processes import FakeProcess, go_status
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from mango.fakes import FakeSandbox, FakeService
 from mango.provider import Command, ExecResult, OutputChunk, SandboxNotRunning
-from mango.provider.fake import FakeSandbox, FakeService
 from mango_provider_opensandbox.fake.common import error, iso, now_ms
 from mango_provider_opensandbox.layout import ROOT
 

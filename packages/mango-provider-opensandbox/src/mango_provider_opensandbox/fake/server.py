@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl
 import attrs
 from aiohttp import web
 
+from mango.fakes import FakeSandbox, FakeService, SandboxState
 from mango.provider import SandboxNotFound
-from mango.provider.fake import FakeSandbox, FakeService, SandboxState
 from mango_provider_opensandbox.fake.common import error, iso
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
 from mango_provider_opensandbox.fake.execd import ExecdRoutes
@@ -67,7 +67,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
 
     @property
     def faults(self) -> Any:
-        """The service's :class:`~mango.provider.fake.Faults`."""
+        """The service's :class:`~mango.fakes.Faults`."""
         return self.service.faults
 
     async def start(self) -> str:

@@ -1,4 +1,4 @@
-"""``python -m mango.provider.fake MODULE:ROUTES [--scratch DIR] [--port N]``.
+"""``python -m mango.fakes MODULE:ROUTES [--scratch DIR] [--port N]``.
 
 Imports the routes factory ``ROUTES`` from ``MODULE``, serves it on
 127.0.0.1, prints the URL on the first line and runs until SIGTERM/SIGINT.
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from mango.provider.fake.service import FakeService, RoutesFactory, serve
+from mango.fakes.service import FakeService, RoutesFactory, serve
 
 
 def _load(spec: str) -> RoutesFactory:
@@ -26,7 +26,7 @@ def _load(spec: str) -> RoutesFactory:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the fake named on the command line; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m mango.provider.fake")
+    parser = argparse.ArgumentParser(prog="python -m mango.fakes")
     parser.add_argument("routes", help="MODULE:ROUTES, a routes factory taking the service")
     parser.add_argument("--scratch", help="directory for the sandboxes (default: a temp dir)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any)")

@@ -16,7 +16,7 @@ registered (``"/sandboxes/{id}"``) or the concrete path (``"/sandboxes/sbx-1"``)
 Every request is recorded (:attr:`Faults.log`, :meth:`Faults.count`), so a
 test can assert, say, that no create call was made. Deleting or pausing a
 sandbox behind the client's back goes through the service's
-:class:`~mango.provider.fake.sandboxes.FakeSandboxes`.
+:class:`~mango.fakes.sandboxes.FakeSandboxes`.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from mango.domain.errors import InvalidInput, ProviderUnavailable
 from mango.domain.values import SandboxSpec
-from mango.provider.fake.faults import Faults
-from mango.provider.fake.sandboxes import FakeSandboxes
+from mango.fakes.faults import Faults
+from mango.fakes.sandboxes import FakeSandboxes
 
 __all__ = ["MAX_REQUEST_BYTES", "FakeService", "RoutesFactory", "serve"]
 
