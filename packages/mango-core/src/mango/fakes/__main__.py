@@ -7,13 +7,12 @@ Imports the routes factory ``ROUTES`` from ``MODULE``, serves it on
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import sys
-import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
-from mango.fakes.service import FakeService, RoutesFactory, serve
+from mango.fakes.service import FakeService, RoutesFactory, run_standalone
 
 
 def _load(spec: str) -> RoutesFactory:
@@ -33,11 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="fake", help="name used in messages")
     args = parser.parse_args(argv)
     routes = _load(args.routes)
-    with tempfile.TemporaryDirectory(prefix="mango-fake-") as default_scratch:
-        service = FakeService(
-            args.scratch or default_scratch, routes, name=args.name, port=args.port
-        )
-        asyncio.run(serve(service))
+
+    def build(scratch: Path) -> FakeService:
+        return FakeService(scratch, routes, name=args.name, port=args.port)
+
+    run_standalone(build, args.scratch, prefix="mango-fake-")
     return 0
 
 

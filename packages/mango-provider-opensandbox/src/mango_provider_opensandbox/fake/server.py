@@ -14,9 +14,16 @@ from urllib.parse import parse_qsl
 import attrs
 from aiohttp import web
 
-from mango.fakes import FakeSandbox, FakeService, SandboxState
+from mango.fakes import (
+    UNCAPPED_OUTPUT,
+    FakeSandbox,
+    FakeService,
+    SandboxState,
+    is_string_map,
+    rfc3339,
+)
 from mango.provider import SandboxNotFound
-from mango_provider_opensandbox.fake.common import error, iso
+from mango_provider_opensandbox.fake.common import error
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
 from mango_provider_opensandbox.fake.execd import ExecdRoutes
 from mango_provider_opensandbox.layout import (
@@ -30,7 +37,6 @@ from mango_provider_opensandbox.layout import (
 __all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox"]
 
 DEFAULT_FAKE_API_KEY = "fake-opensandbox-key"
-_UNLIMITED = 1 << 62
 
 
 @attrs.define(eq=False)
@@ -55,7 +61,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     def __attrs_post_init__(self) -> None:
         # execd streams everything a command prints; the client caps it.
         self.service = FakeService(
-            self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=_UNLIMITED
+            self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=UNCAPPED_OUTPUT
         )
 
     # ------------------------------------------------------------------ running
@@ -138,10 +144,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         return None
 
     def _live(self, sandbox_id: str) -> FakeSandbox | None:
-        try:
-            return self.service.sandboxes.get(sandbox_id)
-        except SandboxNotFound:
-            return None
+        return self.service.sandboxes.live(sandbox_id)
 
     @staticmethod
     def _document(record: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
@@ -154,11 +157,11 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
                 "state": status,
                 "reason": status.lower(),
                 "message": f"sandbox is {status.lower()}",
-                "lastTransitionAt": iso(record.created_at),
+                "lastTransitionAt": rfc3339(record.created_at),
             },
             "metadata": dict(record.metadata),
             "entrypoint": list(extra.get("entrypoint") or []),
-            "createdAt": iso(record.created_at),
+            "createdAt": rfc3339(record.created_at),
         }
 
     async def _list(self, request: web.Request) -> web.Response:
@@ -325,10 +328,7 @@ def _create_problem(body: object) -> str | None:  # noqa: PLR0911 - one return p
     limits = body.get("resourceLimits")
     if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
         return "resourceLimits is required (string values)"
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
+    if not is_string_map(body.get("metadata") or {}):
         return "metadata must map strings to strings"
     policy = body.get("networkPolicy")
     if policy is not None:
