@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mango.fakes import FakeService
 from mango.provider import SandboxSpec
-from mango.provider.fake import FakeService
 from mango_provider_daytona import DaytonaProvider, DaytonaSandbox
 from mango_provider_daytona.fake import FAKE_API_KEY, DaytonaFake, open_fake_daytona
 

@@ -7,10 +7,12 @@ import io
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
 from mango.app import InMemoryBindingStore, SessionManager
+from mango.fakes import Beacon, FakeService
 from mango.provider import (
     Command,
     ConfigurationError,
@@ -22,7 +24,6 @@ from mango.provider import (
     SandboxNotRunning,
     SandboxSpec,
 )
-from mango.provider.fake import FakeService
 from mango_provider_daytona import DaytonaProvider, DaytonaSandbox
 from mango_provider_daytona.fake import DaytonaFake
 from mango_provider_daytona.settings import (
@@ -209,15 +210,13 @@ async def test_unreachable_api_is_retryable(tmp_path: object) -> None:
         await provider.aclose()
 
 
-async def _wait_for(sandbox: DaytonaSandbox, path: str) -> None:
-    for _ in range(400):
-        try:
-            await sandbox.read_file(path)
-        except FileNotFoundError:
-            await asyncio.sleep(0.025)
-        else:
-            return
-    raise AssertionError(f"{path} never appeared")
+RUNNING = Command(("sh", "-c", "echo up > started; sleep 30"))
+"""Writes to the beacon ``started`` once it runs (see :func:`_beacon`)."""
+
+
+def _beacon(service: FakeService, sandbox: DaytonaSandbox) -> AbstractAsyncContextManager[Beacon]:
+    """The beacon ``started`` in the sandbox's home, which :data:`RUNNING` writes to."""
+    return service.sandboxes.get(sandbox.ref.external_id).beacon("started")
 
 
 async def _stream(sandbox: DaytonaSandbox, command: Command) -> list[ExecEvent]:
@@ -226,12 +225,13 @@ async def _stream(sandbox: DaytonaSandbox, command: Command) -> list[ExecEvent]:
 
 
 async def test_destroy_by_another_provider_cancels_a_running_command(
-    provider: DaytonaProvider, session_key: str, open_provider: Opener
+    provider: DaytonaProvider, session_key: str, open_provider: Opener, service: FakeService
 ) -> None:
     """Provider B deletes the sandbox while A's ``sleep 30`` runs: A's exec returns cancelled."""
     sandbox = await provider.create(session_key, SPEC)
-    task = asyncio.ensure_future(sandbox.exec(Command(("sh", "-c", "touch started; sleep 30"))))
-    await _wait_for(sandbox, "started")
+    async with _beacon(service, sandbox) as started:
+        task = asyncio.ensure_future(sandbox.exec(RUNNING))
+        await started.wait(30)
     began = time.monotonic()
     await open_provider().destroy(session_key, sandbox.ref)
     result = await asyncio.wait_for(task, 10)
@@ -240,12 +240,13 @@ async def test_destroy_by_another_provider_cancels_a_running_command(
 
 
 async def test_destroy_by_another_provider_cancels_a_streamed_command(
-    provider: DaytonaProvider, session_key: str, open_provider: Opener
+    provider: DaytonaProvider, session_key: str, open_provider: Opener, service: FakeService
 ) -> None:
     """The same through exec_stream: the final event is a cancelled result."""
     sandbox = await provider.create(session_key, SPEC)
-    task = asyncio.ensure_future(_stream(sandbox, Command(("sh", "-c", "touch started; sleep 30"))))
-    await _wait_for(sandbox, "started")
+    async with _beacon(service, sandbox) as started:
+        task = asyncio.ensure_future(_stream(sandbox, RUNNING))
+        await started.wait(30)
     await open_provider().destroy(session_key, sandbox.ref)
     events = await asyncio.wait_for(task, 10)
     final = events[-1]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from mango.fakes import FakeService
 from mango.provider import (
     Command,
     FileTooLarge,
@@ -20,7 +21,6 @@ from mango.provider import (
     SandboxSpec,
     SupportLevel,
 )
-from mango.provider.fake import FakeService
 from mango.provider.ownership import LABEL_MANAGED, LABEL_NAMESPACE, LABEL_SESSION
 from mango_provider_daytona import DaytonaProvider, DaytonaSandbox, memory_gib
 from mango_provider_daytona.settings import (
@@ -192,15 +192,14 @@ async def test_large_stdin_is_staged(sandbox: DaytonaSandbox) -> None:
     assert echoed.stdout == payload
 
 
-async def test_destroy_while_running_gives_cancelled(sandbox: DaytonaSandbox) -> None:
+async def test_destroy_while_running_gives_cancelled(
+    sandbox: DaytonaSandbox, service: FakeService
+) -> None:
     """A command running when its sandbox is destroyed ends with cancelled=True."""
-    task = asyncio.ensure_future(sandbox.exec(Command(("sh", "-c", "touch started; sleep 300"))))
-    for _ in range(200):
-        try:
-            await sandbox.read_file("started")
-            break
-        except FileNotFoundError:
-            await asyncio.sleep(0.05)
+    async with service.sandboxes.get(sandbox.ref.external_id).beacon("started") as started:
+        command = Command(("sh", "-c", "echo up > started; sleep 300"))
+        task = asyncio.ensure_future(sandbox.exec(command))
+        await started.wait(30)  # the command runs (TimeoutError naming the beacon if not)
     await sandbox.destroy()
     result = await asyncio.wait_for(task, 30)
     assert (result.cancelled, result.exit_code) == (True, -1)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
-from mango.provider.fake import FakeService
+from mango.fakes import FakeService
 from mango_provider_daytona.fake import FAKE_API_KEY, DaytonaFake
 
 
@@ -75,16 +75,15 @@ async def test_sdk_exec_timeout_is_an_error(client: AsyncDaytona) -> None:
     await client.delete(sandbox)
 
 
-async def test_sdk_command_cut_short_by_a_delete_is_an_error(client: AsyncDaytona) -> None:
+async def test_sdk_command_cut_short_by_a_delete_is_an_error(
+    client: AsyncDaytona, service: FakeService
+) -> None:
     """A sandbox deleted while process.exec runs: the SDK gets an error (a bare 502), no result."""
     sandbox = await client.create(timeout=30)
-    running = asyncio.ensure_future(sandbox.process.exec("touch started; sleep 30", timeout=60))
-    for _ in range(400):
-        try:
-            await sandbox.fs.get_file_info("started")
-            break
-        except DaytonaError:
-            await asyncio.sleep(0.025)
+    async with service.sandboxes.get(sandbox.id).beacon("started") as started:
+        command = "echo up > started; sleep 30"
+        running = asyncio.ensure_future(sandbox.process.exec(command, timeout=60))
+        await started.wait(30)  # the command runs (TimeoutError naming the beacon if not)
     await client.delete(sandbox)
     with pytest.raises(DaytonaError) as caught:
         await asyncio.wait_for(running, 10)

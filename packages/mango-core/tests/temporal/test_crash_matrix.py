@@ -44,8 +44,8 @@ import pytest
 
 from mango.app import SessionManager
 from mango.domain import BindingStore, MangoError, Provider, SandboxSpec
+from mango.fakes import FakeService
 from mango.provider import ProviderContext
-from mango.provider.fake import FakeService
 from mango.provider.ownership import Ownership
 from mango.temporal import Orchestrator, ToolCall, session_workflow_id
 from mango.temporal.faults import FaultPoint

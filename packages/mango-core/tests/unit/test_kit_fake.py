@@ -17,8 +17,8 @@ import httpx
 import pytest
 from aiohttp import web
 
+from mango.fakes import FakeService, SandboxPaused, SandboxState
 from mango.provider import Command, ExecResult, OutputChunk, SandboxNotFound
-from mango.provider.fake import FakeService, SandboxPaused, SandboxState
 
 TOKEN = "demo-token-123"  # noqa: S105 -- the demo vendor's test credential
 
@@ -341,7 +341,7 @@ async def test_stop_deletes_every_sandbox(tmp_path: Path) -> None:
 
 
 def test_standalone_runs_until_sigterm(tmp_path: Path) -> None:
-    """python -m mango.provider.fake prints its URL, serves, and exits on SIGTERM."""
+    """python -m mango.fakes prints its URL, serves, and exits on SIGTERM."""
     (tmp_path / "demo_vendor_mod.py").write_text(
         textwrap.dedent(
             """
@@ -359,7 +359,7 @@ def test_standalone_runs_until_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "mango.provider.fake",
+            "mango.fakes",
             "demo_vendor_mod:routes",
             "--scratch",
             str(tmp_path / "scratch"),

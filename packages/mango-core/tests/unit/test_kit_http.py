@@ -21,7 +21,7 @@ from mango.domain import (
     ResourceConflict,
     SandboxNotFound,
 )
-from mango.provider.fake import FakeService
+from mango.fakes import FakeService
 from mango.provider.http import (
     ApiClient,
     RemoteRejected,

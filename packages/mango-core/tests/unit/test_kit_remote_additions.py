@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from mango.domain.errors import InvalidInput
-from mango.provider.fake import FakeService
+from mango.fakes import FakeService
 from mango.provider.http import ApiClient, PinnedTransport
 from mango.provider.shell import command_line, kill_tree_line
 

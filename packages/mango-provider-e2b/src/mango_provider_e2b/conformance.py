@@ -21,7 +21,7 @@ import attrs
 
 from mango.provider.ownership import derived_namespace
 from mango_provider_e2b.control import CUBE, E2B
-from mango_provider_e2b.fake.service import CUBE_MODE, E2BFakeService, FakeConfig
+from mango_provider_e2b.fake import CUBE_MODE, E2BFakeService, FakeConfig
 from mango_provider_e2b.options import EnvdOptions
 from mango_provider_e2b.provider import E2BProvider
 

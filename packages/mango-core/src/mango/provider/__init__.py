@@ -8,8 +8,10 @@ library are submodules, imported only by the providers that use them:
 * :mod:`mango.provider.paths` (no extra library; its names are re-exported here):
   the path policy over a stat callback;
 * :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
-* :mod:`mango.provider.shell` (stdlib only): the remote command-line rule;
-* :mod:`mango.provider.fake` (aiohttp): the fake-service scaffold for vendor fakes.
+* :mod:`mango.provider.shell` (stdlib only): the remote command-line rule.
+
+The scaffold for vendor fakes is not part of this surface: it runs sandboxes
+on the local provider, so it lives above the adapters, in :mod:`mango.fakes`.
 
 :mod:`mango.provider.packages` is package setup as SessionManager runs it
 (the commands a ``package-setup`` provider's sandboxes must run, and the

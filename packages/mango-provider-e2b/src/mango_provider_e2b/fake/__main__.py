@@ -7,40 +7,13 @@ and serves until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
-from mango.provider.fake import serve
-from mango_provider_e2b.fake.service import (
-    CUBE_MODE,
-    E2B_MODE,
-    E2BFakeService,
-    FakeConfig,
-    mango_settings,
-)
-
-
-class _Announce:
-    """Writes the URL line, then how to point mango at it."""
-
-    def __init__(self, config: FakeConfig) -> None:
-        self.config = config
-        self.url: str | None = None
-
-    def write(self, text: str) -> int:
-        sys.stdout.write(text)
-        if text.strip().startswith("http://"):
-            self.url = text.strip()
-        if "\n" in text and self.url is not None:
-            url, self.url = self.url, None
-            settings = mango_settings(url, self.config)
-            sys.stdout.write("".join(f"export {k}={v}\n" for k, v in settings.items()))
-        return len(text)
-
-    def flush(self) -> None:
-        sys.stdout.flush()
+from mango.fakes import run_standalone
+from mango_provider_e2b.fake.config import CUBE_MODE, E2B_MODE, FakeConfig, mango_settings
+from mango_provider_e2b.fake.service import E2BFakeService
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,11 +32,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = FakeConfig(
         mode=mode, api_key=args.api_key or None, domain="cube.local" if args.cube else "e2b.local"
     )
-    with tempfile.TemporaryDirectory(prefix="mango-e2b-fake-") as default_scratch:
-        service = E2BFakeService.create(
-            args.scratch or default_scratch, config, name=f"{mode}-fake", port=args.port
-        )
-        asyncio.run(serve(service, out=_Announce(config)))  # type: ignore[arg-type]
+
+    def build(scratch: Path) -> E2BFakeService:
+        return E2BFakeService.create(scratch, config, name=f"{mode}-fake", port=args.port)
+
+    def announce(url: str) -> list[str]:
+        # How to point mango at it, after the URL line.
+        return [f"export {key}={value}" for key, value in mango_settings(url, config).items()]
+
+    run_standalone(build, args.scratch, prefix="mango-e2b-fake-", announce=announce)
     return 0
 
 

@@ -1,6 +1,6 @@
 """A protocol-faithful fake OpenSandbox: lifecycle API, server proxy, execd and egress sidecar.
 
-Built on the kit's :class:`~mango.provider.fake.FakeService` (aiohttp on
+Built on the scaffold's :class:`~mango.fakes.FakeService` (aiohttp on
 127.0.0.1, real local process sandboxes, fault injection). What it speaks,
 from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
 ``specs/egress-api.yaml`` and the execd/egress sources:

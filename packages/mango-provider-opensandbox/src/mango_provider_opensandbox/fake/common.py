@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 from aiohttp import web
 
-__all__ = ["error", "iso", "now_ms"]
+__all__ = ["error", "now_ms"]
 
 
 def now_ms() -> int:
     """Unix time in milliseconds (event timestamps)."""
     return int(time.time() * 1000)
-
-
-def iso(moment: datetime) -> str:
-    """RFC 3339 in UTC, as the server writes times."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def error(status: int, code: str, message: str) -> web.Response:

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mango.provider.fake import FakeSandbox
+from mango.fakes import FakeSandbox
 from mango_provider_opensandbox.layout import EGRESS_AUTH_HEADER
 
 __all__ = ["EgressRoutes", "rules_of"]

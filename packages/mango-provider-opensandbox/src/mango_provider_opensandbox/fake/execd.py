@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from mango.fakes import FakeSandbox, FakeService, cut_connection, rfc3339
 from mango.provider import Command, ExecResult, OutputChunk, SandboxNotRunning
-from mango.provider.fake import FakeSandbox, FakeService
-from mango_provider_opensandbox.fake.common import error, iso, now_ms
+from mango_provider_opensandbox.fake.common import error, now_ms
 from mango_provider_opensandbox.layout import ROOT
 
 __all__ = ["ExecdRoutes", "LineSplitter"]
@@ -136,7 +136,7 @@ class ExecdRoutes:
                 kind = "file"
             else:
                 kind = "other"
-            moment = iso(datetime.fromtimestamp(info.st_mtime, UTC))
+            moment = rfc3339(datetime.fromtimestamp(info.st_mtime, UTC))
             answer[path] = {
                 "path": path,
                 "type": kind,
@@ -252,8 +252,7 @@ class ExecdRoutes:
         if result.cancelled:
             # The sandbox was deleted: execd died with it (the server kills the
             # container), so the stream is cut mid-body, with no terminal event.
-            if request.transport is not None:
-                request.transport.abort()
+            cut_connection(request)
             return response
         if result.exit_code == 0 and not (result.timed_out or killed):
             elapsed = int((time.monotonic() - started) * 1000)

@@ -32,7 +32,7 @@ import attrs
 from aiohttp import web
 from yarl import URL
 
-from mango.provider.fake import FakeSandbox
+from mango.fakes import FakeSandbox
 
 __all__ = ["EgressGateway", "egress_allows"]
 

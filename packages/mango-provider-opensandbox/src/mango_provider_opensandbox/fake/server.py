@@ -14,9 +14,16 @@ from urllib.parse import parse_qsl
 import attrs
 from aiohttp import web
 
+from mango.fakes import (
+    UNCAPPED_OUTPUT,
+    FakeSandbox,
+    FakeService,
+    SandboxState,
+    is_string_map,
+    rfc3339,
+)
 from mango.provider import SandboxNotFound
-from mango.provider.fake import FakeSandbox, FakeService, SandboxState
-from mango_provider_opensandbox.fake.common import error, iso
+from mango_provider_opensandbox.fake.common import error
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
 from mango_provider_opensandbox.fake.execd import ExecdRoutes
 from mango_provider_opensandbox.fake.gateway import EgressGateway
@@ -32,7 +39,6 @@ from mango_provider_opensandbox.layout import (
 __all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox"]
 
 DEFAULT_FAKE_API_KEY = "fake-opensandbox-key"
-_UNLIMITED = 1 << 62
 _HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -64,7 +70,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     def __attrs_post_init__(self) -> None:
         # execd streams everything a command prints; the client caps it.
         self.service = FakeService(
-            self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=_UNLIMITED
+            self.scratch_dir, self._routes, name="opensandbox", max_output_bytes=UNCAPPED_OUTPUT
         )
         self.gateway = EgressGateway(self._live)
 
@@ -77,7 +83,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
 
     @property
     def faults(self) -> Any:
-        """The service's :class:`~mango.provider.fake.Faults`."""
+        """The service's :class:`~mango.fakes.Faults`."""
         return self.service.faults
 
     @property
@@ -164,10 +170,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         return None
 
     def _live(self, sandbox_id: str) -> FakeSandbox | None:
-        try:
-            return self.service.sandboxes.get(sandbox_id)
-        except SandboxNotFound:
-            return None
+        return self.service.sandboxes.live(sandbox_id)
 
     @staticmethod
     def _document(record: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
@@ -180,11 +183,11 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
                 "state": status,
                 "reason": status.lower(),
                 "message": f"sandbox is {status.lower()}",
-                "lastTransitionAt": iso(record.created_at),
+                "lastTransitionAt": rfc3339(record.created_at),
             },
             "metadata": dict(record.metadata),
             "entrypoint": list(extra.get("entrypoint") or []),
-            "createdAt": iso(record.created_at),
+            "createdAt": rfc3339(record.created_at),
         }
 
     async def _list(self, request: web.Request) -> web.Response:
@@ -351,10 +354,7 @@ def _create_problem(body: object) -> str | None:  # noqa: PLR0911 - one return p
     limits = body.get("resourceLimits")
     if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
         return "resourceLimits is required (string values)"
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
+    if not is_string_map(body.get("metadata") or {}):
         return "metadata must map strings to strings"
     policy = body.get("networkPolicy")
     if policy is not None:

@@ -16,7 +16,7 @@ registered (``"/sandboxes/{id}"``) or the concrete path (``"/sandboxes/sbx-1"``)
 Every request is recorded (:attr:`Faults.log`, :meth:`Faults.count`), so a
 test can assert, say, that no create call was made. Deleting or pausing a
 sandbox behind the client's back goes through the service's
-:class:`~mango.provider.fake.sandboxes.FakeSandboxes`.
+:class:`~mango.fakes.sandboxes.FakeSandboxes`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import attrs
 from aiohttp import web
+
+from mango.fakes.wire import cut_connection
 
 __all__ = ["Faults", "RecordedRequest"]
 
@@ -162,8 +164,6 @@ class Faults:
             return web.Response(status=failure.status, text=failure.body, headers=failure.headers)
         drop = self._take(_Kind.DROP, record)
         response = await handler(request)
-        if drop is not None and request.transport is not None:
-            # The action is committed; the client never learns it. aiohttp treats
-            # the write to the aborted transport as a client disconnect.
-            request.transport.abort()
+        if drop is not None:
+            cut_connection(request)  # the action is committed; the client never learns it
         return response

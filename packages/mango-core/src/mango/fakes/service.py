@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -15,19 +16,33 @@ from aiohttp import web
 
 from mango.domain.errors import InvalidInput, ProviderUnavailable
 from mango.domain.values import SandboxSpec
-from mango.provider.fake.faults import Faults
-from mango.provider.fake.sandboxes import FakeSandboxes
+from mango.fakes.faults import Faults
+from mango.fakes.sandboxes import FakeSandboxes
 
-__all__ = ["MAX_REQUEST_BYTES", "FakeService", "RoutesFactory", "serve"]
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "SERVICE_KEY",
+    "UNCAPPED_OUTPUT",
+    "Announce",
+    "FakeService",
+    "RoutesFactory",
+    "run_standalone",
+    "serve",
+]
 
 MAX_REQUEST_BYTES = 1 << 30
 """Largest request body a fake accepts (uploads of large files must work)."""
+UNCAPPED_OUTPUT = 1 << 62
+"""A ``max_output_bytes`` for a vendor daemon that streams everything a command prints
+(the client, mango, applies its own cap)."""
 
 SERVICE_KEY: web.AppKey[FakeService] = web.AppKey("mango_fake_service")
 """Where a handler finds its service: ``request.app[SERVICE_KEY]``."""
 
 RoutesFactory = Callable[["FakeService"], Iterable[web.AbstractRouteDef]]
 """Builds a vendor fake's routes; the handlers close over the service they get."""
+Announce = Callable[[str], Iterable[str]]
+"""The lines a standalone fake prints after its URL (given the URL), such as its settings."""
 
 
 @attrs.define(eq=False)
@@ -124,11 +139,14 @@ class FakeService:
         await self.stop()
 
 
-async def serve(service: FakeService, *, out: TextIO = sys.stdout) -> None:
+async def serve(
+    service: FakeService, *, out: TextIO = sys.stdout, announce: Announce | None = None
+) -> None:
     """Run ``service`` until SIGTERM or SIGINT, printing its URL on one line first.
 
     For "run mango against a running fake": a vendor fake's ``__main__``
-    calls this, and the caller reads the first line of output.
+    calls this, and the caller reads the first line of output. The lines of
+    ``announce(url)``, if given, follow the URL.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -137,7 +155,26 @@ async def serve(service: FakeService, *, out: TextIO = sys.stdout) -> None:
     try:
         async with service:
             print(service.url, file=out, flush=True)
+            for line in announce(service.url) if announce is not None else ():
+                print(line, file=out, flush=True)
             await stop.wait()
     finally:
         for signo in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signo)
+
+
+def run_standalone(
+    build: Callable[[Path], FakeService],
+    scratch: str | Path | None = None,
+    *,
+    prefix: str = "mango-fake-",
+    announce: Announce | None = None,
+) -> None:
+    """A fake's ``__main__``: serve ``build(scratch)`` with :func:`serve` until a signal.
+
+    Without ``scratch`` the sandboxes live in a temporary directory (named
+    with ``prefix``) that is removed afterwards.
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix) as default_scratch:
+        service = build(Path(scratch or default_scratch))
+        asyncio.run(serve(service, announce=announce))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from mango.domain.values import (
     OutputStream,
     SandboxSpec,
 )
+from mango.fakes.beacons import Beacon, open_beacon
 from mango.local import LocalProvider
 from mango.local.sandbox import LocalSandbox
 
@@ -73,6 +74,14 @@ class FakeSandbox:
     """running, paused or deleted."""
     extra: dict[str, Any] = attrs.field(factory=dict)
     """Vendor-specific fields the fake wants to echo back (template, timeout, ...)."""
+
+    def beacon(self, name: str) -> AbstractAsyncContextManager[Beacon]:
+        """A :class:`~mango.fakes.beacons.Beacon` named ``name`` in the workspace root.
+
+        ``async with record.beacon("started") as started:``, start a command
+        that runs ``echo up > started``, then ``await started.wait(10)``.
+        """
+        return open_beacon(self.local.root, name)
 
 
 async def _buffered_stream(
@@ -148,10 +157,17 @@ class FakeSandboxes:
         """The record of ``sandbox_id`` in any state (deleted included), or ``None``."""
         return self._records.get(sandbox_id)
 
-    def get(self, sandbox_id: str) -> FakeSandbox:
-        """The live (running or paused) sandbox; :class:`SandboxNotFound` otherwise."""
+    def live(self, sandbox_id: str) -> FakeSandbox | None:
+        """The live (running or paused) sandbox, or ``None`` (never existed, or deleted)."""
         record = self._records.get(sandbox_id)
         if record is None or record.state is SandboxState.DELETED:
+            return None
+        return record
+
+    def get(self, sandbox_id: str) -> FakeSandbox:
+        """The live (running or paused) sandbox; :class:`SandboxNotFound` otherwise."""
+        record = self.live(sandbox_id)
+        if record is None:
             raise SandboxNotFound(f"fake sandbox {sandbox_id!r} does not exist")
         return record
 

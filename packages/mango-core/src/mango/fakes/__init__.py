@@ -23,28 +23,46 @@ subprocess), so tests and server share state without locks; it streams
 responses (Connect server-streams, SSE) and accepts chunked request bodies,
 which the vendors' SDKs use; and it is already in the dependency tree through
 aiodocker. ``serve`` runs a service standalone until SIGTERM/SIGINT, printing
-its URL, and ``python -m mango.provider.fake MODULE:ROUTES`` does so for any
-routes factory.
+its URL (``run_standalone`` is a fake's whole ``__main__``), and
+``python -m mango.fakes MODULE:ROUTES`` does so for any routes factory.
 
-This package imports aiohttp and :mod:`mango.local` (the ``fake`` extra of
-mango-core); ``import mango.provider`` does not import it.
+Shared by every vendor fake besides: :mod:`mango.fakes.wire` (RFC 3339
+times, label maps, a connection cut as when a daemon dies mid-answer) and
+:mod:`mango.fakes.beacons` (a test awaits the moment a command in a fake
+sandbox gets somewhere, with no polling).
+
+Where it stands: above the adapters (its sandboxes are the local
+provider's) and below :mod:`mango.plugins`, so it is not part of the
+provider surface :mod:`mango.provider`. A provider distribution's fake, and
+nothing else of it, imports this package; its adapter imports
+:mod:`mango.provider` only (import-linter contracts keep both so). It needs
+aiohttp (the ``fake`` extra of mango-core); ``import mango.provider`` does
+not import it.
 """
 
 from __future__ import annotations
 
-from mango.provider.fake.faults import Faults, RecordedRequest
-from mango.provider.fake.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
-from mango.provider.fake.service import (
+from mango.fakes.beacons import Beacon, open_beacon
+from mango.fakes.faults import Faults, RecordedRequest
+from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
+from mango.fakes.service import (
     MAX_REQUEST_BYTES,
     SERVICE_KEY,
+    UNCAPPED_OUTPUT,
+    Announce,
     FakeService,
     RoutesFactory,
+    run_standalone,
     serve,
 )
+from mango.fakes.wire import cut_connection, is_string_map, rfc3339
 
 __all__ = [
     "MAX_REQUEST_BYTES",
     "SERVICE_KEY",
+    "UNCAPPED_OUTPUT",
+    "Announce",
+    "Beacon",
     "FakeSandbox",
     "FakeSandboxes",
     "FakeService",
@@ -53,5 +71,10 @@ __all__ = [
     "RoutesFactory",
     "SandboxPaused",
     "SandboxState",
+    "cut_connection",
+    "is_string_map",
+    "open_beacon",
+    "rfc3339",
+    "run_standalone",
     "serve",
 ]

@@ -1,4 +1,4 @@
-"""``python -m mango.provider.fake MODULE:ROUTES [--scratch DIR] [--port N]``.
+"""``python -m mango.fakes MODULE:ROUTES [--scratch DIR] [--port N]``.
 
 Imports the routes factory ``ROUTES`` from ``MODULE``, serves it on
 127.0.0.1, prints the URL on the first line and runs until SIGTERM/SIGINT.
@@ -7,13 +7,12 @@ Imports the routes factory ``ROUTES`` from ``MODULE``, serves it on
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import sys
-import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
-from mango.provider.fake.service import FakeService, RoutesFactory, serve
+from mango.fakes.service import FakeService, RoutesFactory, run_standalone
 
 
 def _load(spec: str) -> RoutesFactory:
@@ -26,18 +25,18 @@ def _load(spec: str) -> RoutesFactory:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the fake named on the command line; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m mango.provider.fake")
+    parser = argparse.ArgumentParser(prog="python -m mango.fakes")
     parser.add_argument("routes", help="MODULE:ROUTES, a routes factory taking the service")
     parser.add_argument("--scratch", help="directory for the sandboxes (default: a temp dir)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any)")
     parser.add_argument("--name", default="fake", help="name used in messages")
     args = parser.parse_args(argv)
     routes = _load(args.routes)
-    with tempfile.TemporaryDirectory(prefix="mango-fake-") as default_scratch:
-        service = FakeService(
-            args.scratch or default_scratch, routes, name=args.name, port=args.port
-        )
-        asyncio.run(serve(service))
+
+    def build(scratch: Path) -> FakeService:
+        return FakeService(scratch, routes, name=args.name, port=args.port)
+
+    run_standalone(build, args.scratch, prefix="mango-fake-")
     return 0
 
 

@@ -1,0 +1,227 @@
+"""The fake's toolbox under ``{toolboxProxyUrl}/{id}``: execute, home directory, files."""
+
+from __future__ import annotations
+
+import json
+import os
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from mango.fakes import FakeSandbox
+from mango.provider import Command
+from mango_provider_daytona.fake.state import DaytonaState, error
+
+__all__ = ["ToolboxRoutes"]
+
+_DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
+_SHELL_EXEC = ("/bin/sh", "-c", "exec /bin/sh 2>&1")
+# The wrapper's directories (the fake's sandboxes have no TMPDIR, so they land in /tmp).
+_TMP_PREFIXES = ("/tmp/.mango-exec", "/tmp/.mango-stdin")  # noqa: S108
+
+
+class ToolboxRoutes(DaytonaState):
+    """The toolbox's handlers; :class:`~mango_provider_daytona.fake.DaytonaFake` routes them."""
+
+    def _running(self, request: web.Request) -> FakeSandbox | web.Response:
+        record = self.record(request.match_info["id"])
+        if record is None:
+            return error(404, "sandbox not found")
+        if self.state(record) != "started":
+            return error(400, f"sandbox is {self.state(record)}")
+        return record
+
+    def _allowed(self, record: FakeSandbox, path: str) -> Path | None:
+        if not path:
+            return None
+        root = os.path.normpath(record.local.root)
+        # The daemon resolves a relative path against its working directory, the home.
+        target = os.path.normpath(Path(root, path))
+        if target == root or target.startswith(root + "/"):
+            return Path(target)
+        if any(target == p or target.startswith(p + "/") for p in _TMP_PREFIXES):
+            return Path(target)
+        return None
+
+    async def home_dir(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        return web.json_response({"dir": record.local.root})
+
+    async def execute(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        body = await request.json()
+        line = body.get("command") if isinstance(body, dict) else None
+        if not isinstance(line, str) or not line.strip():
+            return error(400, "command cannot be empty or whitespace-only")
+        timeout = body.get("timeout")
+        command = Command(
+            argv=_SHELL_EXEC,
+            stdin=line.encode(),
+            timeout=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
+        )
+        result = await record.local.exec(command)
+        if result.timed_out:
+            return error(408, "command execution timeout")
+        if result.cancelled:
+            # Deleted while the command ran: the daemon died with the sandbox,
+            # so the runner's reverse proxy answers Go's bare 502 (no body),
+            # which Daytona's proxy passes on. Never a 404: that is the answer
+            # to a request that arrives after the sandbox is gone.
+            return web.Response(status=HTTPStatus.BAD_GATEWAY)
+        # Go's string(output) in a JSON reply: invalid UTF-8 becomes U+FFFD.
+        return web.json_response(
+            {"exitCode": result.exit_code, "result": result.stdout.decode("utf-8", "replace")}
+        )
+
+    async def make_folder(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        target = self._allowed(record, request.query.get("path", ""))
+        if target is None:
+            return error(403, "the fake refuses this path")
+        mode = int(request.query.get("mode") or "0755", 8)
+        try:
+            target.mkdir(mode=mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            return error(400, str(exc))
+        return web.Response(status=201)
+
+    async def file_info(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        target = self._allowed(record, request.query.get("path", ""))
+        if target is None:
+            return error(403, "the fake refuses this path")
+        try:
+            info = target.stat()  # follows symlinks, as the daemon's os.Stat does
+        except FileNotFoundError:
+            return error(404, "file not found")
+        return web.json_response(
+            {
+                "name": target.name,
+                "size": info.st_size,
+                "mode": oct(info.st_mode),
+                "modTime": str(info.st_mtime),
+                "isDir": target.is_dir(),
+                "owner": str(info.st_uid),
+                "group": str(info.st_gid),
+                "permissions": f"{info.st_mode & 0o7777:04o}",
+            }
+        )
+
+    async def delete_file(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        target = self._allowed(record, request.query.get("path", ""))
+        if target is None:
+            return error(403, "the fake refuses this path")
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return error(404, "file not found")
+        except OSError as exc:
+            return error(400, str(exc))
+        return web.Response(status=204)
+
+    async def upload(self, request: web.Request) -> web.Response:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        reader = await request.multipart()
+        destinations: dict[str, str] = {}
+        files: list[dict[str, Any]] = []
+        errors: list[str] = []
+        async for part in reader:
+            name = getattr(part, "name", None) or ""
+            index = name.removeprefix("files[").removesuffix("].path").removesuffix("].file")
+            if name.endswith(".path"):
+                destinations[index] = (await part.text()).strip()  # type: ignore[union-attr]
+                continue
+            if not name.endswith(".file"):
+                continue
+            destination = destinations.get(index)
+            target = None if destination is None else self._allowed(record, destination)
+            if target is None:
+                errors.append(f"file[{index}]: missing or refused path")
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                size = 0
+                with target.open("wb") as handle:  # follows symlinks, as os.Create does
+                    while chunk := await part.read_chunk():  # type: ignore[union-attr]
+                        handle.write(chunk)
+                        size += len(chunk)
+            except OSError as exc:
+                errors.append(f"{destination}: {exc}")
+                continue
+            files.append({"path": destination, "bytes": size})
+        if errors:
+            return web.json_response({"errors": errors, "files": files}, status=400)
+        return web.json_response({"files": files})
+
+    async def download(self, request: web.Request) -> web.StreamResponse:
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        body = await request.json()
+        paths = body.get("paths") if isinstance(body, dict) else None
+        if not isinstance(paths, list) or not paths:
+            return web.json_response(
+                {"error": 'request body must be {"paths": [ ... ]} and non-empty'}, status=400
+            )
+        response = web.StreamResponse(
+            headers={"Content-Type": f"multipart/form-data; boundary={_DOWNLOAD_BOUNDARY}"}
+        )
+        await response.prepare(request)
+        for path in paths:
+            await self._write_part(response, record, str(path))
+        await response.write(f"\r\n--{_DOWNLOAD_BOUNDARY}--\r\n".encode())
+        await response.write_eof()
+        return response
+
+    async def _write_part(
+        self, response: web.StreamResponse, record: FakeSandbox, path: str
+    ) -> None:
+        target = self._allowed(record, path)
+        status = None
+        if target is None:
+            status, message = 403, f"permission denied: {path}"
+        elif not target.exists():
+            status, message = 404, f"file not found: {path}"
+        elif target.is_dir():
+            status, message = 400, f"invalid file path: path points to a directory: {path}"
+        quoted = path.replace('"', '\\"')
+        if status is not None or target is None:
+            payload = json.dumps(
+                {"statusCode": status, "message": message, "code": "FILE_NOT_FOUND", "path": path}
+            ).encode()
+            await response.write(
+                (
+                    f"\r\n--{_DOWNLOAD_BOUNDARY}\r\n"
+                    f'Content-Disposition: form-data; name="error"; filename="{quoted}"\r\n'
+                    "Content-Type: application/json; charset=utf-8\r\n\r\n"
+                ).encode()
+                + payload
+            )
+            return
+        with target.open("rb") as handle:  # follows symlinks, as os.Open does
+            size = os.fstat(handle.fileno()).st_size
+            await response.write(
+                (
+                    f"\r\n--{_DOWNLOAD_BOUNDARY}\r\n"
+                    f'Content-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
+                    "Content-Type: application/octet-stream\r\n"
+                    f"Content-Length: {size}\r\n\r\n"
+                ).encode()
+            )
+            while chunk := handle.read(256 * 1024):
+                await response.write(chunk)

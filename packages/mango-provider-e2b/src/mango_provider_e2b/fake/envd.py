@@ -1,0 +1,299 @@
+"""The fake envd: processes (Connect server-streams and unary calls) and files."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import posixpath
+import shutil
+import signal
+import stat as stat_module
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from aiohttp import web
+
+from mango.fakes import FakeSandbox, cut_connection, rfc3339
+from mango_provider_e2b.connect import ConnectError, decode_envelopes, encode_envelope, end_stream
+from mango_provider_e2b.fake.common import Routes, api_error, as_object, connect_error, replying
+from mango_provider_e2b.fake.config import WORKSPACE
+from mango_provider_e2b.fake.processes import FakeProcess, go_status
+
+__all__ = ["Envd"]
+
+
+@attrs.define(eq=False)
+class Envd(Routes):
+    """envd's routes (the sandbox's side: its access token, its processes and files)."""
+
+    def routes(self) -> list[web.AbstractRouteDef]:
+        """envd's routes, in registration order (``Start`` before the other methods)."""
+        wrap = replying
+        return [
+            web.post("/process.Process/Start", wrap(self.start)),
+            web.post("/process.Process/{method}", wrap(self.process_unary)),
+            web.post("/filesystem.Filesystem/{method}", wrap(self.filesystem)),
+            web.get("/files", wrap(self.read_file)),
+            web.post("/files", wrap(self.write_file)),
+        ]
+
+    @staticmethod
+    def _workspace(record: FakeSandbox) -> str:
+        return str(record.local.root)
+
+    def _host_path(self, record: FakeSandbox, path: str, *, cwd: bool = False) -> str:
+        if not path:
+            return self._workspace(record)
+        if not path.startswith("/"):
+            path = posixpath.join(WORKSPACE, path)  # the fake's home is the workspace
+        path = posixpath.normpath(path)
+        if path == WORKSPACE or path.startswith(WORKSPACE + "/"):
+            return self._workspace(record) + path[len(WORKSPACE) :]
+        if cwd and path == "/":
+            return self._workspace(record)
+        raise connect_error("permission_denied", f"the fake sandbox has only {WORKSPACE}: {path}")
+
+    def _sandbox_path(self, record: FakeSandbox, host: str) -> str:
+        return WORKSPACE + host[len(self._workspace(record)) :]
+
+    # ------------------------------------------------------------ envd: processes
+
+    async def start(self, request: web.Request) -> web.StreamResponse:
+        record = self.envd_record(request)
+        process = await self._spawn(request, record)
+        self.service.processes(record.id)[process.pid] = process
+        self.service.notify_change()
+        return await self._stream(request, process)
+
+    async def _spawn(self, request: web.Request, record: FakeSandbox) -> FakeProcess:
+        if request.headers.get("Content-Type", "").split(";")[0] != "application/connect+json":
+            raise connect_error("invalid_argument", "expected application/connect+json")
+        envelopes = [envelope async for envelope in decode_envelopes(_once(await request.read()))]
+        if len(envelopes) != 1:
+            raise connect_error("invalid_argument", "expected exactly one request envelope")
+        body = envelopes[0].payload
+        config = as_object(body.get("process"))
+        cmd = config.get("cmd")
+        args = config.get("args") or []
+        if not isinstance(cmd, str) or not isinstance(args, list):
+            raise connect_error("invalid_argument", "process.cmd and process.args are required")
+        workspace = self._workspace(record)
+        cwd = self._host_path(record, str(config.get("cwd") or WORKSPACE), cwd=True)
+        if not os.path.isdir(cwd):
+            raise connect_error("invalid_argument", f"cwd '{config.get('cwd')}' does not exist")
+        envs = as_object(config.get("envs"))
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": workspace,
+            "LANG": "C.UTF-8",
+            "USER": "root",
+            **{str(k): str(v) for k, v in envs.items()},
+        }
+        stdin = body.get("stdin", True) is not False
+        tag = body.get("tag") if isinstance(body.get("tag"), str) else None
+        try:
+            process = await FakeProcess.start(
+                cmd,
+                [str(arg).replace(WORKSPACE, workspace) for arg in args],
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                tag=tag,
+                config=config,
+            )
+        except OSError as exc:
+            raise connect_error("invalid_argument", f"error starting process: {exc}") from None
+        return process
+
+    async def _stream(self, request: web.Request, process: FakeProcess) -> web.StreamResponse:
+        timer = None
+        timed_out = asyncio.Event()
+        timeout_ms = request.headers.get("Connect-Timeout-Ms", "")
+        if timeout_ms.isdigit():
+
+            def expire() -> None:
+                timed_out.set()
+                process.signal(signal.SIGKILL)
+
+            timer = asyncio.get_running_loop().call_later(int(timeout_ms) / 1000, expire)
+        response = web.StreamResponse(headers={"Content-Type": "application/connect+json"})
+        try:
+            await response.prepare(request)
+            await response.write(encode_envelope({"event": {"start": {"pid": process.pid}}}))
+            ended = 0
+            while ended < 2:
+                event = await process.next_event()
+                if event is None:
+                    ended += 1
+                    continue
+                name, chunk = event
+                data = {name: base64.b64encode(chunk).decode("ascii")}
+                await response.write(encode_envelope({"event": {"data": data}}))
+            returncode = await process.wait()
+            if process.torn_down:
+                # The sandbox was deleted and envd with it: no end event, no end of stream.
+                # E2B's proxy aborts the response (Go's ErrAbortHandler), as done here.
+                cut_connection(request)
+                return response
+            if timed_out.is_set():
+                await response.write(end_stream(ConnectError("deadline_exceeded", "timed out")))
+            else:
+                await response.write(encode_envelope({"event": {"end": go_status(returncode)}}))
+                await response.write(end_stream())
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client left: envd lets the process run on and drops its output.
+            process.stop_listening()
+        except asyncio.CancelledError:
+            process.stop_listening()
+            raise
+        finally:
+            if timer is not None and process.process.returncode is not None:
+                timer.cancel()
+        return response
+
+    def _process(self, record: FakeSandbox, body: dict[str, Any]) -> FakeProcess:
+        selector = as_object(body.get("process"))
+        table = self.service.processes(record.id)
+        pid = selector.get("pid")
+        tag = selector.get("tag")
+        for process in table.values():
+            running = process.process.returncode is None
+            if running and (
+                (pid is not None and process.pid == pid) or (tag and process.tag == tag)
+            ):
+                return process
+        raise connect_error("not_found", f"process with pid {pid} not found")
+
+    async def process_unary(self, request: web.Request) -> web.Response:
+        record = self.envd_record(request)
+        method = request.match_info["method"]
+        body = await self.json_body(request)
+        if method == "List":
+            running = [
+                {"pid": p.pid, "config": p.config, **({"tag": p.tag} if p.tag else {})}
+                for p in self.service.processes(record.id).values()
+                if p.process.returncode is None
+            ]
+            return web.json_response({"processes": running})
+        process = self._process(record, body)
+        if method == "SendInput":
+            data = (body.get("input") or {}).get("stdin")
+            if not isinstance(data, str):
+                raise connect_error("invalid_argument", "input.stdin is required")
+            try:
+                await process.write_stdin(base64.b64decode(data))
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise connect_error("internal", f"error writing to stdin: {exc}") from None
+            return web.json_response({})
+        if method == "CloseStdin":
+            process.close_stdin()
+            return web.json_response({})
+        if method == "SendSignal":
+            number = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}.get(
+                str(body.get("signal"))
+            )
+            if number is None and body.get("signal") in (9, 15):
+                number = signal.Signals(body["signal"])
+            if number is None:
+                raise connect_error("unimplemented", f"invalid signal: {body.get('signal')}")
+            process.signal(number)
+            return web.json_response({})
+        raise connect_error("unimplemented", f"process.Process/{method} is not faked")
+
+    # ------------------------------------------------------------ envd: files
+
+    def _entry(self, record: FakeSandbox, host: str) -> dict[str, Any]:
+        info = os.lstat(host)
+        if stat_module.S_ISLNK(info.st_mode):
+            kind = "FILE_TYPE_SYMLINK"
+        elif stat_module.S_ISDIR(info.st_mode):
+            kind = "FILE_TYPE_DIRECTORY"
+        elif stat_module.S_ISREG(info.st_mode):
+            kind = "FILE_TYPE_FILE"
+        else:
+            kind = "FILE_TYPE_UNSPECIFIED"
+        path = self._sandbox_path(record, host)
+        return {
+            "name": posixpath.basename(path) or "/",
+            "type": kind,
+            "path": path,
+            "size": str(info.st_size),
+            "mode": stat_module.S_IMODE(info.st_mode),
+            "permissions": stat_module.filemode(info.st_mode),
+            "owner": "root",
+            "group": "root",
+            "modifiedTime": rfc3339(datetime.fromtimestamp(info.st_mtime, UTC)),
+        }
+
+    async def filesystem(self, request: web.Request) -> web.Response:
+        record = self.envd_record(request)
+        method = request.match_info["method"]
+        body = await self.json_body(request)
+        path = body.get("path")
+        if not isinstance(path, str):
+            raise connect_error("invalid_argument", "path is required")
+        host = self._host_path(record, path)
+        if method == "Stat":
+            try:
+                return web.json_response({"entry": self._entry(record, host)})
+            except FileNotFoundError:
+                raise connect_error("not_found", f"file not found: {path}") from None
+            except NotADirectoryError:
+                raise connect_error("not_found", f"file not found: {path}") from None
+        if method == "MakeDir":
+            if os.path.isdir(host):
+                raise connect_error("already_exists", f"directory already exists: {path}")
+            try:
+                os.makedirs(host, exist_ok=True)
+            except OSError as exc:
+                raise connect_error("internal", f"error creating directory: {exc}") from None
+            return web.json_response({"entry": self._entry(record, host)})
+        if method == "Remove":
+            try:
+                if os.path.isdir(host) and not os.path.islink(host):
+                    await asyncio.to_thread(shutil.rmtree, host)
+                else:
+                    os.unlink(host)
+            except FileNotFoundError:
+                raise connect_error("not_found", f"file not found: {path}") from None
+            return web.json_response({})
+        raise connect_error("unimplemented", f"filesystem.Filesystem/{method} is not faked")
+
+    async def read_file(self, request: web.Request) -> web.StreamResponse:
+        record = self.envd_record(request)
+        host = self._host_path(record, request.query.get("path", ""))
+        if not os.path.exists(host):
+            raise api_error(404, f"path '{request.query.get('path')}' does not exist")
+        if os.path.isdir(host):
+            raise api_error(400, f"path '{request.query.get('path')}' is a directory")
+        return web.FileResponse(host, headers={"Content-Type": "application/octet-stream"})
+
+    async def write_file(self, request: web.Request) -> web.Response:
+        record = self.envd_record(request)
+        sandbox_path = request.query.get("path", "")
+        host = self._host_path(record, sandbox_path)
+        if os.path.isdir(host):
+            raise api_error(400, f"path '{sandbox_path}' is a directory")
+        os.makedirs(os.path.dirname(host), exist_ok=True)
+        content_type = request.headers.get("Content-Type", "")
+        with open(host, "wb") as handle:
+            if content_type.startswith("multipart/form-data"):
+                reader = await request.multipart()
+                async for part in reader:
+                    if getattr(part, "name", None) == "file":
+                        while chunk := await part.read_chunk():  # type: ignore[union-attr]
+                            handle.write(chunk)
+            else:
+                async for chunk in request.content.iter_chunked(1 << 20):
+                    handle.write(chunk)
+        return web.json_response(
+            [{"name": posixpath.basename(sandbox_path), "type": "file", "path": sandbox_path}]
+        )
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
