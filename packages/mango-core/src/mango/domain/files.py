@@ -395,8 +395,9 @@ class FileCatalog(Protocol):
     async def begin_upload(self, new: NewFile) -> StoredFile:
         """Insert the row in state ``uploading``.
 
-        Raises :class:`~mango.domain.errors.ProvisioningBlocked` if its
-        Session does not exist or is being deleted.
+        A Session-scoped file's Session must exist (else
+        :class:`~mango.domain.errors.InvalidInput`) and not be fenced (else
+        :class:`~mango.domain.errors.SessionDeleting`).
         """
         ...
 
@@ -416,6 +417,10 @@ class FileCatalog(Protocol):
         """
         ...
 
+    async def abandon_upload(self, file_id: str) -> StoredFile | None:
+        """Move an ``uploading`` row to ``deleting`` (its upload failed); None if not uploading."""
+        ...
+
     async def get_file(self, file_id: str) -> StoredFile | None:
         """The row in whatever state it is, or None."""
         ...
@@ -425,10 +430,12 @@ class FileCatalog(Protocol):
         ...
 
     async def begin_delete(self, file_id: str) -> StoredFile | None:
-        """Move the row to ``deleting`` (from any state) and return it; None if there is none.
+        """Move a ``ready`` row to ``deleting`` and return it; None if there is no row.
 
-        Raises :class:`~mango.domain.errors.ResourceConflict` while a
-        Session resource still refers to the file.
+        A row in another state comes back unchanged (``uploading``: not the
+        caller's to delete; ``deleting``: finish it). Raises
+        :class:`~mango.domain.errors.ResourceConflict` while a Session
+        resource still refers to the file.
         """
         ...
 
