@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -156,3 +156,28 @@ def store_environ(settings: FileStoreSettings) -> dict[str, str]:
         "MANGO_S3_ENDPOINT_URL": settings.s3_endpoint_url or "",
         **AWS_TEST_ENV,
     }
+
+
+@pytest.fixture
+def tamper(file_store_settings: FileStoreSettings) -> Callable[[str, bytes], Awaitable[None]]:
+    """Replace a blob's bytes behind the store's back, in its backend."""
+
+    async def replace(key: str, data: bytes) -> None:
+        if file_store_settings.kind is FileStoreKind.FS:
+            assert file_store_settings.directory is not None
+            path = file_store_settings.directory / key
+            path.chmod(0o644)
+            path.write_bytes(data)
+            return
+        import obstore
+        from obstore.store import S3Store
+
+        raw = S3Store(
+            file_store_settings.s3_bucket,
+            prefix=file_store_settings.s3_prefix,
+            endpoint=file_store_settings.s3_endpoint_url,
+            client_options={"allow_http": True},
+        )
+        await obstore.put_async(raw, key, data)
+
+    return replace

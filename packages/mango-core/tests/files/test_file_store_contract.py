@@ -17,7 +17,6 @@ import pytest
 
 from mango.domain import ContentMismatch, InvalidInput
 from mango.domain.files import BlobInfo, FileStore
-from mango.filestore import FileStoreKind, FileStoreSettings
 
 MiB = 1024 * 1024
 KEY = "ns1/files/file-0123456789abcdef0123456789abcdef"
@@ -40,31 +39,6 @@ def digest(data: bytes) -> str:
 
 async def keys(store: FileStore, prefix: str = "") -> list[str]:
     return sorted([entry.key async for entry in store.scan(prefix)])
-
-
-@pytest.fixture
-def tamper(file_store_settings: FileStoreSettings) -> Callable[[str, bytes], Awaitable[None]]:
-    """Replace a blob's bytes behind the store's back, in its backend."""
-
-    async def replace(key: str, data: bytes) -> None:
-        if file_store_settings.kind is FileStoreKind.FS:
-            assert file_store_settings.directory is not None
-            path = file_store_settings.directory / key
-            path.chmod(0o644)
-            path.write_bytes(data)
-            return
-        import obstore
-        from obstore.store import S3Store
-
-        raw = S3Store(
-            file_store_settings.s3_bucket,
-            prefix=file_store_settings.s3_prefix,
-            endpoint=file_store_settings.s3_endpoint_url,
-            client_options={"allow_http": True},
-        )
-        await obstore.put_async(raw, key, data)
-
-    return replace
 
 
 # ------------------------------------------------------------------ round trips
