@@ -228,7 +228,8 @@ class StoredFiles:
             await self.blobs.delete(key)
             await self.catalog.remove_file(file_id)
         except MangoError as exc:
-            _LOG.warning("failed upload %s not cleaned up (reconcile will): %s", file_id, exc)
+            # INFO: the store being down is the usual reason, and the reconciler finishes it.
+            _LOG.info("failed upload %s not cleaned up (reconcile will): %s", file_id, exc)
 
     async def put_path(
         self, path: str | os.PathLike[str], *, name: str | None = None, mime_type: str | None = None

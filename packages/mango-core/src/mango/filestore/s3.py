@@ -136,7 +136,7 @@ class S3FileStore:
             yield
         except MangoError:
             raise
-        except NotFoundError as exc:
+        except (FileNotFoundError, NotFoundError) as exc:  # obstore raises the builtin for 404s
             if missing is not None and "NoSuchBucket" not in str(exc):
                 raise FileNotFoundError(2, "no such blob", missing) from None
             self._raise(exc, action)
@@ -217,10 +217,12 @@ class S3FileStore:
     async def delete(self, key: str) -> bool:
         """HEAD, then DELETE (S3 answers a delete the same whether or not the key existed)."""
         validate_blob_key(key)
-        with self._translated(f"deleting {key!r}", missing=key):
+        with self._translated(f"deleting {key!r}"):
             try:
                 await obstore.head_async(self._store, key)
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
+                if "NoSuchBucket" in str(exc):
+                    raise
                 return False
             await obstore.delete_async(self._store, key)
         return True
