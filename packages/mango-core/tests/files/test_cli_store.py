@@ -438,3 +438,24 @@ def test_the_s3_client_loads_only_when_selected(run: Any) -> None:
     assert loaded("store", "--help") == ""
     assert loaded("store", "ls", extra={"MANGO_FILE_STORE": "fs"}) == "psycopg"
     assert loaded("store", "ls") == "obstore psycopg"
+
+
+def test_the_readme_example_runs(database_url: str, tmp_path: Path) -> None:
+    """The Python example in the Files store section of mango-core's README works as printed."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    section = readme.read_text().split("## The Files store", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    source = tmp_path / "example.txt"
+    source.write_bytes(b"kept by mango\n")
+    copy = tmp_path / "copy.txt"
+    run = f"keep({str(source)!r}, {str(copy)!r})"
+    script = f"{code}\nimport asyncio\nprint(asyncio.run({run}).decode(), end='')\n"
+    env = {
+        **base_env(database_url, tmp_path),
+        "MANGO_FILE_STORE_DIR": str(tmp_path / "blobs"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, env=env, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, b"kept by mango\n"), done.stderr
+    assert copy.read_bytes() == b"kept by mango\n"
