@@ -277,6 +277,28 @@ def test_a_killed_put_leaves_no_ready_row_and_reconcile_cleans_up(
     }
 
 
+def test_a_terminated_put_removes_what_it_started(
+    run: Any, tmp_path: Path, database_url: str, file_store_settings: FileStoreSettings
+) -> None:
+    """SIGTERM mid-upload: exit 143 after the row and the bytes are gone, no reconcile needed."""
+    import asyncio
+
+    big = tmp_path / "big.bin"
+    with big.open("wb") as handle:
+        handle.truncate(16 * GiB)
+    process = run.popen("store", "put", str(big), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while asyncio.run(file_rows(database_url)) == []:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the upload never started"
+        time.sleep(0.05)  # polling for the upload to be under way, not timing it
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert (process.returncode, stderr) == (143, b"error: terminated\n")
+    assert asyncio.run(file_rows(database_url)) == []
+    assert store_contents(file_store_settings) == []
+
+
 # ------------------------------------------------------------------ settings and S3 failures
 
 

@@ -101,7 +101,36 @@ async def _blocking(function: Callable[..., T], *args: object) -> T:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
         await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller has gone
         raise
+
+
+async def _opened(undo: Callable[[T], object], function: Callable[..., T], *args: object) -> T:
+    """Run ``function`` (which opens something) in a thread; if cancelled, ``undo`` its result."""
+    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def release(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                undo(done.result())
+
+        future.add_done_callback(release)
+        raise
+
+
+def _close_first(opened: tuple[int, object]) -> None:
+    os.close(opened[0])
+
+
+def _discard_target(opened: tuple[int, Path | None]) -> None:
+    fd, temp = opened
+    os.close(fd)
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            temp.unlink()
 
 
 def _open_source(path: Path) -> tuple[int, int]:
@@ -242,7 +271,7 @@ class StoredFiles:
         """
         source = Path(path)
         filename = validate_filename(name if name is not None else source.name)
-        fd, size = await _blocking(_open_source, source)
+        fd, size = await _opened(_close_first, _open_source, source)
         try:
 
             async def read() -> AsyncIterator[bytes]:
@@ -322,7 +351,7 @@ class StoredFiles:
         """
         target = Path(destination)
         row = await self.get(file_id)
-        fd, temp = await _blocking(_open_target, target)
+        fd, temp = await _opened(_discard_target, _open_target, target)
         done = False
         try:
             async with self.open(file_id) as chunks:

@@ -68,6 +68,36 @@ async def _blocking(function: Callable[..., T], *args: object) -> T:
         raise
 
 
+async def _opened(undo: Callable[[T], object], function: Callable[..., T], *args: object) -> T:
+    """Run ``function`` (which acquires something) in a thread, like :func:`_blocking`.
+
+    A caller cancelled meanwhile does not wait: ``undo`` releases whatever the
+    call acquires once it finishes.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def release(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                undo(done.result())
+
+        future.add_done_callback(release)
+        raise
+
+
+def _close_fd(fd: int) -> None:
+    os.close(fd)
+
+
+def _discard_temp(created: tuple[int, Path]) -> None:
+    fd, temp = created
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        temp.unlink()
+
+
 def _write_all(fd: int, chunk: bytes) -> None:
     view = memoryview(chunk)
     while view:
@@ -181,7 +211,7 @@ class FilesystemFileStore:
         target = self._path(key)
         check = ContentCheck(f"the content for {key!r}", size=size, sha256=sha256)
         with self._translated("creating a temporary file"):
-            fd, temp = await _blocking(self._create_temp)
+            fd, temp = await _opened(_discard_temp, self._create_temp)
         published = False
         try:
             async for chunk in chunks:
@@ -215,17 +245,8 @@ class FilesystemFileStore:
         """Stream ``<root>/<key>`` in chunks of at most 1 MiB, verified as they pass."""
         path = self._path(key)
         check = ContentCheck(f"the stored content of {key!r}", size=size, sha256=sha256)
-        opening = asyncio.get_running_loop().run_in_executor(None, self._open_blob, path)
-        try:
-            with self._translated(f"opening {key!r}"):
-                fd = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            opening.add_done_callback(_close_opened)
-            raise
-        except OSError as exc:
-            if isinstance(exc, FileNotFoundError) or exc.errno == errno.ELOOP:
-                raise FileNotFoundError(errno.ENOENT, "no such blob", key) from None
-            raise
+        with self._translated(f"opening {key!r}"):  # FileNotFoundError passes through
+            fd = await _opened(_close_fd, self._open_blob, path)
 
         def read() -> bytes:
             with self._translated(f"reading {key!r}"):
@@ -326,8 +347,3 @@ async def _verified(
         check.update(chunk)
         yield chunk
     check.finish()
-
-
-def _close_opened(future: asyncio.Future[int]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        os.close(future.result())
