@@ -165,6 +165,23 @@ def test_s3_settings_are_normalised() -> None:
     assert "never-shown" not in repr(settings)
 
 
+def test_the_endpoint_falls_back_to_the_aws_variables() -> None:
+    """MANGO_S3_ENDPOINT_URL wins; else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL; else AWS."""
+    base = {"MANGO_FILE_STORE": "s3", "MANGO_S3_BUCKET": "abc"}
+    chain = {
+        "MANGO_S3_ENDPOINT_URL": "http://mango:1",
+        "AWS_ENDPOINT_URL_S3": "http://s3-only:2",
+        "AWS_ENDPOINT_URL": "http://every-service:3",
+    }
+    expected = ["http://mango:1", "http://s3-only:2", "http://every-service:3", None]
+    for dropped, endpoint in enumerate(expected):
+        env = {**base, **dict(list(chain.items())[dropped:])}
+        assert FileStoreSettings.from_env(env).s3_endpoint_url == endpoint
+    assert FileStoreSettings.from_env(base).display == "S3 store s3://abc at AWS"
+    with pytest.raises(ConfigurationError, match="AWS_ENDPOINT_URL must be an http"):
+        FileStoreSettings.from_env({**base, "AWS_ENDPOINT_URL": "s3.example"})
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

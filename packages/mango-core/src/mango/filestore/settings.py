@@ -5,7 +5,8 @@
   default ``<state dir>/files``);
 * ``MANGO_S3_BUCKET`` (required for ``s3``), ``MANGO_S3_PREFIX`` (optional,
   keys go below it), ``MANGO_S3_ENDPOINT_URL`` (optional, an S3-compatible
-  service; default AWS, or ``AWS_ENDPOINT_URL`` when that is set).
+  service; else ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` as the AWS
+  tools read them; else AWS itself).
 
 Credentials are never settings of mango: the S3 client reads ``AWS_*`` from
 the environment itself, and nothing here holds, stores or prints them.
@@ -85,12 +86,17 @@ def _prefix(text: str) -> str:
     return prefix
 
 
-def _endpoint(text: str) -> str | None:
-    if not text:
-        return None
-    invalid = ConfigurationError(
-        f"{S3_ENDPOINT_URL_ENV} must be an http:// or https:// URL, got {_shown(text)!r}"
-    )
+def _endpoint(env: Mapping[str, str]) -> str | None:
+    """The endpoint: ``MANGO_S3_ENDPOINT_URL``, else the AWS tools' own variables."""
+    for name in (S3_ENDPOINT_URL_ENV, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        text = env.get(name, "").strip()
+        if text:
+            return _checked_endpoint(name, text)
+    return None
+
+
+def _checked_endpoint(name: str, text: str) -> str:
+    invalid = ConfigurationError(f"{name} must be an http:// or https:// URL, got {_shown(text)!r}")
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError for a malformed port
@@ -101,13 +107,11 @@ def _endpoint(text: str) -> str | None:
     if parts.username is not None or parts.password is not None:
         # Never echoed: the user part may be a secret. Credentials belong in AWS_*.
         raise ConfigurationError(
-            f"{S3_ENDPOINT_URL_ENV} must not carry credentials",
+            f"{name} must not carry credentials",
             hint="put them in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead",
         )
     if parts.query or parts.fragment:
-        raise ConfigurationError(
-            f"{S3_ENDPOINT_URL_ENV} must have no query or fragment, got {_shown(text)!r}"
-        )
+        raise ConfigurationError(f"{name} must have no query or fragment, got {_shown(text)!r}")
     return text.rstrip("/")
 
 
@@ -148,7 +152,7 @@ class FileStoreSettings:
                 kind=kind,
                 s3_bucket=_bucket(env.get(S3_BUCKET_ENV, "").strip()),
                 s3_prefix=_prefix(env.get(S3_PREFIX_ENV, "").strip()),
-                s3_endpoint_url=_endpoint(env.get(S3_ENDPOINT_URL_ENV, "").strip()),
+                s3_endpoint_url=_endpoint(env),
             )
         configured = env.get(FILE_STORE_DIR_ENV, "").strip()
         if configured:
@@ -167,7 +171,7 @@ class FileStoreSettings:
         if self.kind is FileStoreKind.FS:
             return f"filesystem store in {self.directory}"
         where = f"s3://{self.s3_bucket}/{self.s3_prefix}".rstrip("/")
-        endpoint = self.s3_endpoint_url or "the AWS_ENDPOINT_URL or AWS default endpoint"
+        endpoint = self.s3_endpoint_url or "AWS"
         return f"S3 store {where} at {endpoint}"
 
 
