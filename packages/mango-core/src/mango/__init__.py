@@ -19,7 +19,10 @@ __all__ = [
     "SandboxSpec",
     "SessionManager",
     "Settings",
+    "StoredFile",
+    "StoredFiles",
     "__version__",
+    "open_file_store",
     "open_session_manager",
 ]
 
@@ -30,14 +33,19 @@ _LAZY = {
     "SandboxSpec": "mango.domain.values",
     "SessionManager": "mango.app",
     "Settings": "mango.config",
+    "StoredFile": "mango.domain.files",
+    "StoredFiles": "mango.app.files",
+    "open_file_store": "mango.api",
     "open_session_manager": "mango.api",
 }
 
 if TYPE_CHECKING:
-    from mango.api import open_session_manager
+    from mango.api import open_file_store, open_session_manager
     from mango.app import SessionManager
+    from mango.app.files import StoredFiles
     from mango.config import Settings
     from mango.domain.errors import MangoError
+    from mango.domain.files import StoredFile
     from mango.domain.values import Command, ExecResult, SandboxSpec
 
 

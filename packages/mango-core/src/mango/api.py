@@ -30,6 +30,14 @@ is not read at all, so two managers in one process can use differently
 configured providers. With no ``MANGO_DATABASE_URL`` an embedded PostgreSQL
 server under the state directory is used (it needs the ``embedded`` extra,
 installed by default).
+
+Stored files (the Files store) open the same way, without a provider::
+
+    async with mango.open_file_store() as files:
+        stored = await files.put_path("report.pdf")
+        async with files.open(stored.file_id) as chunks:
+            async for chunk in chunks:
+                ...
 """
 
 from __future__ import annotations
@@ -38,10 +46,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from mango.app import SessionManager
+from mango.app.files import StoredFiles
 from mango.config import Settings
-from mango.runtime import open_runtime
+from mango.filestore import FileStoreSettings
+from mango.runtime import open_runtime, open_stored_files
 
-__all__ = ["open_session_manager"]
+__all__ = ["open_file_store", "open_session_manager"]
 
 
 @asynccontextmanager
@@ -61,3 +71,31 @@ async def open_session_manager(
     resolved = settings if settings is not None else Settings.from_env(environ)
     async with open_runtime(resolved) as runtime:
         yield runtime.manager
+
+
+@asynccontextmanager
+async def open_file_store(
+    settings: Settings | None = None,
+    *,
+    file_settings: FileStoreSettings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[StoredFiles]:
+    """Open the database and the Files store and yield :class:`~mango.app.files.StoredFiles`.
+
+    ``settings`` and ``file_settings`` default to :meth:`Settings.from_env`
+    and :meth:`FileStoreSettings.from_env` over ``environ`` (default:
+    ``os.environ``): ``MANGO_FILE_STORE`` (``fs`` or ``s3``) and the
+    ``MANGO_FILE_STORE_DIR`` / ``MANGO_S3_*`` settings, credentials from the
+    usual ``AWS_*`` environment. Bad settings raise
+    :class:`~mango.domain.errors.ConfigurationError` before anything is
+    opened. On exit the store and the database connections are closed; the
+    files stay.
+    """
+    resolved = settings if settings is not None else Settings.from_env(environ)
+    store_settings = (
+        file_settings
+        if file_settings is not None
+        else FileStoreSettings.from_env(environ, state=resolved.state_dir)
+    )
+    async with open_stored_files(resolved, store_settings) as files:
+        yield files

@@ -2,7 +2,8 @@
 
 It is the only place that wires adapters together: plugins -> provider,
 database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
-:class:`~mango.app.SessionManager`.
+:class:`~mango.app.SessionManager`; database and Files store
+(``MANGO_FILE_STORE``) into :class:`~mango.app.files.StoredFiles`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from contextlib import asynccontextmanager
 import attrs
 
 from mango.app import SessionManager
+from mango.app.files import StoredFiles
 from mango.config import Settings
 from mango.domain.ports import BindingStore, Provider
 from mango.domain.registry import ProviderContext, ProviderRegistration, ProviderRegistry
 from mango.domain.values import SandboxSpec
+from mango.filestore import FileStoreSettings, open_file_store
 from mango.plugins import PluginHost, load_plugins
-from mango.postgres import PostgresBindingStore, open_store, redact_conninfo
+from mango.postgres import PostgresBindingStore, PostgresFileCatalog, open_store, redact_conninfo
 
 __all__ = [
     "Runtime",
@@ -27,6 +30,7 @@ __all__ = [
     "deployment_context",
     "open_database",
     "open_runtime",
+    "open_stored_files",
     "select_provider",
 ]
 
@@ -130,5 +134,28 @@ async def open_runtime(
                 yield Runtime(settings, registry, registration, store, manager)
             finally:
                 await manager.aclose()
+        finally:
+            await store.aclose()
+
+
+@asynccontextmanager
+async def open_stored_files(
+    settings: Settings, file_settings: FileStoreSettings, *, linger: bool = False
+) -> AsyncIterator[StoredFiles]:
+    """Open the database and the selected Files store; yield :class:`StoredFiles` on them.
+
+    No provider is opened: stored files do not need one. Blob keys carry
+    ``MANGO_NAMESPACE`` if set, else the database's namespace. ``linger`` is
+    passed to :func:`open_database`.
+    """
+    async with open_database(settings, linger=linger) as url:
+        store = await open_store(url)
+        try:
+            namespace = settings.namespace or await store.deployment_namespace()
+            blobs = open_file_store(file_settings)
+            try:
+                yield StoredFiles(PostgresFileCatalog(store.pool), blobs, namespace)
+            finally:
+                await blobs.aclose()
         finally:
             await store.aclose()

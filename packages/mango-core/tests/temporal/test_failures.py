@@ -46,6 +46,10 @@ SAMPLES: dict[str, Any] = {
     "excerpt": "quota exceeded",
     "size": 8 * 1024**3,
     "limit": 16 * 1024**2,
+    "expected_size": 8 * 1024**3 + 1,
+    "expected_sha256": "0" * 64,
+    "sha256": "f" * 64,
+    "file_id": "file-" + "0" * 32,
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 

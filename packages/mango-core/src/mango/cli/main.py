@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from mango.cli.output import echo_json, echo_table
+from mango.cli.store import store as store_command
 from mango.cli.worker import worker as worker_command
 from mango.config import Settings
 from mango.domain.errors import InvalidInput, MangoError, PermanentError
@@ -642,6 +643,7 @@ def embedded_stop() -> None:
 
 
 cli.add_command(worker_command)
+cli.add_command(store_command)
 
 
 def main() -> None:

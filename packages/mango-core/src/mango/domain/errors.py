@@ -9,14 +9,18 @@ message text::
     │                              Temporal still stops at once: retrying cannot bring it back)
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
     │   ├── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
-    │   └── RemoteUnavailable      a remote API failed transiently (5xx, 429, timeout); has status
+    │   ├── RemoteUnavailable      a remote API failed transiently (5xx, 429, timeout); has status
+    │   └── FileStoreUnavailable   the Files store (a directory, an S3 endpoint) failed (retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
     ├── PackageSetupInterrupted    package setup timed out or was cancelled (retry re-runs it)
     ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
+    ├── StoredFileNotReady         a stored file is still uploading (wait, or reconcile a crash)
+    ├── ContentMismatch            bytes differ from the size or SHA-256 they must have
     └── PermanentError             a retry on the same worker cannot fix it
         ├── RemoteRejected         a remote API refused the request with a 4xx; has status, excerpt
         ├── FileTooLarge           a file is larger than the read bound; has size, limit
+        ├── StoredFileNotFound     no stored file has that id (or it is being deleted)
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
         │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
@@ -56,6 +60,8 @@ __all__ = [
     "AdmissionRejected",
     "CapabilityNotSupported",
     "ConfigurationError",
+    "ContentMismatch",
+    "FileStoreUnavailable",
     "FileTooLarge",
     "InvalidInput",
     "InvalidPathError",
@@ -75,6 +81,8 @@ __all__ = [
     "SandboxNotFound",
     "SandboxNotRunning",
     "SessionDeleting",
+    "StoredFileNotFound",
+    "StoredFileNotReady",
     "ToolFailed",
     "UnknownProvider",
     "UnsafeArchiveError",
@@ -198,6 +206,61 @@ class RemoteUnavailable(ProviderUnavailable):
         self.retry_after = retry_after
 
 
+class FileStoreUnavailable(ProviderUnavailable):
+    """The Files store could not be reached or failed transiently.
+
+    A directory that cannot be written right now (disk full), an S3 endpoint
+    that refuses connections, times out or answers 5xx. Retryable, as every
+    :class:`ProviderUnavailable`: the store comes back and the same call works.
+    """
+
+    permanent = False
+
+
+class StoredFileNotReady(MangoError):
+    """The stored file exists but is still uploading, so it cannot be read yet.
+
+    Retryable: the upload finishes (and the file becomes readable) or fails
+    (and the reconciler removes it, after which the id is not found).
+    """
+
+    permanent = False
+
+
+class ContentMismatch(MangoError):
+    """Bytes differ from the size or SHA-256 they were declared or recorded with.
+
+    Raised by a put whose input is not what its caller announced (a source
+    file that changed while it was read) and by a read whose blob is not what
+    was recorded (a store that lost, cut or altered it); nothing is published
+    or trusted in either case. Retryable: a re-sent upload or a re-read of a
+    cut transfer can succeed; a damaged blob keeps failing the same way,
+    loudly, and is never served as if it were whole.
+
+    ``expected_size`` / ``size`` and ``expected_sha256`` / ``sha256`` say
+    what was wanted and what came (``None``: not known or not checked;
+    ``size=None`` with an expected size: no content at all).
+    """
+
+    permanent = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_size: int | None = None,
+        size: int | None = None,
+        expected_sha256: str | None = None,
+        sha256: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.expected_size = expected_size
+        self.size = size
+        self.expected_sha256 = expected_sha256
+        self.sha256 = sha256
+
+
 class PermanentError(MangoError):
     """Configuration or ownership that a retry on the same worker cannot fix.
 
@@ -221,6 +284,21 @@ class FileTooLarge(PermanentError):
         super().__init__(message, hint=hint)
         self.size = size
         self.limit = limit
+
+
+class StoredFileNotFound(PermanentError):
+    """No stored file has this id, or the file is being deleted.
+
+    Permanent: ids are never reused, so the same id is not found again.
+    ``file_id`` is the id that was asked for.
+    """
+
+    def __init__(self, file_id: str, *, hint: str | None = None) -> None:
+        self.file_id = file_id
+        super().__init__(
+            f"no stored file {file_id!r}",
+            hint=hint or "list the stored files with 'mango store ls'",
+        )
 
 
 class RemoteRejected(PermanentError):

@@ -1,11 +1,13 @@
 """The PostgreSQL adapter: the BindingStore and the SQL migrations it ships.
 
 ``open_store(url)`` connects (psycopg 3, async pool), applies pending
-migrations under an advisory lock, and returns a :class:`PostgresBindingStore`.
+migrations under an advisory lock, and returns a :class:`PostgresBindingStore`;
+:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool.
 """
 
 from mango.postgres._errors import redact, redact_conninfo
 from mango.postgres.connect import open_store
+from mango.postgres.files import PostgresFileCatalog
 from mango.postgres.schema import (
     MIGRATION_LOCK_KEY,
     Migration,
@@ -20,6 +22,7 @@ __all__ = [
     "Migration",
     "Pool",
     "PostgresBindingStore",
+    "PostgresFileCatalog",
     "apply_migrations",
     "load_migrations",
     "open_store",

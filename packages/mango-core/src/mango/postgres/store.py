@@ -65,6 +65,11 @@ class PostgresBindingStore:
         """Close the connection pool. Idempotent."""
         await self._pool.close()
 
+    @property
+    def pool(self) -> Pool:
+        """The connection pool, shared with the other tables' adapters (stored files)."""
+        return self._pool
+
     async def __aenter__(self) -> Self:
         return self
 
