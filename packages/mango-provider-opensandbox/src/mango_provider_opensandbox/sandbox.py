@@ -7,7 +7,6 @@ import contextlib
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import attrs
 
@@ -27,6 +26,7 @@ from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
+from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
 from mango_provider_opensandbox.network import reconcile
@@ -54,21 +54,6 @@ The wrapper shell (:func:`~mango_provider_opensandbox.wire.wrap`) dies by a
 signal only when its whole process group is signalled; a command killed on
 its own (``kill -9``, the OOM killer) leaves the wrapper to report 128+n."""
 _DOWNLOAD_CHUNK = 64 * 1024
-
-
-async def _stop(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait until it is done; a cancellation of ours is re-raised after."""
-    if task.done():
-        return
-    task.cancel()
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 @attrs.define
@@ -154,7 +139,7 @@ class OpenSandboxSandbox(StreamedExec):
                 destroyed.cancel()
                 # Closing the stream is what ends the command: execd kills its
                 # process group when the client goes away.
-                await _stop(run)
+                await cancel_and_settle(run)
             if run in done:
                 if await self._torn_down(run, state, handle):
                     return channel.result(exit_code=-1, cancelled=True)

@@ -34,6 +34,7 @@ import attrs
 from mango.domain.errors import InvalidInput, MangoError, SandboxNotFound
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxSpec
 from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
+from mango.provider.tasks import cancel_and_settle
 
 __all__ = [
     "TEARDOWN_SETTLE_SECONDS",
@@ -220,20 +221,6 @@ async def _produce(producer: ExecProducer, channel: ExecChannel) -> None:
         channel.finish(result)
 
 
-async def _settle(task: asyncio.Future[None]) -> None:
-    """Wait until ``task`` is done even if we are cancelled meanwhile; then re-raise that."""
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
-    if not task.cancelled():
-        task.exception()  # retrieved: the producer reports through the channel
-    if cancelled:
-        raise asyncio.CancelledError
-
-
 @contextlib.asynccontextmanager
 async def open_exec_stream(
     producer: ExecProducer, cap: int, *, window: int = DEFAULT_WINDOW_BYTES
@@ -250,9 +237,7 @@ async def open_exec_stream(
         yield channel
     finally:
         channel.abandon()
-        if not task.done():
-            task.cancel()
-        await _settle(task)
+        await cancel_and_settle(task)  # the producer reports through the channel
 
 
 async def run_buffered(producer: ExecProducer, cap: int) -> ExecResult:
