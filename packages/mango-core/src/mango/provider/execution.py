@@ -267,7 +267,8 @@ class StreamedExec:
     """Mixin giving a sandbox ``exec`` and ``exec_stream`` from one producer.
 
     The sandbox class has the attributes ``_spec`` (its :class:`SandboxSpec`)
-    and ``_max_output_bytes`` (its per-stream cap) and defines
+    and ``_max_output_bytes`` (its per-stream cap; or it overrides
+    ``_output_cap()``, as :class:`~mango.provider.remote.RemoteSandbox` does) and defines
     ``_exec_body(command, channel, timeout)``: it runs ``command`` with the
     effective ``timeout`` (seconds or ``None``), feeds the channel and returns
     the final result from ``channel.result(...)``; cancelling it must kill the
@@ -285,6 +286,10 @@ class StreamedExec:
     ) -> ExecResult:
         raise NotImplementedError
 
+    def _output_cap(self) -> int:
+        """The per-stream cap of this sandbox's commands (default: ``_max_output_bytes``)."""
+        return self._max_output_bytes
+
     async def _produce(self, command: Command, channel: ExecChannel) -> ExecResult:
         await checkpoint()
         return await self._exec_body(command, channel, effective_timeout(command, self._spec))
@@ -294,7 +299,7 @@ class StreamedExec:
         check_command(command)
         # _produce starts with the checkpoint: a task cancelled before this call runs nothing.
         return await run_buffered(
-            lambda channel: self._produce(command, channel), self._max_output_bytes
+            lambda channel: self._produce(command, channel), self._output_cap()
         )
 
     def exec_stream(
@@ -305,6 +310,4 @@ class StreamedExec:
         Leaving the block early or cancelling the consumer kills the command's process tree.
         """
         check_command(command)
-        return open_exec_stream(
-            lambda channel: self._produce(command, channel), self._max_output_bytes
-        )
+        return open_exec_stream(lambda channel: self._produce(command, channel), self._output_cap())
