@@ -1,8 +1,7 @@
 """The OpenSandbox lifecycle API (``<domain>/v1``): sandboxes and their endpoints.
 
 One :class:`LifecycleApi` per provider: list by metadata (every page),
-create, get (and :meth:`~LifecycleApi.gone`, whether a sandbox is going or
-gone), delete, endpoint resolution. Errors come from the kit's map
+create, get, delete, endpoint resolution. Errors come from the kit's map
 (:mod:`mango.provider.http`): a 404 on a sandbox is :class:`SandboxNotFound`,
 401/403 a :class:`ConfigurationError` that never repeats the key.
 """
@@ -100,18 +99,6 @@ class LifecycleApi:
             sandbox_id=sandbox_id,
         )
         return _object(response.json(), "get sandbox")
-
-    async def gone(self, sandbox_id: str) -> bool:
-        """One ``GET``: True if the sandbox no longer exists or is going (:data:`GONE_STATES`).
-
-        ``Running``, ``Paused`` and every other state answer False; errors
-        other than the 404 propagate (:class:`ProviderUnavailable` for an outage).
-        """
-        try:
-            sandbox = await self.get(sandbox_id)
-        except SandboxNotFound:
-            return True
-        return state_of(sandbox) in GONE_STATES
 
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /sandboxes`` once (never retried: the caller recovers by listing)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import NoReturn
 
 import attrs
 
@@ -116,6 +117,12 @@ class RemoteFiles:
     async def _lost(self, error: MangoError) -> MangoError:
         return error
 
+    async def _fail(self, error: MangoError) -> NoReturn:
+        meaning = await self._lost(error)
+        if meaning is error:
+            raise error
+        raise meaning from error
+
     async def _resolve(self, path: str, *, write: bool) -> ResolvedPath:
         policy = self._path_policy
         location = policy.locate(path, write=write)  # the lexical rules first: no I/O for them
@@ -137,10 +144,7 @@ class RemoteFiles:
                     check_size(path, download.size, limit)  # the file grew after the stat
                 yield download.chunks
         except MangoError as exc:
-            lost = await self._lost(exc)
-            if lost is exc:
-                raise
-            raise lost from exc
+            await self._fail(exc)
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """The bytes of the regular file ``path``, at most ``max_bytes`` (default: the read cap).
@@ -180,7 +184,4 @@ class RemoteFiles:
                 await self._make_dirs(resolved.missing_dirs)
             await self._upload(resolved.path, payload)
         except MangoError as exc:
-            lost = await self._lost(exc)
-            if lost is exc:
-                raise
-            raise lost from exc
+            await self._fail(exc)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 import attrs
 
@@ -142,6 +142,13 @@ class ProviderView:
                 "the next acquire resumes it"
             )
         return error
+
+    async def fail(self, sandbox_id: str, error: MangoError) -> NoReturn:
+        """Raise what :meth:`lost` makes of ``error``: ``error`` itself, or the new one from it."""
+        meaning = await self.lost(sandbox_id, error)
+        if meaning is error:
+            raise error
+        raise meaning from error
 
     async def torn_down(self, sandbox_id: str, *, settle: float = TEARDOWN_SETTLE_SECONDS) -> bool:
         """After a command ended the way a teardown ends one: was its sandbox deleted meanwhile?
