@@ -38,6 +38,7 @@ from mango.provider import (
     file_not_found,
 )
 from mango.provider.files import Download, file_bytes
+from mango.provider.http import RemoteRejected
 from mango.provider.output import ExecChannel
 from mango.provider.remote import Presence, ProviderView, RemoteSandbox
 
@@ -302,11 +303,27 @@ async def test_a_failed_file_call_asks_whether_the_sandbox_is_gone(
     assert view.asked == ["sb"] * 3
 
 
-async def test_permanent_and_decided_errors_cost_no_control_plane_call(view: TableView) -> None:
-    """A refused path, a missing sandbox or a stopped one already says what happened."""
-    for error in (PathEscapeError("link"), SandboxNotFound("gone"), SandboxNotRunning("paused")):
+async def test_decided_errors_cost_no_control_plane_call(view: TableView) -> None:
+    """A refused path, a file too large, a missing or a stopped sandbox says what happened."""
+    for error in (
+        PathEscapeError("link"),
+        InvalidInput("bad"),
+        FileTooLarge("big", size=2, limit=1),
+        SandboxNotFound("gone"),
+        SandboxNotRunning("paused"),
+    ):
         assert await view.lost("sb", error) is error
     assert view.asked == []
+
+
+async def test_a_refusal_is_asked_about(view: TableView) -> None:
+    """A daemon may answer 4xx because its sandbox is paused: the control plane tells."""
+    view.table["sb"] = Presence.STOPPED
+    refused = RemoteRejected("execute: HTTP 400: sandbox is paused", status=400, excerpt="")
+    assert isinstance(await view.lost("sb", refused), SandboxNotRunning)
+    view.table["sb"] = Presence.RUNNING
+    assert await view.lost("sb", refused) is refused
+    assert view.asked == ["sb", "sb"]
 
 
 async def test_gone_and_torn_down_read_the_same_answer(view: TableView) -> None:

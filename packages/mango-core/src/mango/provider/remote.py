@@ -41,7 +41,13 @@ from typing import ClassVar, NoReturn
 
 import attrs
 
-from mango.domain.errors import MangoError, SandboxNotFound, SandboxNotRunning
+from mango.domain.errors import (
+    FileTooLarge,
+    InvalidInput,
+    MangoError,
+    SandboxNotFound,
+    SandboxNotRunning,
+)
 from mango.domain.values import SandboxRef, SandboxSpec
 from mango.provider.execution import (
     TEARDOWN_SETTLE_SECONDS,
@@ -56,6 +62,8 @@ from mango.provider.paths import PathPolicy
 __all__ = ["Presence", "ProviderView", "RemoteSandbox"]
 
 _LOG = logging.getLogger(__name__)
+_DECIDED = (SandboxNotFound, SandboxNotRunning, InvalidInput, FileTooLarge)
+"""Errors that say what happened: no control-plane question can change their meaning."""
 
 
 class Presence(enum.Enum):
@@ -121,11 +129,13 @@ class ProviderView:
 
         :class:`SandboxNotFound` if the sandbox is gone, :class:`SandboxNotRunning`
         if it is paused or stopped, else ``error`` itself. An error that already
-        says what happened (not found, not running, or permanent: a refused
-        path, a file too large, bad input) is returned as it is, at no cost;
-        so is ``error`` when the control plane cannot answer.
+        says what happened (not found, not running, bad input such as a refused
+        path, a file too large) is returned as it is, at no cost; so is
+        ``error`` when the control plane cannot answer. Any other error is
+        asked about, a refusal (a 4xx) too: a daemon may refuse a call because
+        its sandbox is paused or being deleted.
         """
-        if isinstance(error, SandboxNotFound | SandboxNotRunning) or error.permanent:
+        if isinstance(error, _DECIDED):
             return error
         try:
             presence = await self.presence(sandbox_id)
