@@ -6,7 +6,7 @@ import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import httpx
@@ -14,7 +14,6 @@ import httpx
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
-    CapabilitySet,
     ConfigurationError,
     InvalidInput,
     MangoError,
@@ -27,6 +26,7 @@ from mango.provider import (
     admit,
     validate_session_id,
 )
+from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_daytona.api import DaytonaApi, sandbox_state
 from mango_provider_daytona.remote import (
@@ -82,7 +82,7 @@ def _positive_int(_instance: object, attribute: attrs.Attribute[Any], value: Any
 
 
 @attrs.define(eq=False)
-class DaytonaProvider:
+class DaytonaProvider(ProviderIdentity):
     """Sandboxes on Daytona, one per Session key, found again by a deterministic name.
 
     ``create`` looks the name up first, creates on a miss, and resolves a
@@ -92,6 +92,10 @@ class DaytonaProvider:
     progress) if Daytona paused, stopped or archived it. Construction does no
     I/O. Names and labels carry ``namespace``.
     """
+
+    provider_name: ClassVar[str] = PROVIDER_NAME
+    """Always ``"daytona"``; no optional capabilities yet (package setup, mounts and limited
+    network are not implemented)."""
 
     api_url: str
     api_key: str = attrs.field(repr=False)
@@ -139,16 +143,6 @@ class DaytonaProvider:
             max_output_bytes=self.max_output_bytes,
             max_read_bytes=self.max_read_bytes,
         )
-
-    @property
-    def name(self) -> str:
-        """Always ``"daytona"``."""
-        return PROVIDER_NAME
-
-    @property
-    def capabilities(self) -> CapabilitySet:
-        """The empty set: package setup, mounts and limited network are not implemented yet."""
-        return CapabilitySet()
 
     @property
     def ownership(self) -> Ownership:

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import attrs
 
-from mango.provider import ProviderUnavailable, SandboxNotFound
+from mango.provider import ProviderUnavailable
 from mango.provider.http import ApiClient, RemoteUnavailable
 from mango_provider_opensandbox.layout import API_PREFIX
 
@@ -122,16 +122,13 @@ class LifecycleApi:
 
     async def delete(self, sandbox_id: str) -> bool:
         """Delete the sandbox; ``False`` if it was already gone."""
-        try:
-            await self.client.request(
-                "DELETE",
-                f"{API_PREFIX}/sandboxes/{sandbox_id}",
-                operation="delete sandbox",
-                sandbox_id=sandbox_id,
-            )
-        except SandboxNotFound:
-            return False
-        return True
+        response = await self.client.request(
+            "DELETE",
+            f"{API_PREFIX}/sandboxes/{sandbox_id}",
+            operation="delete sandbox",
+            expected=(404,),
+        )
+        return response.status_code != 404
 
     async def endpoint(self, sandbox_id: str, port: int, *, server_proxy: bool) -> Endpoint:
         """Resolve where ``port`` of the sandbox answers (directly or through the server)."""

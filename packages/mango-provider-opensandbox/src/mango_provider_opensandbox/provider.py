@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -32,6 +32,7 @@ from mango.provider import (
 )
 from mango.provider.deadline import maintenance_timeout
 from mango.provider.http import ApiClient, RetryPolicy
+from mango.provider.identity import ProviderIdentity
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_opensandbox.layout import (
     API_KEY_HEADER,
@@ -64,7 +65,7 @@ _POLL_MAX = 2.0
 
 
 @attrs.define(eq=False)
-class OpenSandboxProvider:
+class OpenSandboxProvider(ProviderIdentity):
     """The ``opensandbox`` provider over one OpenSandbox server (``OPEN_SANDBOX_DOMAIN``).
 
     ``base_url`` is the server (``http://host:8080``; the API is under
@@ -74,6 +75,10 @@ class OpenSandboxProvider:
     to sandbox networks; the API key then travels to the server on those
     calls too, never to a sandbox. ``transport`` is for tests.
     """
+
+    provider_name: ClassVar[str] = PROVIDER_NAME
+    provider_capabilities: ClassVar[CapabilitySet] = CAPABILITIES
+    """Package setup and limited network."""
 
     base_url: str
     api_key: str | None = attrs.field(default=None, repr=False)
@@ -122,16 +127,6 @@ class OpenSandboxProvider:
         )
 
     # ------------------------------------------------------------------ identity
-
-    @property
-    def name(self) -> str:
-        """``opensandbox``."""
-        return PROVIDER_NAME
-
-    @property
-    def capabilities(self) -> CapabilitySet:
-        """Package setup and limited network."""
-        return CAPABILITIES
 
     @property
     def lifecycle(self) -> LifecycleApi:
