@@ -183,6 +183,19 @@ async def test_read_file_bound_and_open_file_stream(sandbox: DaytonaSandbox) -> 
             pass
 
 
+@pytest.mark.parametrize("data", [5, "text", None])
+async def test_a_write_of_anything_but_bytes_is_invalid_input_and_sends_nothing(
+    service: FakeService, sandbox: DaytonaSandbox, data: object
+) -> None:
+    """A non-bytes value is refused before any request: no file, no directory appears."""
+    before = len(service.faults.log)
+    with pytest.raises(InvalidInput, match="takes bytes"):
+        await sandbox.write_file("made/x.bin", data)  # type: ignore[arg-type]
+    assert len(service.faults.log) == before
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("made/x.bin")
+
+
 async def test_large_stdin_is_staged(sandbox: DaytonaSandbox) -> None:
     """Stdin too large for the command line goes through the file API and arrives exact."""
     payload = bytes(range(256)) * 1024  # 256 KiB: staged, not inlined

@@ -92,6 +92,16 @@ async def test_lexical_escapes_are_rejected_before_any_io(sandbox: DockerSandbox
     assert (await sandbox.exec(sh("test ! -e /escape"))).exit_code == 0
 
 
+async def test_a_write_of_anything_but_bytes_is_invalid_input_and_writes_nothing(
+    sandbox: DockerSandbox,
+) -> None:
+    """An int, a string or None is refused before the archive is built: nothing appears."""
+    for data in (5, "text", None):
+        with pytest.raises(InvalidInput, match="takes bytes"):
+            await sandbox.write_file("made/x.bin", data)  # type: ignore[arg-type]
+    assert (await sandbox.exec(sh("test ! -e made"))).exit_code == 0
+
+
 async def test_symlinks_planted_by_a_command_are_never_followed(sandbox: DockerSandbox) -> None:
     """Links in a parent or as the target, pointing out or in, raise PathEscapeError."""
     planted = await sandbox.exec(

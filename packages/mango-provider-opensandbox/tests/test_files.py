@@ -9,6 +9,7 @@ import pytest
 from mango.provider import (
     Command,
     FileTooLarge,
+    InvalidInput,
     PathEscapeError,
     PermanentError,
     SandboxNotFound,
@@ -74,3 +75,17 @@ async def test_files_of_a_deleted_sandbox_are_not_found(
         await sandbox.read_file("x")
     with pytest.raises(SandboxNotFound):
         await sandbox.write_file("y", b"2")
+
+
+@pytest.mark.parametrize("data", [5, "text", None])
+async def test_a_write_of_anything_but_bytes_is_invalid_input_and_sends_nothing(
+    fake: FakeOpenSandbox, make_provider: Callable[..., OpenSandboxProvider], data: object
+) -> None:
+    """No NUL bytes for an int: a non-bytes value is refused before any request."""
+    sandbox = await make_provider().create("files-types", SPEC)
+    before = len(fake.faults.log)
+    with pytest.raises(InvalidInput, match="takes bytes"):
+        await sandbox.write_file("made/x.bin", data)  # type: ignore[arg-type]
+    assert len(fake.faults.log) == before
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file("made/x.bin")

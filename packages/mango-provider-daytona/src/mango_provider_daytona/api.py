@@ -24,7 +24,6 @@ from mango.provider import (
     ConfigurationError,
     ProviderUnavailable,
     ResourceConflict,
-    SandboxNotFound,
 )
 from mango.provider.http import DEFAULT_RETRY_POLICY, ApiClient, RetryPolicy
 
@@ -87,16 +86,10 @@ class DaytonaApi:
 
     async def get(self, id_or_name: str) -> dict[str, Any] | None:
         """``GET /sandbox/{idOrName}``; ``None`` if Daytona does not know it."""
-        try:
-            response = await self.client.request(
-                "GET",
-                f"/sandbox/{_segment(id_or_name)}",
-                operation="get sandbox",
-                sandbox_id=id_or_name,
-            )
-        except SandboxNotFound:
-            return None
-        return _document(response, "get sandbox")
+        response = await self.client.request(
+            "GET", f"/sandbox/{_segment(id_or_name)}", operation="get sandbox", expected=(404,)
+        )
+        return None if response.status_code == 404 else _document(response, "get sandbox")
 
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """``POST /sandbox``; ``None`` if the name is taken (HTTP 409), never retried."""
@@ -121,16 +114,11 @@ class DaytonaApi:
 
     async def delete(self, sandbox_id: str) -> bool:
         """``DELETE /sandbox/{id}``; ``False`` if it was already gone."""
-        try:
-            await self.client.request(
-                "DELETE",
-                f"/sandbox/{_segment(sandbox_id)}",
-                operation="delete sandbox",
-                sandbox_id=sandbox_id,
-            )
-        except SandboxNotFound:
-            return False
-        return True
+        path = f"/sandbox/{_segment(sandbox_id)}"
+        response = await self.client.request(
+            "DELETE", path, operation="delete sandbox", expected=(404,)
+        )
+        return response.status_code != 404
 
     async def touch(self, sandbox_id: str) -> None:
         """``POST /sandbox/{id}/last-activity``: restart the idle (auto-pause) clock."""

@@ -27,8 +27,8 @@ Termination keeps the sandbox usable and kills only the command's tree:
   the request ends without the wrapper's report: a bare 502 from the runner's
   reverse proxy, or a dropped connection. Only such an ending (and never a
   normal completion, which costs no extra request) is followed by a question
-  to the API: the kit's :func:`~mango.provider.execution.torn_down` with a
-  probe that says whether the sandbox is gone or being deleted. A 404 means
+  to the API: the provider view's :meth:`~mango.provider.remote.ProviderView.torn_down`,
+  which asks whether the sandbox is gone or being deleted. A 404 means
   the toolbox found no sandbox when the request arrived, so the command never
   started: that stays :class:`~mango.provider.SandboxNotFound`.
 """
@@ -47,7 +47,7 @@ from mango.provider import (
     OutputStream,
     ProviderUnavailable,
 )
-from mango.provider.execution import ExecHandle, torn_down
+from mango.provider.execution import ExecHandle
 from mango.provider.http import RemoteRejected, RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango_provider_daytona.api import Toolbox
@@ -86,7 +86,8 @@ that races the API's own write.
 Diagnose = Callable[[MangoError], Awaitable[MangoError]]
 """Turns a failed toolbox call into the error to raise (the sandbox may be gone or stopped)."""
 Probe = Callable[[], Awaitable[bool]]
-"""Asks the Daytona API once whether the sandbox is gone or being deleted."""
+"""Asks the Daytona API whether the sandbox was deleted (settling for up to
+:data:`TEARDOWN_SETTLE_SECONDS` while it still looks alive)."""
 
 
 async def _kill(toolbox: Toolbox, plan: ExecPlan) -> None:
@@ -128,12 +129,12 @@ async def run_command(
     channel: ExecChannel,
     handle: ExecHandle,
     diagnose: Diagnose,
-    gone: Probe,
+    torn_down: Probe,
 ) -> ExecResult:
     """Run ``command`` in the sandbox behind ``toolbox``; feed ``channel``; return the result.
 
     ``diagnose`` decides what a failed call means (gone, stopped, or transient);
-    ``gone`` asks whether the sandbox was deleted, after a command was cut short.
+    ``torn_down`` asks whether the sandbox was deleted, after a command was cut short.
     """
     plan = exec_line(command, root=root, cap=channel.cap)
     try:
@@ -157,7 +158,13 @@ async def run_command(
             raise
         if request in done:
             return await _finish(
-                request, plan, channel, handle, diagnose=diagnose, gone=gone, timed_out=False
+                request,
+                plan,
+                channel,
+                handle,
+                diagnose=diagnose,
+                torn_down=torn_down,
+                timed_out=False,
             )
         if handle.destroyed:
             return channel.result(exit_code=-1, cancelled=True)
@@ -167,7 +174,7 @@ async def run_command(
         if not request.done():
             return channel.result(exit_code=-1, timed_out=True)
         return await _finish(
-            request, plan, channel, handle, diagnose=diagnose, gone=gone, timed_out=True
+            request, plan, channel, handle, diagnose=diagnose, torn_down=torn_down, timed_out=True
         )
     finally:
         destroyed.cancel()
@@ -184,7 +191,7 @@ async def _finish(
     handle: ExecHandle,
     *,
     diagnose: Diagnose,
-    gone: Probe,
+    torn_down: Probe,
     timed_out: bool,
 ) -> ExecResult:
     exit_code = -1
@@ -201,7 +208,7 @@ async def _finish(
         # destroy or our own kill that is expected; after a destroy elsewhere
         # too (the API tells); otherwise the sandbox says why.
         if not (handle.destroyed or (timed_out and isinstance(exc, ProviderUnavailable))):
-            if _cut_short(exc) and await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS):
+            if _cut_short(exc) and await torn_down():
                 return channel.result(exit_code=-1, cancelled=True)
             raise await diagnose(exc) from exc
     if handle.destroyed:

@@ -9,8 +9,10 @@ streamed multipart download and its upload. A command could swap a checked
 directory for a link between the two calls; that can only redirect the access
 to another place inside the same sandbox.
 
-The download is parsed as it arrives (:class:`MultipartReader`): memory stays
-O(chunk) for :func:`open_stream` and O(bound) for :func:`read_bounded`.
+The download is parsed as it arrives (:class:`MultipartReader`); the kit's
+:class:`~mango.provider.files.RemoteFiles` checks the part's length against
+a read's bound and collects its chunks up to it: memory stays O(chunk) for
+``open_file`` and O(bound) for ``read_file``.
 """
 
 from __future__ import annotations
@@ -24,13 +26,12 @@ import httpx
 from mango.provider import (
     Entry,
     EntryKind,
-    FileTooLarge,
     PermanentError,
     ProviderUnavailable,
     file_not_found,
 )
 
-__all__ = ["KINDS", "MultipartReader", "classified", "read_bounded"]
+__all__ = ["KINDS", "MultipartReader", "classified", "file_part"]
 
 KINDS = {
     "l": EntryKind.SYMLINK,
@@ -154,25 +155,3 @@ async def file_part(response: httpx.Response, path: str) -> AsyncIterator[Multip
     if reader.name != "file":
         raise await reader.error(path)
     yield reader
-
-
-async def read_bounded(reader: MultipartReader, *, path: str, limit: int) -> bytes:
-    """The part's bytes, raising :class:`FileTooLarge` as soon as they pass ``limit``."""
-    if reader.length is not None and reader.length > limit:
-        raise FileTooLarge(
-            f"{path!r} is {reader.length} bytes; the read bound is {limit}",
-            size=reader.length,
-            limit=limit,
-            hint="stream it with open_file",
-        )
-    data = bytearray()
-    async for chunk in reader:
-        data += chunk
-        if len(data) > limit:
-            raise FileTooLarge(
-                f"{path!r} is larger than the read bound of {limit} bytes",
-                size=len(data),
-                limit=limit,
-                hint="stream it with open_file",
-            )
-    return bytes(data)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,28 +23,20 @@ from mango.provider import (
     OwnedResource,
     ProviderUnavailable,
     SandboxNotFound,
-    SandboxNotRunning,
     SandboxRef,
     SandboxSpec,
     admit,
     positive_int,
     validate_session_id,
 )
-from mango.provider.execution import ExecTracker
-from mango.provider.http import ApiClient
 from mango.provider.ownership import Ownership, namespace_field
-from mango_provider_daytona.api import (
-    API_TIMEOUT,
-    USER_AGENT,
-    DaytonaApi,
-    Toolbox,
-    sandbox_state,
-)
+from mango_provider_daytona.api import DaytonaApi, sandbox_state
 from mango_provider_daytona.layout import (
     DEFAULT_AUTO_PAUSE_MINUTES,
     DEFAULT_START_TIMEOUT,
     PROVIDER_NAME,
 )
+from mango_provider_daytona.remote import GONE_STATES, DaytonaRemote
 from mango_provider_daytona.sandbox import DaytonaSandbox
 
 __all__ = [
@@ -58,14 +48,8 @@ __all__ = [
     "memory_gib",
 ]
 
-log = logging.getLogger(__name__)
-
 KEEP_ALIVE_FRESH_SECONDS = 30.0
 """A sandbox whose toolbox answered a command this recently needs no keep-alive request."""
-GONE_STATES = frozenset({"destroyed", "destroying"})
-"""States in which a sandbox no longer exists for mango."""
-FAILED_STATES = frozenset({"error", "build_failed"})
-STOPPED_STATES = frozenset({"stopped", "archived", "paused", "stopping", "archiving", "pausing"})
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _GIB = 1024**3
 
@@ -125,8 +109,7 @@ class DaytonaProvider:
     """First delay between state polls while waiting (doubling to 5 s)."""
     namespace: str = namespace_field()
     _api: DaytonaApi = attrs.field(init=False, repr=False)
-    _toolboxes: dict[str, ApiClient] = attrs.field(factory=dict, init=False, repr=False)
-    _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
+    _remote: DaytonaRemote = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.api_key.strip():
@@ -135,6 +118,16 @@ class DaytonaProvider:
         if clash:
             raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
         self._api = DaytonaApi.open(self.api_url, self.api_key, transport=self.transport)
+        self._remote = DaytonaRemote(
+            api=self._api,
+            api_key=self.api_key,
+            transport=self.transport,
+            start_timeout=self.start_timeout,
+            poll_interval=self.poll_interval,
+            progress=self.progress,
+            max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
+        )
 
     @property
     def name(self) -> str:
@@ -143,7 +136,7 @@ class DaytonaProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """The empty set: package setup, mounts and limited network are not implemented yet."""
+        """None yet: package setup, mounts and limited network are not implemented."""
         return CapabilitySet()
 
     @property
@@ -163,145 +156,21 @@ class DaytonaProvider:
             return KEEP_ALIVE_FRESH_SECONDS
         return min(KEEP_ALIVE_FRESH_SECONDS, self.auto_pause_minutes * 60 / 4)
 
-    def _report(self, line: str) -> None:
-        if self.progress is not None:
-            self.progress(line)
-        else:
-            log.info("%s", line)
-
-    # ---------------------------------------------------------------- toolbox
-
-    def _toolbox(self, document: Mapping[str, Any]) -> Toolbox:
-        base = document.get("toolboxProxyUrl")
-        sandbox_id = document.get("id")
-        if not isinstance(base, str) or not base or not isinstance(sandbox_id, str):
-            raise ProviderUnavailable(
-                "the Daytona API returned a sandbox without a toolbox address"
-            )
-        base = base.rstrip("/")
-        client = self._toolboxes.get(base)
-        if client is None:
-            client = ApiClient(
-                base,
-                auth_headers={"Authorization": f"Bearer {self.api_key}"},
-                headers={"User-Agent": USER_AGENT, "X-Daytona-Source": USER_AGENT},
-                timeout=API_TIMEOUT,
-                transport=self.transport,
-            )
-            self._toolboxes[base] = client
-        return Toolbox(client, f"/{sandbox_id}", sandbox_id)
-
     async def _open(self, document: Mapping[str, Any], spec: SandboxSpec) -> DaytonaSandbox:
-        toolbox = self._toolbox(document)
+        toolbox = self._remote.toolbox(document)
         sandbox_id = str(document["id"])
         try:
             root = await toolbox.home_dir()
         except MangoError as exc:
-            raise await self._diagnose(sandbox_id, exc) from exc
+            await self._remote.fail(sandbox_id, exc)
         return DaytonaSandbox(
+            provider=self._remote,
             ref=SandboxRef(PROVIDER_NAME, sandbox_id),
             spec=spec,
             root=root,
             toolbox=toolbox,
-            api=self._api,
-            max_output_bytes=self.max_output_bytes,
-            max_read_bytes=self.max_read_bytes,
-            tracker=self._tracker,
-            diagnose=self._diagnose,
-            resume=self._resume,
-            gone=self._gone,
             fresh_seconds=self._fresh_seconds,
         )
-
-    async def _diagnose(self, sandbox_id: str, error: MangoError) -> MangoError:
-        """What a failed toolbox call means: the sandbox is gone, stopped, or the call failed."""
-        if isinstance(error, SandboxNotFound | SandboxNotRunning | InvalidInput):
-            return error
-        try:
-            document = await self._api.get(sandbox_id)
-        except MangoError:
-            return error
-        if document is None or sandbox_state(document) in GONE_STATES:
-            return SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
-        state = sandbox_state(document)
-        if state != "started":
-            return SandboxNotRunning(
-                f"daytona sandbox {sandbox_id} is {state}; the next acquire starts it"
-            )
-        return error
-
-    async def _gone(self, sandbox_id: str) -> bool:
-        """One ``GET /sandbox/{id}``: True if the sandbox is gone or its delete has begun.
-
-        The API records a delete as ``desiredState`` destroyed while ``state``
-        still says ``started`` until the runner has removed the container, so
-        both count; a stopped, paused or archived sandbox still exists.
-        """
-        document = await self._api.get(sandbox_id)
-        return (
-            document is None
-            or document.get("id") != sandbox_id
-            or sandbox_state(document) in GONE_STATES
-            or str(document.get("desiredState") or "").lower() == "destroyed"
-        )
-
-    # ---------------------------------------------------------------- states
-
-    async def _wait_started(self, document: dict[str, Any], *, what: str) -> dict[str, Any]:
-        """Start the sandbox if it is not running and wait (bounded) until it is ``started``."""
-        sandbox_id = str(document["id"])
-        deadline = time.monotonic() + self.start_timeout
-        delay = self.poll_interval
-        began = time.monotonic()
-        last = ""
-        waited = False
-        while True:
-            state = sandbox_state(document)
-            if state in GONE_STATES:
-                raise SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
-            if state == "started":
-                if waited:
-                    self._report(f"{what}: started after {time.monotonic() - began:.0f}s")
-                return document
-            if state in FAILED_STATES:
-                reason = document.get("errorReason") or state
-                error = ConfigurationError if state == "build_failed" else ProviderUnavailable
-                raise error(f"daytona sandbox {sandbox_id} is in state {state}: {reason}")
-            if state in STOPPED_STATES and state not in ("stopping", "archiving", "pausing"):
-                if not waited:
-                    self._report(f"{what}: sandbox is {state}; starting it")
-                document = await self._api.start(sandbox_id)
-                waited = True
-                continue
-            if state != last:
-                self._report(f"{what}: sandbox is {state}, waiting until it is started")
-                last = state
-            waited = True
-            if time.monotonic() >= deadline:
-                raise ProviderUnavailable(
-                    f"daytona sandbox {sandbox_id} is still {state} "
-                    f"after {self.start_timeout:.0f}s",
-                    hint="raise DAYTONA_START_TIMEOUT, or look at the sandbox in Daytona",
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            fresh = await self._api.get(sandbox_id)
-            if fresh is None:
-                raise SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
-            document = fresh
-
-    async def _resume(self, sandbox_id: str) -> None:
-        document = await self._api.get(sandbox_id)
-        if document is None:
-            raise SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
-        await self._wait_started(document, what=f"daytona sandbox {sandbox_id}")
-        try:
-            await self._api.touch(sandbox_id)
-        except SandboxNotFound:
-            raise
-        except MangoError as exc:
-            # Older APIs have no activity call: the start above is the keep-alive.
-            log.debug("could not refresh the activity of %s: %s", sandbox_id, exc)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -369,7 +238,7 @@ class DaytonaProvider:
                         f"daytona sandbox name {name} is taken but no such sandbox is visible"
                     )
         self.ownership.check(document.get("labels"), key, what=f"daytona sandbox {name}")
-        document = await self._wait_started(document, what=f"daytona sandbox {name}")
+        document = await self._remote.wait_started(document, what=f"daytona sandbox {name}")
         return await self._open(document, spec)
 
     def _sandbox_id(self, ref: SandboxRef) -> str:
@@ -397,7 +266,7 @@ class DaytonaProvider:
             # Looked up by id, answered by name: not the sandbox the reference names.
             raise SandboxNotFound(f"daytona sandbox {sandbox_id} no longer exists")
         self.ownership.check(document.get("labels"), key, what=f"daytona sandbox {sandbox_id}")
-        document = await self._wait_started(document, what=f"daytona sandbox {sandbox_id}")
+        document = await self._remote.wait_started(document, what=f"daytona sandbox {sandbox_id}")
         return await self._open(document, spec)
 
     async def find(self, session_key: str) -> SandboxRef | None:
@@ -424,7 +293,7 @@ class DaytonaProvider:
         if document.get("id") != sandbox_id:
             return
         self.ownership.check(document.get("labels"), key, what=f"daytona sandbox {sandbox_id}")
-        self._tracker.mark_destroyed(sandbox_id)
+        self._remote.tracker.mark_destroyed(sandbox_id)
         await self._api.delete(sandbox_id)
 
     async def list_owned(self) -> list[OwnedResource]:
@@ -456,7 +325,4 @@ class DaytonaProvider:
 
     async def aclose(self) -> None:
         """Close the API and toolbox connections; sandboxes stay as they are."""
-        await self._api.aclose()
-        for client in self._toolboxes.values():
-            await client.aclose()
-        self._toolboxes.clear()
+        await self._remote.aclose()

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mango.provider import NetworkMode, SandboxSpec
-from mango_provider_docker.execution import SAFE_PATH, SHELL
+from mango_provider_docker.commands import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.limits import (
     MAX_CPUS,

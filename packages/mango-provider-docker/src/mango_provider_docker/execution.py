@@ -47,8 +47,6 @@ from aiodocker.execs import Exec
 from mango.provider import (
     Command,
     ExecResult,
-    InvalidInput,
-    MangoError,
     PathEscapeError,
     PermanentError,
     ProviderUnavailable,
@@ -57,6 +55,14 @@ from mango.provider import (
 )
 from mango.provider.execution import TEARDOWN_SETTLE_SECONDS, ExecHandle, torn_down
 from mango.provider.output import ExecChannel
+from mango_provider_docker.commands import (
+    MAX_COMMAND_BYTES,
+    SAFE_PATH,
+    SHELL,
+    check_command_text,
+    exec_env,
+    not_started_error,
+)
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.scripts import EXEC_WRAPPER, TREE_KILLER
@@ -76,17 +82,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SHELL = "/bin/sh"
-"""The POSIX shell every image must provide; it runs the wrapper and the killer."""
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""``PATH`` of every command unless ``Command.env`` sets one."""
 DRAIN_SECONDS = 5.0
 """After a kill, how long the stream may stay open before it is abandoned."""
 SETTLE_SECONDS = 15.0
 """How long a kill waits for an in-flight start, or for the wrapper's pid line."""
-MAX_COMMAND_BYTES = 4 * 1024 * 1024
-"""The most argv and environment bytes an exec may carry: more can never start (the runtime's
-message limit is 4 MiB, and the kernel's ``ARG_MAX`` is 2 MiB under the usual 8 MiB stack)."""
 _EXIT_TIMED_OUT = -1
 _EXIT_KILLED = 128 + 9
 
@@ -242,27 +241,6 @@ class _Run:
         raise PermanentError(f"the container's {WORKSPACE} is missing or is a symlink")
 
 
-_TOO_LARGE = ("argument list too long", "exceed maximum message size")
-
-
-def not_started_error(container_id: str, failure: bytes) -> MangoError:
-    """The error for an exec whose wrapper never ran; ``failure`` is what the runtime said.
-
-    A command line or environment too large for the runtime is :class:`InvalidInput`;
-    anything else is :class:`ProviderUnavailable`: the command did not start, so
-    running it again is safe.
-    """
-    text = failure.decode("utf-8", "replace").strip() or "no reason given"
-    if any(marker in text.lower() for marker in _TOO_LARGE):
-        return InvalidInput(
-            f"the command line and environment are too large to start in container "
-            f"{container_id}: {text}"
-        )
-    return ProviderUnavailable(
-        f"the command could not be started in container {container_id}: {text}"
-    )
-
-
 async def _settled(opening: asyncio.Future[None]) -> bool:
     """Wait (bounded) for an in-flight start request; True if the command was started."""
     await asyncio.wait({opening}, timeout=SETTLE_SECONDS)
@@ -287,42 +265,6 @@ async def _terminate(
         log.warning("terminating exec %s failed: %s", run.exec_id, exc)
     finally:
         await run.close()
-
-
-def _exec_env(command: Command) -> list[str]:
-    env = {"PATH": SAFE_PATH, "HOME": WORKSPACE, **command.env_dict}
-    return [f"{key}={value}" for key, value in env.items()]
-
-
-def _check_text(command: Command) -> None:
-    """Refuse what the Engine API cannot carry: bytes that are not UTF-8, and sheer size.
-
-    The API is JSON, whose strings are Unicode: the daemon would turn every
-    undecodable byte (a surrogate escape from ``os.fsdecode``) into U+FFFD, so
-    the command would silently get other bytes than it was given.
-    """
-    size = 0
-    for index, arg in enumerate(command.argv):
-        try:
-            size += len(arg.encode("utf-8")) + 1
-        except UnicodeEncodeError as exc:
-            raise InvalidInput(
-                f"argument {index} is not valid UTF-8 (undecodable byte at offset {exc.start}); "
-                "the Docker Engine API carries text only"
-            ) from None
-    for key, value in command.env:
-        try:
-            size += len(key) + len(value.encode("utf-8")) + 2
-        except UnicodeEncodeError as exc:
-            raise InvalidInput(
-                f"environment variable {key} is not valid UTF-8 (undecodable byte at offset "
-                f"{exc.start}); the Docker Engine API carries text only"
-            ) from None
-    if size > MAX_COMMAND_BYTES:
-        raise InvalidInput(
-            f"the command line and environment are too large to start: {size} bytes, a "
-            f"container exec takes at most {MAX_COMMAND_BYTES}"
-        )
 
 
 async def _supervise(
@@ -382,7 +324,7 @@ async def run_command(
     the command ran: then the result is ``cancelled``), :class:`PathEscapeError`
     if the working directory goes through a symlink.
     """
-    _check_text(command)
+    check_command_text(command)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     # $0 is "sh" so that the shell's own messages (127: "not found") read as usual.
@@ -392,7 +334,7 @@ async def run_command(
             execution = await engine.exec_create(
                 container_id,
                 argv,
-                env=_exec_env(command),
+                env=exec_env(command),
                 stdin=bool(command.stdin),
                 workdir=WORKSPACE,
             )

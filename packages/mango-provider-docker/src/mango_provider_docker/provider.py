@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,9 @@ from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
-    ConfigurationError,
     InvalidInput,
     OwnedResource,
     OwnershipError,
-    ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
@@ -33,7 +30,6 @@ from mango.provider.hostdirs import remove_dir
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_docker.container import (
     Limits,
-    configuration_problems,
     container_config,
     default_limits,
     resolve_limits,
@@ -52,6 +48,13 @@ from mango_provider_docker.layout import (
     host_dir,
     verify_ownership,
 )
+from mango_provider_docker.lifecycle import (
+    CONFLICT_WAIT_SECONDS,
+    adopt,
+    await_winner,
+    ensure_image,
+    start_new,
+)
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
 
 __all__ = [
@@ -67,8 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CONFLICT_WAIT_SECONDS = 30.0
-"""After losing the race for a container name, how long to wait for the winner's container."""
 CLOSE_WAIT_SECONDS = 30.0
 """How long ``aclose`` waits for the kills of cancelled commands to finish."""
 
@@ -184,21 +185,6 @@ class DockerProvider:
             background=self._background,
         )
 
-    async def _ensure_image(self, image: str) -> None:
-        if await self._engine.image_exists(image):
-            return
-        if not self.pull_missing_images:
-            raise ConfigurationError(
-                f"image {image!r} is not present on the Docker Engine and pulling is disabled",
-                hint="build or pull it first, or enable pulling (MANGO_SANDBOX_PULL=1)",
-            )
-        report = self.progress or (lambda line: log.info("pulling %s: %s", image, line))
-        report(f"pulling image {image}")
-        await self._engine.pull_image(image, report)
-        if not await self._engine.image_exists(image):
-            raise ConfigurationError(f"pulling {image!r} finished but the image is not present")
-        report(f"pulled image {image}")
-
     async def create(self, session_key: str, spec: SandboxSpec) -> DockerSandbox:
         """Create-if-absent the container of ``session_key``; idempotent.
 
@@ -224,7 +210,9 @@ class DockerProvider:
             inspect = None
         if inspect is None:
             image = spec.image or self.image
-            await self._ensure_image(image)
+            await ensure_image(
+                self._engine, image, pull=self.pull_missing_images, progress=self.progress
+            )
             await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
             config = container_config(
                 image=image,
@@ -234,61 +222,12 @@ class DockerProvider:
             )
             created = await self._engine.create_container(name, config)
             if created is not None:
-                await self._start_new(created)
+                await start_new(self._engine, created)
                 return self._sandbox(key, created, spec)
-            inspect = await self._await_winner(name)
-        container_id = self._adopt(inspect, key, spec)
+            inspect = await await_winner(self._engine, name)
+        container_id = adopt(inspect, self.ownership, key, spec, self._defaults)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
-
-    def _adopt(self, inspect: dict[str, Any], session_key: str, spec: SandboxSpec) -> str:
-        """Check an existing container's labels and configuration; return its id.
-
-        Raises :class:`OwnershipError` for another key's or deployment's
-        container, and for one whose configuration mango would not have made
-        for ``spec`` (forged labels on a hand-made container).
-        """
-        container_id = verify_ownership(inspect, self.ownership, session_key)
-        problems = configuration_problems(inspect, spec, self._defaults)
-        if problems:
-            name = str(inspect.get("Name", "")).lstrip("/") or container_id
-            raise OwnershipError(
-                f"refusing to use docker container {name}: it carries mango's labels but not "
-                f"a configuration mango creates for this spec ({'; '.join(problems)})",
-                hint=f"if mango did not make it, remove it (docker rm -f {name}); "
-                "if the spec changed, delete the session to start afresh",
-            )
-        return container_id
-
-    async def _await_winner(self, name: str) -> dict[str, Any]:
-        """The container another creator made under ``name`` (the daemon answered 409).
-
-        The daemon reserves a name before the container can be inspected, so
-        the winner may take a moment to appear.
-        """
-        deadline = time.monotonic() + CONFLICT_WAIT_SECONDS
-        delay = 0.01
-        while (inspect := await self._engine.inspect_container(name)) is None:
-            if time.monotonic() >= deadline:
-                raise ProviderUnavailable(
-                    f"container name {name} is taken but no such container appeared; retry"
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-        return inspect
-
-    async def _start_new(self, container_id: str) -> None:
-        try:
-            await self._engine.start_container(container_id)
-        except (InvalidInput, ConfigurationError, ProviderUnavailable):
-            # A container that never started holds nothing; a retry creates it afresh.
-            try:
-                await self._engine.remove_container(container_id)
-            except (ProviderUnavailable, SandboxNotFound) as exc:
-                log.warning(
-                    "could not remove container %s that failed to start: %s", container_id, exc
-                )
-            raise
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> DockerSandbox:
         """Rebuild a client for ``ref`` after checking it belongs to ``session_key``.
@@ -308,7 +247,7 @@ class DockerProvider:
         inspect = await self._engine.inspect_container(container_id)
         if inspect is None or inspect.get("Id") != container_id:
             raise SandboxNotFound(f"docker container {container_id} no longer exists")
-        self._adopt(inspect, key, spec)
+        adopt(inspect, self.ownership, key, spec, self._defaults)
         await ensure_running(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
 

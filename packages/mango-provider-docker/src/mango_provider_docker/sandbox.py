@@ -13,13 +13,13 @@ import attrs
 from mango.provider import (
     Command,
     ExecResult,
-    InvalidInput,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
+from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
@@ -158,9 +158,7 @@ class DockerSandbox(StreamedExec):
         or other non-regular target raises :class:`PermanentError`.
         """
         WORKSPACE_POLICY.locate(path, write=True)
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
-        payload = bytes(data)
+        payload = file_bytes(data)
         await asyncio.sleep(0)
         await write_workspace_file(self._engine, self.container_id, path, payload)
 

@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import httpx
 
-from mango.provider import ConfigurationError, SandboxNotFound
+from mango.provider import ConfigurationError
 from mango.provider.http import ApiClient, RemoteRejected, RemoteUnavailable
 
 __all__ = [
@@ -274,16 +274,13 @@ class ControlPlane:
 
     async def kill(self, sandbox_id: str) -> bool:
         """``DELETE /sandboxes/{id}``; ``False`` if it was already gone (idempotent)."""
-        try:
-            await self.api.request(
-                "DELETE",
-                f"/sandboxes/{_path_id(sandbox_id)}",
-                operation=f"{self.dialect.provider}: kill sandbox",
-                sandbox_id=sandbox_id,
-            )
-        except SandboxNotFound:
-            return False
-        return True
+        response = await self.api.request(
+            "DELETE",
+            f"/sandboxes/{_path_id(sandbox_id)}",
+            operation=f"{self.dialect.provider}: kill sandbox",
+            expected=(404,),
+        )
+        return response.status_code != 404
 
     async def aclose(self) -> None:
         """Close the control-plane pool."""

@@ -41,7 +41,8 @@ from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_e2b.control import ControlPlane, SandboxInfo
 from mango_provider_e2b.envd import EnvdAddress
 from mango_provider_e2b.options import EnvdOptions
-from mango_provider_e2b.sandbox import ROOT, E2BSandbox, Remote
+from mango_provider_e2b.remote import Remote
+from mango_provider_e2b.sandbox import ROOT, E2BSandbox
 
 __all__ = ["CREATE_RETRY", "E2BProvider"]
 
@@ -89,7 +90,7 @@ class E2BProvider:
         )
         self._control = ControlPlane(control_api, options.dialect)
         self._remote = Remote(
-            provider=options.provider,
+            name=options.provider,
             control=self._control,
             data=data_api,
             address=self._address,
@@ -127,16 +128,12 @@ class E2BProvider:
 
     def _sandbox(self, info: SandboxInfo, spec: SandboxSpec, alive_since: float) -> E2BSandbox:
         return E2BSandbox(
-            self._remote,
-            info,
-            spec,
-            self.options.max_output_bytes,
-            alive_until=alive_since + self.options.idle_timeout,
+            self._remote, info, spec, alive_until=alive_since + self.options.idle_timeout
         )
 
     async def _ready(self, sandbox: E2BSandbox) -> E2BSandbox:
         # Idempotent: the workspace of a found or resumed sandbox is made again if missing.
-        await sandbox._data_call(lambda: sandbox._envd.make_dir(ROOT))
+        await sandbox._make_dir(ROOT)
         return sandbox
 
     async def _connected(

@@ -7,23 +7,26 @@ of a provider, so they share one connection pool.
 
 A 404 from the data plane means "no such file" when execd says so
 (``FILE_NOT_FOUND``); any other 404 (the proxy's "no such sandbox", a
-gateway's) is checked against the lifecycle API before it becomes
-:class:`SandboxNotFound`, so a vanished sandbox is never reported as a
-missing file.
+gateway's) and every transport failure or 5xx is checked against the
+lifecycle API (the provider view's
+:meth:`~mango.provider.remote.ProviderView.lost`) before it is raised: a
+vanished sandbox is :class:`SandboxNotFound`, never a missing file or an
+outage.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import httpx
 
-from mango.provider import Entry, EntryKind, ProviderUnavailable, SandboxNotFound
+from mango.provider import Entry, EntryKind, MangoError, ProviderUnavailable, file_not_found
 from mango.provider.http import ApiClient, RemoteUnavailable, check_response
+from mango.provider.remote import ProviderView
 from mango_provider_opensandbox.lifecycle import Endpoint
 
 __all__ = ["DataPlane", "Egress", "Execd"]
@@ -47,8 +50,8 @@ class DataPlane:
     client: ApiClient
     endpoint: Endpoint
     sandbox_id: str
-    confirm_exists: Callable[[], Awaitable[None]]
-    """Raises :class:`SandboxNotFound` if the sandbox is gone (a lifecycle ``GET``)."""
+    view: ProviderView = attrs.field(repr=False)
+    """Asked whether the sandbox is gone after a failure (one lifecycle ``GET``)."""
     extra_headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
 
     def url(self, path: str) -> str:
@@ -74,17 +77,19 @@ class DataPlane:
                 headers=headers,
                 **kwargs,
             )
-        except ProviderUnavailable:
-            await self.unreachable()
-            raise
+        except ProviderUnavailable as exc:
+            await self.view.fail(self.sandbox_id, exc)
         if response.status_code == 404 and 404 not in accept:
             await self.gone(response, operation)
         return response
 
-    async def gone(self, response: httpx.Response, operation: str) -> None:
+    async def gone(self, response: httpx.Response, operation: str) -> NoReturn:
         """Raise for a 404: :class:`SandboxNotFound` if the sandbox is gone, else the mapped 404."""
-        await self.confirm_exists()
-        check_response(response, operation=operation)
+        try:
+            check_response(response, operation=operation)
+        except MangoError as exc:
+            await self.view.fail(self.sandbox_id, exc)
+        raise AssertionError("unreachable: a 404 was not mapped")  # pragma: no cover
 
     @asynccontextmanager
     async def stream(
@@ -102,9 +107,8 @@ class DataPlane:
         )
         try:
             response = await opened.__aenter__()
-        except ProviderUnavailable:
-            await self.unreachable()
-            raise
+        except ProviderUnavailable as exc:
+            await self.view.fail(self.sandbox_id, exc)
         try:
             if response.status_code == 404 and 404 not in accept:
                 await response.aread()
@@ -115,20 +119,6 @@ class DataPlane:
                 raise
         else:
             await opened.__aexit__(None, None, None)
-
-    async def unreachable(self) -> None:
-        """After a transport failure or 5xx: :class:`SandboxNotFound` if the sandbox is gone.
-
-        Direct endpoints of a deleted sandbox answer with a gateway error or
-        nothing at all; the lifecycle API tells loss from an outage. Any
-        other outcome leaves the original error to the caller.
-        """
-        try:
-            await self.confirm_exists()
-        except SandboxNotFound:
-            raise
-        except Exception:  # noqa: BLE001 - the data-plane error is the one to report
-            return
 
 
 def _file_missing(response: httpx.Response) -> bool:
@@ -201,8 +191,13 @@ class Execd:
         )
 
     @asynccontextmanager
-    async def download(self, path: str) -> AsyncIterator[httpx.Response]:
-        """``GET /files/download``, streamed; :class:`FileNotFoundError` if it vanished."""
+    async def download(
+        self, path: str, *, shown: str | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """``GET /files/download``, streamed; :class:`FileNotFoundError` if it vanished.
+
+        ``shown`` is the path as the caller gave it, for the error (default: ``path``).
+        """
         async with self.plane.stream(
             "GET",
             "/files/download",
@@ -213,7 +208,7 @@ class Execd:
             if response.status_code == 404:
                 await response.aread()
                 if _file_missing(response):
-                    raise FileNotFoundError(f"{path}: no such file")
+                    raise file_not_found(shown or path)
                 await self.plane.gone(response, "download file")
             yield response
 

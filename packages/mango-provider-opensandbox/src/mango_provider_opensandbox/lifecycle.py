@@ -1,8 +1,7 @@
 """The OpenSandbox lifecycle API (``<domain>/v1``): sandboxes and their endpoints.
 
 One :class:`LifecycleApi` per provider: list by metadata (every page),
-create, get (and :meth:`~LifecycleApi.gone`, whether a sandbox is going or
-gone), delete, endpoint resolution. Errors come from the kit's map
+create, get, delete, endpoint resolution. Errors come from the kit's map
 (:mod:`mango.provider.http`): a 404 on a sandbox is :class:`SandboxNotFound`,
 401/403 a :class:`ConfigurationError` that never repeats the key.
 """
@@ -15,7 +14,7 @@ from urllib.parse import urlencode
 
 import attrs
 
-from mango.provider import ProviderUnavailable, SandboxNotFound
+from mango.provider import ProviderUnavailable
 from mango.provider.http import ApiClient, RemoteUnavailable
 from mango_provider_opensandbox.layout import API_PREFIX
 
@@ -101,18 +100,6 @@ class LifecycleApi:
         )
         return _object(response.json(), "get sandbox")
 
-    async def gone(self, sandbox_id: str) -> bool:
-        """One ``GET``: True if the sandbox no longer exists or is going (:data:`GONE_STATES`).
-
-        ``Running``, ``Paused`` and every other state answer False; errors
-        other than the 404 propagate (:class:`ProviderUnavailable` for an outage).
-        """
-        try:
-            sandbox = await self.get(sandbox_id)
-        except SandboxNotFound:
-            return True
-        return state_of(sandbox) in GONE_STATES
-
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /sandboxes`` once (never retried: the caller recovers by listing)."""
         response = await self.client.request(
@@ -135,16 +122,13 @@ class LifecycleApi:
 
     async def delete(self, sandbox_id: str) -> bool:
         """Delete the sandbox; ``False`` if it was already gone."""
-        try:
-            await self.client.request(
-                "DELETE",
-                f"{API_PREFIX}/sandboxes/{sandbox_id}",
-                operation="delete sandbox",
-                sandbox_id=sandbox_id,
-            )
-        except SandboxNotFound:
-            return False
-        return True
+        response = await self.client.request(
+            "DELETE",
+            f"{API_PREFIX}/sandboxes/{sandbox_id}",
+            operation="delete sandbox",
+            expected=(404,),
+        )
+        return response.status_code != 404
 
     async def endpoint(self, sandbox_id: str, port: int, *, server_proxy: bool) -> Endpoint:
         """Resolve where ``port`` of the sandbox answers (directly or through the server)."""

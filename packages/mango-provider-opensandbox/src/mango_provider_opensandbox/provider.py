@@ -30,23 +30,20 @@ from mango.provider import (
     SandboxSpec,
 )
 from mango.provider.deadline import maintenance_timeout
-from mango.provider.execution import ExecTracker
 from mango.provider.http import ApiClient, RetryPolicy
 from mango.provider.ownership import Ownership, namespace_field
-from mango_provider_opensandbox.execd import DataPlane, Egress, Execd
 from mango_provider_opensandbox.layout import (
     API_KEY_HEADER,
     CAPABILITIES,
     DEFAULT_IMAGE,
-    EGRESS_PORT,
     ENTRYPOINT,
-    EXECD_PORT,
     NETWORK_LABEL,
     PROVIDER_NAME,
     ROOT,
 )
-from mango_provider_opensandbox.lifecycle import GONE_STATES, Endpoint, LifecycleApi, state_of
+from mango_provider_opensandbox.lifecycle import GONE_STATES, LifecycleApi, state_of
 from mango_provider_opensandbox.network import create_policy
+from mango_provider_opensandbox.remote import PAUSED_STATES, OpenSandboxRemote
 from mango_provider_opensandbox.resources import resource_limits
 from mango_provider_opensandbox.sandbox import OpenSandboxSandbox
 
@@ -91,7 +88,7 @@ class OpenSandboxProvider:
     _api: ApiClient = attrs.field(init=False, repr=False)
     _data: ApiClient = attrs.field(init=False, repr=False)
     _lifecycle: LifecycleApi = attrs.field(init=False, repr=False)
-    _tracker: ExecTracker = attrs.field(init=False, factory=ExecTracker, repr=False)
+    _remote: OpenSandboxRemote = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.strip().rstrip("/")
@@ -112,6 +109,15 @@ class OpenSandboxProvider:
         self._data = ApiClient("", timeout=self.request_timeout, retry=self.retry, secrets=secrets)
         protocol = self.base_url.split("://", 1)[0]
         self._lifecycle = LifecycleApi(self._api, protocol=protocol)
+        self._remote = OpenSandboxRemote(
+            lifecycle=self._lifecycle,
+            data=self._data,
+            server_proxy=self.server_proxy,
+            api_key=self.api_key,
+            request_timeout=self.request_timeout,
+            max_output_bytes=self.max_output_bytes,
+            max_read_bytes=self.max_read_bytes,
+        )
 
     # ------------------------------------------------------------------ identity
 
@@ -213,7 +219,7 @@ class OpenSandboxProvider:
         self._check_owner(sandbox, session_key, ref.external_id)
         if state_of(sandbox) in GONE_STATES:
             raise SandboxNotFound(f"OpenSandbox sandbox {ref.external_id} is {state_of(sandbox)}")
-        if state_of(sandbox) in ("Paused", "Pausing"):
+        if state_of(sandbox) in PAUSED_STATES:
             await self._lifecycle.resume(ref.external_id)
             sandbox = await self._wait_running(await self._lifecycle.get(ref.external_id))
         return await self._open(session_key, sandbox, spec, ensure_root=False)
@@ -232,7 +238,7 @@ class OpenSandboxProvider:
         except SandboxNotFound:
             return
         self._check_owner(sandbox, session_key, ref.external_id)
-        self._tracker.mark_destroyed(ref.external_id)
+        self._remote.tracker.mark_destroyed(ref.external_id)
         await self._lifecycle.delete(ref.external_id)
 
     async def list_owned(self) -> Sequence[OwnedResource]:
@@ -275,17 +281,6 @@ class OpenSandboxProvider:
             sandbox.get("metadata"), session_key, what=f"OpenSandbox sandbox {sandbox_id}"
         )
 
-    async def _endpoint(self, sandbox_id: str, port: int) -> Endpoint:
-        return await self._lifecycle.endpoint(sandbox_id, port, server_proxy=self.server_proxy)
-
-    def _plane(self, sandbox_id: str, endpoint: Endpoint) -> DataPlane:
-        extra = {API_KEY_HEADER: self.api_key} if self.server_proxy and self.api_key else {}
-
-        async def confirm() -> None:
-            await self._lifecycle.get(sandbox_id)
-
-        return DataPlane(self._data, endpoint, sandbox_id, confirm, extra)
-
     async def _open(
         self,
         session_key: str,
@@ -296,36 +291,16 @@ class OpenSandboxProvider:
     ) -> OpenSandboxSandbox:
         sandbox_id = str(sandbox["id"])
         self._check_owner(sandbox, session_key, sandbox_id)
-        execd = Execd(self._plane(sandbox_id, await self._endpoint(sandbox_id, EXECD_PORT)))
+        execd = await self._remote.execd(sandbox_id)
         if ensure_root:
             await execd.make_dirs({ROOT: 0o755})
-        egress: list[Egress] = []
-
-        async def egress_client() -> Egress:
-            if not egress:
-                endpoint = await self._endpoint(sandbox_id, EGRESS_PORT)
-                egress.append(Egress(self._plane(sandbox_id, endpoint)))
-            return egress[0]
-
-        async def remove() -> None:
-            await self._lifecycle.delete(sandbox_id)
-
-        async def gone() -> bool:
-            return await self._lifecycle.gone(sandbox_id)
-
         metadata = sandbox.get("metadata") or {}
         return OpenSandboxSandbox(
+            provider=self._remote,
             ref=SandboxRef(PROVIDER_NAME, sandbox_id),
             network=str(metadata.get(NETWORK_LABEL, "")) or None,
             spec=spec,
-            max_output_bytes=self.max_output_bytes,
-            max_read_bytes=self.max_read_bytes,
             execd=execd,
-            egress=egress_client,
-            remove=remove,
-            gone=gone,
-            tracker=self._tracker,
-            request_timeout=self.request_timeout,
         )
 
 

@@ -5,31 +5,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import attrs
 
 from mango.provider import (
     Command,
+    Entry,
     ExecResult,
-    FileTooLarge,
     NetworkMode,
     PathPolicy,
     PermanentError,
     ProviderUnavailable,
+    ResolvedPath,
     SandboxRef,
     SandboxSpec,
 )
-from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, torn_down
+from mango.provider.execution import ExecHandle
+from mango.provider.files import Download
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
-from mango.provider.reads import read_limit
+from mango.provider.remote import RemoteSandbox
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
+from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
 from mango_provider_opensandbox.network import reconcile
+from mango_provider_opensandbox.remote import OpenSandboxRemote
 from mango_provider_opensandbox.wire import (
     STREAMS,
     WRAPPER_OVERHEAD,
@@ -56,21 +59,6 @@ its own (``kill -9``, the OOM killer) leaves the wrapper to report 128+n."""
 _DOWNLOAD_CHUNK = 64 * 1024
 
 
-async def _stop(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait until it is done; a cancellation of ours is re-raised after."""
-    if task.done():
-        return
-    task.cancel()
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-
-
 @attrs.define
 class _Run:
     command_id: str | None = None
@@ -79,13 +67,14 @@ class _Run:
 
 
 @attrs.define(kw_only=True, eq=False)
-class OpenSandboxSandbox(StreamedExec):
+class OpenSandboxSandbox(RemoteSandbox):
     """One OpenSandbox sandbox, from :class:`~mango_provider_opensandbox.OpenSandboxProvider`.
 
     Commands run through execd as an event stream; their output is framed by
     :mod:`mango_provider_opensandbox.wire` so it arrives byte-exact. Files go
-    through execd's file API under the kit's path policy (every component
-    stat-ed, links refused). The egress allowlist goes through the sidecar.
+    through execd's file API (the kit's :class:`~mango.provider.files.RemoteFiles`:
+    every component stat-ed, links refused, reads bounded at the source). The
+    egress allowlist goes through the sidecar.
 
     A command whose sandbox is deleted while it runs ends with
     ``cancelled=True`` and exit code -1, whoever deleted it: this client's
@@ -94,34 +83,14 @@ class OpenSandboxSandbox(StreamedExec):
     command ended the way a teardown ends one (see :meth:`_torn_down`).
     """
 
+    _provider: OpenSandboxRemote = attrs.field(repr=False)
     _ref: SandboxRef
     _network: str | None
     _spec: SandboxSpec
-    _max_output_bytes: int
-    _max_read_bytes: int
     _execd: Execd
-    _egress: Callable[[], Awaitable[Egress]] = attrs.field(repr=False)
-    _remove: Callable[[], Awaitable[None]] = attrs.field(repr=False)
-    _gone: Callable[[], Awaitable[bool]] = attrs.field(repr=False)
-    """One lifecycle ``GET``: True if the sandbox no longer exists or is going."""
-    _tracker: ExecTracker = attrs.field(repr=False)
-    _request_timeout: float = 30.0
-    _policy: PathPolicy = attrs.field(factory=lambda: PathPolicy(ROOT), repr=False)
-
-    @property
-    def ref(self) -> SandboxRef:
-        """``SandboxRef("opensandbox", <sandbox id>)``."""
-        return self._ref
-
-    @property
-    def root(self) -> str:
-        """``/workspace``: the commands' working directory."""
-        return ROOT
-
-    @property
-    def spec(self) -> SandboxSpec:
-        """The spec this client was created or attached with."""
-        return self._spec
+    _path_policy: PathPolicy = attrs.field(factory=lambda: PathPolicy(ROOT), repr=False)
+    _egress: Egress | None = attrs.field(default=None, repr=False)
+    """The egress sidecar's client, made on first use."""
 
     # ---------------------------------------------------------------- exec
 
@@ -136,7 +105,7 @@ class OpenSandboxSandbox(StreamedExec):
             staging_dir=STDIN_DIR,
             max_inline_line_bytes=MAX_INLINE_LINE_BYTES - WRAPPER_OVERHEAD,
         )
-        with self._tracker.track(self._ref.external_id) as handle:
+        with self._provider.tracker.track(self.sandbox_id) as handle:
             if plan.stdin.staged and plan.stdin.path is not None:
                 await self._execd.make_dirs({STDIN_DIR: 0o700})
                 await self._execd.upload(plan.stdin.path, plan.stdin.data, mode=0o600)
@@ -154,7 +123,7 @@ class OpenSandboxSandbox(StreamedExec):
                 destroyed.cancel()
                 # Closing the stream is what ends the command: execd kills its
                 # process group when the client goes away.
-                await _stop(run)
+                await cancel_and_settle(run)
             if run in done:
                 if await self._torn_down(run, state, handle):
                     return channel.result(exit_code=-1, cancelled=True)
@@ -170,7 +139,7 @@ class OpenSandboxSandbox(StreamedExec):
             return channel.result(exit_code=-1, timed_out=True)
 
     async def _stream(self, body: dict[str, object], channel: ExecChannel, state: _Run) -> int:
-        async with self._execd.command(body, timeout=self._request_timeout) as response:
+        async with self._execd.command(body, timeout=self._provider.request_timeout) as response:
             state.opened = True
             async for event in sse_events(response.aiter_lines()):
                 kind = event.get("type")
@@ -215,7 +184,7 @@ class OpenSandboxSandbox(StreamedExec):
             shaped = handle.destroyed or (state.opened and isinstance(error, ProviderUnavailable))
         if not shaped:
             return False
-        return handle.destroyed or await torn_down(self._gone)
+        return handle.destroyed or await self._provider.torn_down(self.sandbox_id)
 
     async def _interrupt(self, state: _Run) -> None:
         if state.command_id is None:
@@ -229,40 +198,21 @@ class OpenSandboxSandbox(StreamedExec):
             async with asyncio.timeout(INTERRUPT_SECONDS):
                 await self._execd.delete_file(path)
 
-    # ---------------------------------------------------------------- files
+    # ---------------------------------------------------------------- files (the kit's RemoteFiles)
 
-    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """The bytes of a regular file of at most ``max_bytes`` (default: the read cap).
-
-        The size is checked first and the download stops past the bound (a
-        file that grew): :class:`FileTooLarge` either way, memory O(bound).
-        """
-        limit = read_limit(max_bytes, self._max_read_bytes)
-        resolved = await self._policy.resolve_read(path, self._execd.stat)
-        size = resolved.entry.size if resolved.entry is not None else 0
-        if size > limit:
-            raise _too_large(path, size, limit)
-        data = bytearray()
-        async with self._execd.download(resolved.path) as response:
-            async for chunk in response.aiter_bytes(_DOWNLOAD_CHUNK):
-                data += chunk
-                if len(data) > limit:
-                    raise _too_large(path, len(data), limit)
-        return bytes(data)
+    async def _stat(self, path: str) -> Entry | None:
+        return await self._execd.stat(path)
 
     @asynccontextmanager
-    async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
-        """Stream a regular file's bytes in chunks of at most 64 KiB, whatever its size."""
-        resolved = await self._policy.resolve_read(path, self._execd.stat)
-        async with self._execd.download(resolved.path) as response:
-            yield response.aiter_bytes(_DOWNLOAD_CHUNK)
+    async def _download(self, resolved: ResolvedPath, path: str) -> AsyncIterator[Download]:
+        async with self._execd.download(resolved.path, shown=path) as response:
+            yield Download(response.aiter_bytes(_DOWNLOAD_CHUNK))
 
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Create or truncate ``path`` with ``data`` (mode 0644), creating parents (0755)."""
-        resolved = await self._policy.resolve_write(path, self._execd.stat)
-        if resolved.missing_dirs:
-            await self._execd.make_dirs(dict.fromkeys(resolved.missing_dirs, 0o755))
-        await self._execd.upload(resolved.path, bytes(data), mode=0o644)
+    async def _make_dirs(self, paths: tuple[str, ...]) -> None:
+        await self._execd.make_dirs(dict.fromkeys(paths, 0o755))
+
+    async def _upload(self, path: str, data: bytes) -> None:
+        await self._execd.upload(path, data, mode=0o644)
 
     # ---------------------------------------------------------------- network
 
@@ -279,23 +229,9 @@ class OpenSandboxSandbox(StreamedExec):
                 "network (no egress sidecar); an allowlist cannot restrict it",
                 hint="delete the session and create it again with network 'limited'",
             )
-        await reconcile(await self._egress(), list(allowed_hosts))
-
-    # ---------------------------------------------------------------- destroy
-
-    async def destroy(self) -> None:
-        """Delete the sandbox; running commands end with ``cancelled=True``. Idempotent."""
-        self._tracker.mark_destroyed(self._ref.external_id)
-        await self._remove()
-
-
-def _too_large(path: str, size: int, limit: int) -> FileTooLarge:
-    return FileTooLarge(
-        f"{path!r} is {size} bytes or more; the read bound is {limit}",
-        size=size,
-        limit=limit,
-        hint="stream it with open_file, or raise the bound",
-    )
+        if self._egress is None:
+            self._egress = await self._provider.egress(self.sandbox_id)
+        await reconcile(self._egress, list(allowed_hosts))
 
 
 def _reason(event: dict[str, object]) -> str:

@@ -7,7 +7,10 @@ library are submodules, imported only by the providers that use them:
 
 * :mod:`mango.provider.paths` (no extra library; its names are re-exported here):
   the path policy over a stat callback;
-* :mod:`mango.provider.http` (httpx, stamina): error map and retries for remote APIs;
+* :mod:`mango.provider.http` (httpx, stamina): error map and the API client for
+  remote APIs, with :mod:`mango.provider.retries` (stamina: bounded retries
+  honouring ``Retry-After``) and :mod:`mango.provider.transports` (httpx: the
+  pinned-address transport);
 * :mod:`mango.provider.shell` (stdlib only): the remote command-line rule.
 
 The scaffold for vendor fakes is not part of this surface: it runs sandboxes
@@ -20,8 +23,15 @@ step itself, for the conformance suite).
 Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
-size check, a bounded collector) and
-:mod:`mango.provider.hostdirs` (provider-owned directories on the worker host).
+size check, a bounded collector),
+:mod:`mango.provider.files` (``read_file``, ``open_file`` and ``write_file``
+over a file API's stat, download, mkdir and upload; the write's bytes check),
+:mod:`mango.provider.remote` (a remote sandbox's view of its provider, the one
+"is the sandbox gone?" rule for files and exec, the remote sandbox base),
+:mod:`mango.provider.execution` (exec tracking, the timeout rule, streams),
+:mod:`mango.provider.tasks` (waiting for a task even when cancelled),
+:mod:`mango.provider.locks` (host file locks that time out instead of hanging),
+and :mod:`mango.provider.hostdirs` (provider-owned directories on the worker host).
 
 Settings: a provider's factory receives a :class:`ProviderContext` and reads
 every setting from ``context.environ`` (never ``os.environ``), checking

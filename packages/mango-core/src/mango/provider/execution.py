@@ -34,6 +34,7 @@ import attrs
 from mango.domain.errors import InvalidInput, MangoError, SandboxNotFound
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxSpec
 from mango.provider.output import DEFAULT_WINDOW_BYTES, ExecChannel, collect
+from mango.provider.tasks import cancel_and_settle
 
 __all__ = [
     "TEARDOWN_SETTLE_SECONDS",
@@ -220,20 +221,6 @@ async def _produce(producer: ExecProducer, channel: ExecChannel) -> None:
         channel.finish(result)
 
 
-async def _settle(task: asyncio.Future[None]) -> None:
-    """Wait until ``task`` is done even if we are cancelled meanwhile; then re-raise that."""
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
-    if not task.cancelled():
-        task.exception()  # retrieved: the producer reports through the channel
-    if cancelled:
-        raise asyncio.CancelledError
-
-
 @contextlib.asynccontextmanager
 async def open_exec_stream(
     producer: ExecProducer, cap: int, *, window: int = DEFAULT_WINDOW_BYTES
@@ -250,9 +237,7 @@ async def open_exec_stream(
         yield channel
     finally:
         channel.abandon()
-        if not task.done():
-            task.cancel()
-        await _settle(task)
+        await cancel_and_settle(task)  # the producer reports through the channel
 
 
 async def run_buffered(producer: ExecProducer, cap: int) -> ExecResult:
@@ -282,7 +267,8 @@ class StreamedExec:
     """Mixin giving a sandbox ``exec`` and ``exec_stream`` from one producer.
 
     The sandbox class has the attributes ``_spec`` (its :class:`SandboxSpec`)
-    and ``_max_output_bytes`` (its per-stream cap) and defines
+    and ``_max_output_bytes`` (its per-stream cap; or it overrides
+    ``_output_cap()``, as :class:`~mango.provider.remote.RemoteSandbox` does) and defines
     ``_exec_body(command, channel, timeout)``: it runs ``command`` with the
     effective ``timeout`` (seconds or ``None``), feeds the channel and returns
     the final result from ``channel.result(...)``; cancelling it must kill the
@@ -300,6 +286,10 @@ class StreamedExec:
     ) -> ExecResult:
         raise NotImplementedError
 
+    def _output_cap(self) -> int:
+        """The per-stream cap of this sandbox's commands (default: ``_max_output_bytes``)."""
+        return self._max_output_bytes
+
     async def _produce(self, command: Command, channel: ExecChannel) -> ExecResult:
         await checkpoint()
         return await self._exec_body(command, channel, effective_timeout(command, self._spec))
@@ -309,7 +299,7 @@ class StreamedExec:
         check_command(command)
         # _produce starts with the checkpoint: a task cancelled before this call runs nothing.
         return await run_buffered(
-            lambda channel: self._produce(command, channel), self._max_output_bytes
+            lambda channel: self._produce(command, channel), self._output_cap()
         )
 
     def exec_stream(
@@ -320,6 +310,4 @@ class StreamedExec:
         Leaving the block early or cancelling the consumer kills the command's process tree.
         """
         check_command(command)
-        return open_exec_stream(
-            lambda channel: self._produce(command, channel), self._max_output_bytes
-        )
+        return open_exec_stream(lambda channel: self._produce(command, channel), self._output_cap())

@@ -25,11 +25,11 @@ header, never a query string, and any secret the client knows is blanked out
 of the body excerpt. Status errors are raised ``from None`` (httpx's own
 ``HTTPStatusError`` text contains the full URL, query included).
 
-Retries go through stamina (bounded attempts and total time, exponential
-backoff with jitter) and honour ``Retry-After`` (seconds or an HTTP date,
-capped by :attr:`RetryPolicy.retry_after_max` and by the time left in the
-budget). Only :class:`ProviderUnavailable` is retried, and only for
-idempotent calls unless the caller says otherwise.
+Retries are :mod:`mango.provider.retries`' (stamina: bounded attempts and
+total time, backoff with jitter, ``Retry-After`` honoured): only
+:class:`ProviderUnavailable` is retried, and only for idempotent calls unless
+the caller says otherwise. Its names, and :class:`PinnedTransport`
+(:mod:`mango.provider.transports`), are re-exported here.
 
 Prefer header authentication: httpx's own INFO log line prints the request
 URL, query string included, so a key carried in a query parameter reaches
@@ -41,34 +41,22 @@ This module imports httpx and stamina (the ``remote`` extra of mango-core);
 
 from __future__ import annotations
 
-import datetime as dt
-import email.utils
-import time
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterable,
-    Iterator,
-    Mapping,
-)
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import httpx
-import stamina
 
 from mango.domain.errors import (
     ConfigurationError,
-    InvalidInput,
-    ProviderUnavailable,
     RemoteRejected,
     RemoteUnavailable,
     ResourceConflict,
     SandboxNotFound,
 )
-from mango.domain.validators import non_negative_number, positive_int, positive_number
+from mango.provider.retries import DEFAULT_RETRY_POLICY, RetryPolicy, parse_retry_after, retrying
+from mango.provider.transports import PinnedTransport
 
 __all__ = [
     "DEFAULT_RETRY_POLICY",
@@ -84,8 +72,6 @@ __all__ = [
     "retrying",
 ]
 
-T = TypeVar("T")
-
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 """Methods retried by default (RFC 9110 §9.2.2); POST and PATCH only on request."""
 
@@ -94,52 +80,6 @@ _REDACTED = "***"
 # Secrets shorter than this are not blanked: replacing every "a" in a body would
 # destroy the excerpt, and such a value is not a credential anyone issues.
 _MIN_SECRET_LENGTH = 4
-
-
-@attrs.frozen
-class RetryPolicy:
-    """Budgets for retrying one idempotent call.
-
-    ``attempts`` counts the first try; ``timeout`` bounds the whole call in
-    seconds (no retry is started past it); backoff grows from
-    ``wait_initial`` by ``wait_exp_base`` up to ``wait_max`` with up to
-    ``wait_jitter`` random seconds added. A ``Retry-After`` replaces the
-    backoff, capped by ``retry_after_max``; if it asks for more than the time
-    left in ``timeout``, the call fails now instead of sleeping past its budget.
-    """
-
-    attempts: int = attrs.field(default=5, validator=positive_int)
-    timeout: float = attrs.field(default=30.0, validator=positive_number)
-    wait_initial: float = attrs.field(default=0.1, validator=non_negative_number)
-    wait_max: float = attrs.field(default=5.0, validator=non_negative_number)
-    wait_jitter: float = attrs.field(default=0.5, validator=non_negative_number)
-    wait_exp_base: float = attrs.field(default=2.0, validator=positive_number)
-    retry_after_max: float = attrs.field(default=20.0, validator=non_negative_number)
-
-
-DEFAULT_RETRY_POLICY = RetryPolicy()
-"""Five attempts within 30 seconds, 0.1 s doubling to 5 s, Retry-After capped at 20 s."""
-
-
-def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header value, or ``None`` if absent or invalid.
-
-    Accepts delay-seconds (``"3"``) and an HTTP date; a date in the past gives ``0.0``.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        # RFC 9110 dates are GMT; a zone-less parse result means GMT as well.
-        when = when.replace(tzinfo=dt.UTC)
-    current = now if now is not None else dt.datetime.now(dt.UTC)
-    return max(0.0, (when - current).total_seconds())
 
 
 def _redact(text: str, secrets: Iterable[str]) -> str:
@@ -255,51 +195,6 @@ def map_httpx_exceptions(operation: str, *, secrets: Iterable[str] = ()) -> Iter
         ) from None
 
 
-def _backoff_hook(policy: RetryPolicy, deadline: float) -> Callable[[Exception], bool | float]:
-    def hook(exc: Exception) -> bool | float:
-        if not isinstance(exc, ProviderUnavailable):
-            return False
-        retry_after = getattr(exc, "retry_after", None)
-        if retry_after is None:
-            return True
-        wait = min(float(retry_after), policy.retry_after_max)
-        if time.monotonic() + wait >= deadline:
-            # Sleeping past the budget only to give up would waste the caller's time.
-            return False
-        return wait
-
-    return hook
-
-
-async def retrying(
-    call: Callable[[], Awaitable[T]],
-    *,
-    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-    retry: bool = True,
-) -> T:
-    """Await ``call()``; retry it on :class:`ProviderUnavailable` within ``policy``.
-
-    With ``retry=False`` the call runs once (non-idempotent requests). The
-    last error is raised when the budget is spent. Any other exception is
-    raised at once.
-    """
-    if not retry:
-        return await call()
-    deadline = time.monotonic() + policy.timeout
-    async for attempt in stamina.retry_context(
-        on=_backoff_hook(policy, deadline),
-        attempts=policy.attempts,
-        timeout=policy.timeout,
-        wait_initial=policy.wait_initial,
-        wait_max=policy.wait_max,
-        wait_jitter=policy.wait_jitter,
-        wait_exp_base=policy.wait_exp_base,
-    ):
-        with attempt:
-            return await call()
-    raise AssertionError("stamina ended the retry loop without an outcome")  # pragma: no cover
-
-
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
@@ -312,50 +207,23 @@ def _may_retry(method: str, idempotent: bool | None, kwargs: Mapping[str, Any]) 
     return method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
 
 
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """Dial every connection to one fixed address, keeping the URL's host as ``Host``.
-
-    The ``curl --resolve`` of httpx: a vendor whose sandboxes are virtual
-    hosts behind a proxy node (``49983-<id>.cube.app`` served by the node at
-    ``10.0.0.5:80``) is reached without DNS for the virtual names. The
-    request keeps its URL for everything but the socket: the ``Host`` header
-    names the virtual host, and so does TLS (SNI and certificate checks) for
-    an https URL. ``scheme``, if given, replaces the URL's scheme.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        scheme: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        if not host or isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise InvalidInput(
-                f"a pinned address needs a host and a port 1-65535, got {host!r}:{port!r}"
-            )
-        if scheme not in (None, "http", "https"):
-            raise InvalidInput(f"a pinned scheme must be http or https, got {scheme!r}")
-        self.host = host
-        self.port = port
-        self.scheme = scheme
-        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request`` to the pinned address with its own ``Host`` (and SNI)."""
-        virtual = request.url.host
-        request.url = request.url.copy_with(
-            scheme=self.scheme or request.url.scheme, host=self.host, port=self.port
-        )
-        # httpx built the Host header from the original URL; it stays. TLS takes
-        # the server name from this extension instead of the (now numeric) URL host.
-        request.extensions = {**request.extensions, "sni_hostname": virtual}
-        return await self._transport.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """Close the wrapped transport's connections."""
-        await self._transport.aclose()
+async def _read_error(response: httpx.Response, limit: int) -> httpx.Response:
+    """A streamed error answer as a read one: at most ``limit`` bytes of its body, then closed."""
+    try:
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) >= limit:
+                break
+    finally:
+        await response.aclose()
+    # Only what the error map reads: the status, Retry-After, the (decoded) body.
+    headers = {
+        key: value for key, value in response.headers.items() if key.lower() == "retry-after"
+    }
+    return httpx.Response(
+        response.status_code, headers=headers, content=bytes(body), request=response.request
+    )
 
 
 @attrs.define(eq=False)
@@ -418,20 +286,16 @@ class ApiClient:
         except for the ``expected`` statuses, which are returned as answers
         (a 404 that means "no such file", say).
         """
-        secrets = self._secrets
-        answers = frozenset(expected)
-
-        async def once() -> httpx.Response:
-            with map_httpx_exceptions(operation, secrets=secrets):
-                response = await self._client.request(method, path, **kwargs)
-            if response.status_code in answers:
-                return response
-            return check_response(
-                response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
-            )
-
-        return await retrying(
-            once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
+        return await self._send(
+            method,
+            path,
+            operation=operation,
+            sandbox_id=sandbox_id,
+            idempotent=idempotent,
+            retry=retry,
+            expected=expected,
+            stream=False,
+            kwargs=kwargs,
         )
 
     @asynccontextmanager
@@ -457,47 +321,61 @@ class ApiClient:
         except for the ``expected`` statuses, which the block receives.
         The response is closed when the block ends.
         """
-        secrets = self._secrets
-        answers = frozenset(expected)
-
-        async def open_once() -> httpx.Response:
-            with map_httpx_exceptions(operation, secrets=secrets):
-                request = self._client.build_request(method, path, **kwargs)
-                response = await self._client.send(request, stream=True)
-                if response.is_success or response.status_code in answers:
-                    return response
-                try:
-                    body = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        body += chunk
-                        if len(body) >= error_body_limit:
-                            break
-                finally:
-                    await response.aclose()
-            error_response = httpx.Response(
-                response.status_code,
-                # Only what the map reads: the body is already decoded.
-                headers={
-                    key: value
-                    for key, value in response.headers.items()
-                    if key.lower() == "retry-after"
-                },
-                content=bytes(body),
-                request=request,
-            )
-            check_response(
-                error_response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
-            )
-            raise AssertionError("unreachable: an error status was not mapped")  # pragma: no cover
-
-        response = await retrying(
-            open_once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
+        response = await self._send(
+            method,
+            path,
+            operation=operation,
+            sandbox_id=sandbox_id,
+            idempotent=idempotent,
+            retry=retry,
+            expected=expected,
+            stream=True,
+            error_body_limit=error_body_limit,
+            kwargs=kwargs,
         )
         try:
-            with map_httpx_exceptions(operation, secrets=secrets):
+            with map_httpx_exceptions(operation, secrets=self._secrets):
                 yield response
         finally:
             await response.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        sandbox_id: str | None,
+        idempotent: bool | None,
+        retry: RetryPolicy | None,
+        expected: Iterable[int],
+        stream: bool,
+        error_body_limit: int = 0,
+        kwargs: Mapping[str, Any],
+    ) -> httpx.Response:
+        """One request, retried within the policy if it may be: the answer, or the mapped error.
+
+        A streamed error answer is read (at most ``error_body_limit`` bytes)
+        and closed before it is mapped; a streamed success is returned open.
+        """
+        secrets = self._secrets
+        answers = frozenset(expected)
+
+        async def once() -> httpx.Response:
+            with map_httpx_exceptions(operation, secrets=secrets):
+                request = self._client.build_request(method, path, **kwargs)
+                response = await self._client.send(request, stream=stream)
+                if response.is_success or response.status_code in answers:
+                    return response
+                if stream:
+                    response = await _read_error(response, error_body_limit)
+            return check_response(
+                response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
+            )
+
+        return await retrying(
+            once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent."""

@@ -1,0 +1,187 @@
+"""A sandbox's files over a remote file API: bounded reads, streamed reads, writes.
+
+Every file API a sandbox daemon offers comes down to the same four calls: a
+stat that does not follow the last component, a streamed download, a
+``mkdir -p`` and an upload. :class:`RemoteFiles` is the mixin that builds the
+port's three file methods from them, the same way for every provider:
+
+* ``read_file(path, *, max_bytes=None)``: the bound (:func:`~mango.provider.reads.read_limit`),
+  the path policy over the stat (every component classified, links refused),
+  the stat's size checked before a byte moves, the size the transfer itself
+  announces checked again (a file that grew), then the chunks joined up to the
+  bound (:func:`~mango.provider.reads.collect_bounded`): memory O(bound);
+* ``open_file(path)``: the same checks without the bound, then the download's
+  chunks as they arrive: memory O(chunk), whatever the size;
+* ``write_file(path, data)``: ``data`` must be bytes (:class:`InvalidInput`
+  otherwise, before anything is sent: no provider ever writes ``bytes(5)``
+  for a ``5``), the policy's write resolution, the missing parents made, then
+  the upload (which creates or truncates).
+
+A call of the API that fails with a retryable :class:`MangoError` goes
+through the sandbox's ``_lost`` hook, which a remote sandbox points at its
+provider view's :meth:`~mango.provider.remote.ProviderView.lost`: a vanished
+sandbox is then :class:`SandboxNotFound`, never a missing file or a transient
+error.
+
+:func:`file_bytes` is the write's type check on its own, for a provider whose
+write is not a mkdir-and-upload (Docker's is one archive).
+
+Stdlib and attrs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import NoReturn
+
+import attrs
+
+from mango.domain.errors import InvalidInput, MangoError
+from mango.provider.execution import checkpoint
+from mango.provider.paths import Entry, Location, PathPolicy, ResolvedPath, StatCallback
+from mango.provider.reads import check_size, collect_bounded, read_limit
+
+__all__ = ["Download", "RemoteFiles", "file_bytes"]
+
+
+def file_bytes(data: object) -> bytes:
+    """``data`` as bytes if it is bytes, a bytearray or a memoryview; else :class:`InvalidInput`."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
+@attrs.frozen
+class Download:
+    """An opened download: its chunks, and the size the transfer announced, if it did.
+
+    ``size`` is what the transfer says before its body (a part's
+    ``Content-Length``, an archive member's header); a bounded read checks it
+    before it reads a chunk. ``None`` when the transfer says nothing.
+    """
+
+    chunks: AsyncIterator[bytes]
+    size: int | None = None
+
+
+class RemoteFiles:
+    """Mixin giving a sandbox ``read_file``, ``open_file`` and ``write_file`` over its file API.
+
+    The sandbox class has the attributes ``_path_policy`` (its
+    :class:`~mango.provider.paths.PathPolicy`) and ``_max_read_bytes`` (the
+    default bound of a buffered read; or it overrides ``_read_cap()``), and
+    defines:
+
+    * ``_stat(path)``: the policy's stat callback (absolute path; never
+      follows its last component; ``None`` if missing). An API that classifies
+      every component of a path in one call overrides ``_stat_for`` instead;
+    * ``_download(resolved, path)``: an async context manager yielding a
+      :class:`Download` of the absolute ``resolved.path`` (``path`` is the
+      caller's, for messages: :func:`~mango.provider.file_not_found` if the file
+      vanished since the stat);
+    * ``_make_dirs(paths)``: create the missing parent directories (absolute,
+      outermost first; an API with ``mkdir -p`` makes only the last);
+    * ``_upload(path, data)``: create or truncate the absolute ``path``.
+
+    ``_lost(error)`` turns a retryable failure of those calls into the error
+    to raise; by default the error stands (a data plane that already asks
+    its control plane needs nothing more).
+    """
+
+    __slots__ = ()
+    _path_policy: PathPolicy
+    _max_read_bytes: int
+
+    def _read_cap(self) -> int:
+        """The default bound of a buffered read (default: ``_max_read_bytes``)."""
+        return self._max_read_bytes
+
+    async def _stat(self, path: str) -> Entry | None:
+        raise NotImplementedError
+
+    async def _stat_for(self, location: Location) -> StatCallback:
+        """The stat callback that classifies ``location``'s components (default: ``_stat``)."""
+        del location
+        return self._stat
+
+    def _download(self, resolved: ResolvedPath, path: str) -> AbstractAsyncContextManager[Download]:
+        raise NotImplementedError
+
+    async def _make_dirs(self, paths: tuple[str, ...]) -> None:
+        raise NotImplementedError
+
+    async def _upload(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _lost(self, error: MangoError) -> MangoError:
+        return error
+
+    async def _fail(self, error: MangoError) -> NoReturn:
+        meaning = await self._lost(error)
+        if meaning is error:
+            raise error
+        raise meaning from error
+
+    async def _resolve(self, path: str, *, write: bool) -> ResolvedPath:
+        policy = self._path_policy
+        location = policy.locate(path, write=write)  # the lexical rules first: no I/O for them
+        await checkpoint()
+        stat = await self._stat_for(location)
+        if write:
+            return await policy.resolve_write(path, stat)
+        return await policy.resolve_read(path, stat)
+
+    @asynccontextmanager
+    async def _opened(self, path: str, limit: int | None) -> AsyncIterator[AsyncIterator[bytes]]:
+        """The checked file's chunks; with ``limit``, both sizes checked against it first."""
+        try:
+            resolved = await self._resolve(path, write=False)
+            if limit is not None and resolved.entry is not None:
+                check_size(path, resolved.entry.size, limit)  # before a byte moves
+            async with self._download(resolved, path) as download:
+                if limit is not None:
+                    check_size(path, download.size, limit)  # the file grew after the stat
+                yield download.chunks
+        except MangoError as exc:
+            await self._fail(exc)
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of the regular file ``path``, at most ``max_bytes`` (default: the read cap).
+
+        The size is checked before the transfer and while it runs:
+        :class:`~mango.provider.FileTooLarge` (with ``size`` and ``limit``) past
+        the bound, memory O(bound). :class:`FileNotFoundError` if it or a
+        parent is missing, :class:`~mango.provider.PathEscapeError` for
+        escapes and symlinks, :class:`~mango.provider.PermanentError` for a
+        directory or another non-regular file.
+        """
+        limit = read_limit(max_bytes, self._read_cap())
+        async with self._opened(path, limit) as chunks:
+            return await collect_bounded(chunks, limit, path=path)
+
+    def open_file(self, path: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Stream the regular file ``path`` in chunks, whatever its size (memory O(chunk)).
+
+        ``async with sandbox.open_file(path) as chunks: async for chunk in chunks``.
+        The path is checked and the transfer opened on entry (the errors of
+        :meth:`read_file`, without the bound); leaving the block closes it.
+        """
+        return self._opened(path, None)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate ``path`` with ``data``, creating missing parent directories.
+
+        :class:`~mango.provider.InvalidInput` unless ``data`` is bytes, before
+        anything is sent. Never writes through a symlink
+        (:class:`~mango.provider.PathEscapeError`); a directory or other
+        non-regular target raises :class:`~mango.provider.PermanentError`.
+        """
+        payload = file_bytes(data)
+        try:
+            resolved = await self._resolve(path, write=True)
+            if resolved.missing_dirs:
+                await self._make_dirs(resolved.missing_dirs)
+            await self._upload(resolved.path, payload)
+        except MangoError as exc:
+            await self._fail(exc)
