@@ -44,12 +44,12 @@ async def run_worker(
 ) -> None:
     """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT."""
     # Imported here, not at module level: every other mango command stays quick to start.
+    from mango.app.tools import ToolRunner
     from mango.cli.durable import open_temporal
     from mango.plugins import load_plugins
     from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
     from mango.temporal.faults import fault_point_from_env
-    from mango.temporal.tools import ToolRunner
     from mango.temporal.worker import serve
 
     fault_point_from_env()  # a bad MANGO_FAULT_POINT fails here; open_runtime injects it

@@ -38,6 +38,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from mango.app.session_manager import ReconcileReport, SessionManager
+from mango.app.tools import ToolRunner, parse_arguments
 from mango.domain.deadline import deadline_in
 from mango.domain.errors import (
     ConfigurationError,
@@ -83,7 +84,6 @@ from mango.temporal.routing import (
     session_workflow_id,
     task_queue_for,
 )
-from mango.temporal.tools import ToolRunner, parse_arguments
 
 __all__ = ["DEFAULT_BLOB_LIMIT", "MangoActivities"]
 

@@ -37,6 +37,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError
 
+from mango.app.tools import parse_arguments
 from mango.config import PayloadKey
 from mango.domain.errors import ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
@@ -69,7 +70,6 @@ from mango.temporal.routing import (
     session_workflow_id,
     task_queue_for,
 )
-from mango.temporal.tools import parse_arguments
 from mango.temporal.workflows import ProviderHealthWorkflow, SandboxCleanupWorkflow, SessionWorkflow
 
 __all__ = [

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from mango.app.session_manager import ReconcileReport
+from mango.app.tools import ToolCall, ToolResult
 from mango.domain.errors import InvalidInput
 from mango.domain.values import (
     Command,
@@ -22,7 +23,6 @@ from mango.domain.values import (
     validate_session_id,
 )
 from mango.temporal.payloads import converter
-from mango.temporal.tools import ToolCall, ToolResult
 
 __all__ = [
     "AcquireInput",

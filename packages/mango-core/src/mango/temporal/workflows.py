@@ -35,6 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from mango.app.tools import TOOL_NAMES
     from mango.domain.values import ExecResult
     from mango.temporal.activities import MangoActivities
     from mango.temporal.messages import (
@@ -69,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
         RUN_TOOL_UPDATE,
         SESSION_WORKFLOW,
     )
-    from mango.temporal.tools import TOOL_NAMES
 
 __all__ = [
     "WORKFLOWS",
