@@ -15,6 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
+import attrs
 import click
 
 from mango.config import Settings
@@ -22,7 +23,7 @@ from mango.domain.errors import InvalidInput, MangoError
 from mango.domain.values import validate_session_id
 
 if TYPE_CHECKING:
-    from mango.runtime import Runtime
+    from mango.runtime import PortsWrapper, Runtime
 
 __all__ = [
     "EXIT_ERROR",
@@ -30,8 +31,10 @@ __all__ = [
     "EXIT_TERMINATED",
     "EXIT_TIMEOUT",
     "VIA_TEMPORAL_HELP",
+    "Wiring",
     "fail",
     "load_settings",
+    "ports_wrapper",
     "run_async",
     "session_id_arg",
     "use_temporal",
@@ -47,6 +50,21 @@ EXIT_INTERRUPTED = 130
 """SIGINT (128 + 2)."""
 EXIT_TERMINATED = 143
 """SIGTERM (128 + 15)."""
+
+
+@attrs.frozen
+class Wiring:
+    """What the caller of :func:`mango.cli.main.main` hands every command (click's ``obj``)."""
+
+    wrap_ports: PortsWrapper | None = None
+    """Wraps each SessionManager's provider and store (tests only: crash injection)."""
+
+
+def ports_wrapper() -> PortsWrapper | None:
+    """The running command's :attr:`Wiring.wrap_ports`; None outside :func:`main` or unset."""
+    context = click.get_current_context(silent=True)
+    wiring = None if context is None else context.find_object(Wiring)
+    return None if wiring is None else wiring.wrap_ports
 
 
 def fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoReturn:
@@ -131,11 +149,12 @@ def session_id_arg(value: str) -> str:
 def with_runtime(body: Callable[[Runtime], Awaitable[T]]) -> T:
     """Open the runtime (the embedded PostgreSQL lingers), run ``body`` in it, close it."""
     settings = load_settings()
+    wrap = ports_wrapper()
 
     async def go() -> T:
         from mango.runtime import open_runtime
 
-        async with open_runtime(settings, linger=True) as rt:
+        async with open_runtime(settings, linger=True, wrap_ports=wrap) as rt:
             return await body(rt)
 
     return run_async(go)

@@ -23,11 +23,18 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from mango.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT, fail
+from mango.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_TIMEOUT,
+    Wiring,
+    fail,
+)
 from mango.cli.doctor import doctor
 from mango.cli.embedded import embedded
 from mango.cli.execute import exec_
@@ -37,6 +44,9 @@ from mango.cli.reconcile import reconcile
 from mango.cli.sessions import sessions
 from mango.cli.worker import worker
 from mango.domain.errors import MangoError
+
+if TYPE_CHECKING:
+    from mango.runtime import PortsWrapper
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TIMEOUT", "cli", "main"]
 
@@ -72,8 +82,11 @@ for _command in (providers, exec_, files, sessions, reconcile, doctor, embedded,
     cli.add_command(_command)
 
 
-def main() -> None:
+def main(*, wrap_ports: PortsWrapper | None = None) -> None:
     """Entry point of the ``mango`` script.
+
+    ``wrap_ports`` is a seam for tests (the crash-recovery tests' own entry
+    point passes crash injection through it); the script passes nothing.
 
     After a command that used Temporal the process ends with ``os._exit``
     once its output is flushed: the SDK's Rust threads can otherwise abort
@@ -82,7 +95,7 @@ def main() -> None:
     Everything the command opened is already closed by then.
     """
     try:
-        cli(prog_name="mango")
+        cli(prog_name="mango", obj=Wiring(wrap_ports))
     except SystemExit as exit_:
         code = exit_.code
     else:  # pragma: no cover - click's standalone mode always exits
