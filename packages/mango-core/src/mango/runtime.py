@@ -8,8 +8,7 @@ database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import attrs
@@ -25,6 +24,7 @@ from mango.plugins import PluginHost, load_plugins
 from mango.postgres import PostgresBindingStore, PostgresFileCatalog, open_store, redact_conninfo
 
 __all__ = [
+    "PortsWrapper",
     "Runtime",
     "database_display",
     "deployment_context",
@@ -33,6 +33,15 @@ __all__ = [
     "open_stored_files",
     "select_provider",
 ]
+
+
+PortsWrapper = Callable[[Provider, BindingStore], tuple[Provider, BindingStore]]
+"""Wraps the provider and store a SessionManager is built on; a seam for tests.
+
+The crash-recovery tests pass one (crash injection, :mod:`mango.temporal.faults`)
+through their own entry point; production code passes none and reads no
+setting for it.
+"""
 
 
 def database_display(settings: Settings) -> str:
@@ -96,33 +105,29 @@ async def open_database(settings: Settings, *, linger: bool = False) -> AsyncIte
         yield url
 
 
-def _with_faults(provider: Provider, store: BindingStore) -> tuple[Provider, BindingStore]:
-    """Crash injection for recovery tests (``MANGO_FAULT_POINT``); unchanged when it is unset."""
-    if not os.environ.get("MANGO_FAULT_POINT", "").strip():
-        return provider, store
-    from mango.temporal.faults import fault_point_from_env, inject_faults
-
-    return inject_faults(provider, store, fault_point_from_env())
-
-
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, host: PluginHost | None = None, *, linger: bool = False
+    settings: Settings,
+    host: PluginHost | None = None,
+    *,
+    linger: bool = False,
+    wrap_ports: PortsWrapper | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open plugins, database, store, provider and SessionManager; close them in reverse.
 
-    ``linger`` is passed to :func:`open_database`.
-
-    With ``MANGO_FAULT_POINT`` set (recovery tests only) the manager's
-    provider and store crash the process at that point
-    (:mod:`mango.temporal.faults`); ``Runtime.store`` stays the plain store.
+    ``linger`` is passed to :func:`open_database`. ``wrap_ports`` (tests
+    only) wraps the manager's provider and store; ``Runtime.store`` stays
+    the plain store.
     """
     registry, registration = select_provider(settings, host)
     async with open_database(settings, linger=linger) as url:
         store = await open_store(url)
         try:
             provider = registry.open(settings.sandbox, await deployment_context(settings, store))
-            managed_provider, managed_store = _with_faults(provider, store)
+            managed: tuple[Provider, BindingStore] = (provider, store)
+            if wrap_ports is not None:
+                managed = wrap_ports(provider, store)
+            managed_provider, managed_store = managed
             manager = SessionManager(
                 managed_provider,
                 managed_store,

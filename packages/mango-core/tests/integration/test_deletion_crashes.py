@@ -38,6 +38,8 @@ from mango.temporal.faults import FaultPoint
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 MANGO = str(Path(sys.executable).with_name("mango"))
+MANGO_WITH_FAULTS = [sys.executable, str(Path(__file__).parents[1] / "faulty_mango.py")]
+"""``mango`` with crash injection (``MANGO_FAULT_POINT``): the recovery tests' entry."""
 DOCKER_IMAGE = "mango-test-busybox:latest"
 SIGKILLED = -signal.SIGKILL
 SESSION = "doomed"
@@ -98,8 +100,9 @@ class Deployment:
         self, *args: str, fault: FaultPoint | None = None
     ) -> subprocess.CompletedProcess[bytes]:
         """Run ``mango ARGS`` to its end."""
+        command = [MANGO] if fault is None else MANGO_WITH_FAULTS
         return subprocess.run(
-            [MANGO, *args], capture_output=True, env=self.env(fault), timeout=180, check=False
+            [*command, *args], capture_output=True, env=self.env(fault), timeout=180, check=False
         )
 
     def crash(self, *args: str, fault: FaultPoint) -> None:

@@ -30,6 +30,7 @@ from mango.temporal.messages import ReconcilerInput
 from .support import (
     FAST_POLICY,
     MANGO,
+    MANGO_WITH_FAULTS,
     Harness,
     WorkerEnv,
     WorkerFactory,
@@ -177,7 +178,7 @@ def spawn_worker(worker_env: WorkerEnv, tmp_path: Path) -> Iterator[Callable[...
         with log.open("wb") as sink:
             process = subprocess.Popen(
                 [
-                    *MANGO,
+                    *(MANGO_WITH_FAULTS if fault else MANGO),
                     "worker",
                     "--reconcile-interval",
                     "0.5",

@@ -53,6 +53,8 @@ WorkerFactory = Callable[..., AbstractAsyncContextManager[MangoActivities]]
 
 MANGO = [sys.executable, "-c", "from mango.cli import main; main()"]
 """The ``mango`` command, run by this interpreter."""
+MANGO_WITH_FAULTS = [sys.executable, str(Path(__file__).parents[1] / "faulty_mango.py")]
+"""``mango`` with crash injection (``MANGO_FAULT_POINT``), run by this interpreter."""
 
 
 @attrs.frozen

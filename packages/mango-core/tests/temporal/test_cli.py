@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from temporalio.service import RPCError
 
 from mango.cli import cli
-from mango.cli.durable import temporal_checks
+from mango.cli.doctor import temporal_checks
 from mango.config import Settings
 from mango.domain import ConfigurationError
 from mango.local import LocalProvider

@@ -12,13 +12,13 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 
 from mango.app import SessionManager
+from mango.app.tools import ToolFailed
 from mango.config import PAYLOAD_KEYS_ENV, PayloadKey, payload_keys
 from mango.domain import BindingStore, ConfigurationError
 from mango.local import LocalProvider
 from mango.temporal import MangoActivities, Orchestrator, connect, serve, session_workflow_id
 from mango.temporal.codec import ENCODING, EncryptionCodec
 from mango.temporal.messages import ToolCall
-from mango.temporal.tools import ToolFailed
 
 from .support import FAST_POLICY
 

@@ -29,7 +29,7 @@ from mango.temporal.messages import AcquireInput
 from mango.temporal.payloads import data_converter
 
 # Every module that defines MangoError subclasses, so __subclasses__ sees them all.
-for _module in ("mango.app.packages", "mango.temporal.tools", "mango_provider_docker.execution"):
+for _module in ("mango.app.packages", "mango.app.tools", "mango_provider_docker.execution"):
     importlib.import_module(_module)
 
 SAMPLES: dict[str, Any] = {

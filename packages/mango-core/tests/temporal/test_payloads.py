@@ -7,6 +7,7 @@ import json
 import pytest
 from temporalio.api.common.v1 import Payload
 
+from mango.app.tools import ToolCall, ToolResult
 from mango.domain import ExecResult, InvalidInput, NetworkMode, SandboxRef, SandboxSpec
 from mango.temporal.messages import (
     AcquireOutput,
@@ -17,7 +18,6 @@ from mango.temporal.messages import (
     WriteFileInput,
 )
 from mango.temporal.payloads import data_converter
-from mango.temporal.tools import ToolCall, ToolResult
 
 VALUES = [
     SessionWorkflowInput(

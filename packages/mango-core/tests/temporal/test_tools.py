@@ -15,10 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mango.app import SandboxWrapper
-from mango.domain import ExecResult, InvalidInput, PathEscapeError, SandboxSpec
-from mango.local import LocalProvider, LocalSandbox
-from mango.temporal.lines import read_line_window
-from mango.temporal.tools import (
+from mango.app.tools import (
     ToolCall,
     ToolFailed,
     ToolResult,
@@ -26,6 +23,9 @@ from mango.temporal.tools import (
     glob_to_regex,
     parse_arguments,
 )
+from mango.app.tools.lines import read_line_window
+from mango.domain import ExecResult, InvalidInput, PathEscapeError, SandboxSpec
+from mango.local import LocalProvider, LocalSandbox
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ async def test_scope_is_per_task() -> None:
 
 async def test_activity_passes_its_remaining_time() -> None:
     """In an activity the deadline is the earlier of start-to-close and schedule-to-close."""
-    from mango.temporal.activities import _activity_deadline
+    from mango.temporal._attempts import activity_deadline as _activity_deadline
 
     @activity.defn
     async def probe() -> float | None:

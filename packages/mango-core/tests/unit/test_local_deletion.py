@@ -113,10 +113,19 @@ async def bound(base: Path, store: InMemoryBindingStore, session_id: str) -> Ses
 
 
 async def in_sandbox(sessions: SessionManager, session_id: str, script: str) -> None:
-    """Run ``script`` in the Session's sandbox; it must succeed."""
+    """Run ``script`` in the Session's workspace, as a command could; it must succeed.
+
+    It runs beside the sandbox rather than through ``exec``: the local sandbox is
+    no isolation boundary, so this is what a command can do, and a script that
+    moves the session directory would race the provider's own check for a
+    destroy (a slow event loop sees the directory gone while the command runs
+    and stops it as destroyed).
+    """
     sandbox = await sessions.acquire(session_id, SPEC)
-    result = await sandbox.exec(Command(("sh", "-c", script)))
-    assert result.exit_code == 0, result.stderr
+    result = await asyncio.to_thread(
+        subprocess.run, ("sh", "-c", script), cwd=sandbox.root, capture_output=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
 
 
 # ---------------------------------------------------------------- what the sandbox does
@@ -223,9 +232,12 @@ async def test_an_intent_only_session_whose_directory_became_a_link_is_deleted(
     await store.ensure_session("linked")
     await store.put_intent(ProvisioningIntent("linked", "local", SPEC, spec_hash(SPEC)))
     sandbox = await provider.create("linked", SPEC)
-    swap = "cd .. && mv ../$(basename $PWD) ../elsewhere && ln -s {} ../$(basename $PWD)"
-    result = await sandbox.exec(Command(("sh", "-c", swap.format(outside))))
-    assert result.exit_code == 0, result.stderr
+    # What a command could do (the local sandbox is no isolation boundary), done
+    # from here: run as a command, a slow event loop may see the directory gone
+    # while the command still runs and stop it as destroyed.
+    session_dir = Path(sandbox.root).parent
+    session_dir.rename(session_dir.parent / "elsewhere")
+    session_dir.symlink_to(outside)
     assert await provider.find("linked") == sandbox.ref
     assert await manager(base, store).delete_session("linked") is True
     assert unlock_moved(base) == []

@@ -1,17 +1,30 @@
-"""``mango doctor``: configuration and reachability of each part."""
+"""``mango doctor``: configuration and reachability of each part.
+
+The checks run in order and a failing one never stops the ones after it:
+configuration, plugins, database, the selected provider (a real round trip
+to its backend), then Temporal and a worker of the provider, when Temporal is
+in use. The database driver, the plugins and Temporal are imported by the
+checks that use them.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import click
 
+from mango.cli.common import EXIT_ERROR, run_async
+from mango.cli.output import echo_json
 from mango.config import Settings
 from mango.domain.errors import MangoError, ProviderUnavailable
 from mango.domain.registry import ProviderContext, ProviderRegistry
 
-__all__ = ["Check", "run_doctor"]
+__all__ = ["Check", "doctor", "run_doctor", "temporal_checks"]
 
 _PROBE_NAMESPACE = "doctor-probe"
 
@@ -103,7 +116,80 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
 
     checks.append(await _provider_check(env, settings, registry, namespace))
 
-    from mango.cli.durable import temporal_checks
-
     checks.extend(await temporal_checks(settings))
     return checks
+
+
+async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Check]:
+    """Doctor checks: is Temporal reachable, and does a worker of MANGO_SANDBOX answer?"""
+    from mango.embedded.temporal import running_address
+
+    address = settings.temporal_address or running_address(settings.state_dir)
+    if address is None:
+        return [
+            Check(
+                "temporal",
+                True,
+                f"not in use: MANGO_TEMPORAL_ADDRESS is unset and no embedded dev server runs "
+                f"under {settings.state_dir / 'temporal'} ('mango worker' starts one)",
+            )
+        ]
+    from mango.temporal.client import connect, worker_health
+    from mango.temporal.routing import task_queue_for
+
+    try:
+        async with asyncio.timeout(timeout):
+            client = await connect(
+                address,
+                settings.temporal_namespace,
+                payload_keys=settings.temporal_payload_keys,
+            )
+    except MangoError as exc:
+        return [Check("temporal", False, str(exc), exc.hint)]
+    except TimeoutError:
+        return [Check("temporal", False, f"no answer from {address} within {timeout:g} s")]
+    checks = [
+        Check("temporal", True, f"reachable at {address}, namespace {settings.temporal_namespace}")
+    ]
+    queue = task_queue_for(settings.sandbox, settings.task_queue_prefix)
+    name = f"worker {queue}"
+    try:
+        async with asyncio.timeout(timeout + 5):
+            health = await worker_health(
+                client, settings.sandbox, settings.task_queue_prefix, timeout
+            )
+    except MangoError as exc:
+        return [*checks, Check(name, False, str(exc), exc.hint)]
+    except TimeoutError:
+        return [*checks, Check(name, False, f"no worker answered within {timeout:g} s")]
+    parts = [f"{health.worker}: provider {health.provider} {health.detail}"]
+    if health.support_level:
+        parts.append(f"support level {health.support_level}")
+    parts.extend(
+        f"{credential.env} {'set' if credential.present else 'NOT set'}"
+        for credential in health.credentials
+    )
+    hint = None
+    if health.missing_settings:
+        parts.append("missing settings: " + ", ".join(health.missing_settings))
+        hint = "set them in the worker's environment and restart it"
+    elif not health.reachable:
+        hint = "check the provider's endpoint and credentials on the worker host"
+    return [*checks, Check(name, health.ok, "; ".join(parts), hint)]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def doctor(as_json: bool) -> None:
+    """Check configuration and the reachability of every part; exit 2 if a check fails."""
+    checks = run_async(lambda: run_doctor(os.environ))
+    if as_json:
+        echo_json([c.as_dict() for c in checks])
+    else:
+        for check in checks:
+            mark = "ok  " if check.ok else "FAIL"
+            click.echo(f"[{mark}] {check.name}: {check.detail}")
+            if check.hint and not check.ok:
+                click.echo(f"       hint: {check.hint}")
+    if not all(check.ok for check in checks):
+        sys.exit(EXIT_ERROR)

@@ -1,33 +1,29 @@
-"""The durable path of the command line: Temporal connection, tool steps, deletion, checks.
+"""The durable path of the command line: the Temporal connection, tool steps, deletion.
 
-Used by ``mango worker``, by ``mango exec`` / ``mango sessions delete`` with
-``--via-temporal`` and by ``mango doctor``. Clients need only the database
+Used by ``mango worker`` and by ``mango exec`` / ``mango sessions delete`` with
+``--via-temporal`` (``mango doctor`` checks Temporal on its own). Clients need only the database
 and Temporal; providers and their credentials stay on workers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
 
-from mango.cli.doctor import Check
 from mango.config import Settings
-from mango.domain.errors import ConfigurationError, MangoError
+from mango.domain.errors import ConfigurationError
 from mango.domain.values import Command, ExecResult, SandboxSpec
 from mango.embedded.temporal import embedded_temporal, running_address
 from mango.postgres import PostgresBindingStore, open_store
 from mango.runtime import open_database
-from mango.temporal.client import Orchestrator, connect, worker_health
-from mango.temporal.routing import task_queue_for
+from mango.temporal.client import Orchestrator, connect
 
 __all__ = [
     "delete_via_temporal",
     "exec_via_temporal",
     "open_temporal",
-    "temporal_checks",
 ]
 
 
@@ -107,56 +103,3 @@ async def delete_via_temporal(settings: Settings, session_ids: list[str]) -> lis
     """Delete each Session through its cleanup workflow; False where it was already gone."""
     async with _orchestrator(settings) as orchestrator:
         return [await orchestrator.delete_session(session_id) for session_id in session_ids]
-
-
-async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Check]:
-    """Doctor checks: is Temporal reachable, and does a worker of MANGO_SANDBOX answer?"""
-    address = settings.temporal_address or running_address(settings.state_dir)
-    if address is None:
-        return [
-            Check(
-                "temporal",
-                True,
-                f"not in use: MANGO_TEMPORAL_ADDRESS is unset and no embedded dev server runs "
-                f"under {settings.state_dir / 'temporal'} ('mango worker' starts one)",
-            )
-        ]
-    try:
-        async with asyncio.timeout(timeout):
-            client = await connect(
-                address,
-                settings.temporal_namespace,
-                payload_keys=settings.temporal_payload_keys,
-            )
-    except MangoError as exc:
-        return [Check("temporal", False, str(exc), exc.hint)]
-    except TimeoutError:
-        return [Check("temporal", False, f"no answer from {address} within {timeout:g} s")]
-    checks = [
-        Check("temporal", True, f"reachable at {address}, namespace {settings.temporal_namespace}")
-    ]
-    queue = task_queue_for(settings.sandbox, settings.task_queue_prefix)
-    name = f"worker {queue}"
-    try:
-        async with asyncio.timeout(timeout + 5):
-            health = await worker_health(
-                client, settings.sandbox, settings.task_queue_prefix, timeout
-            )
-    except MangoError as exc:
-        return [*checks, Check(name, False, str(exc), exc.hint)]
-    except TimeoutError:
-        return [*checks, Check(name, False, f"no worker answered within {timeout:g} s")]
-    parts = [f"{health.worker}: provider {health.provider} {health.detail}"]
-    if health.support_level:
-        parts.append(f"support level {health.support_level}")
-    parts.extend(
-        f"{credential.env} {'set' if credential.present else 'NOT set'}"
-        for credential in health.credentials
-    )
-    hint = None
-    if health.missing_settings:
-        parts.append("missing settings: " + ", ".join(health.missing_settings))
-        hint = "set them in the worker's environment and restart it"
-    elif not health.reachable:
-        hint = "check the provider's endpoint and credentials on the worker host"
-    return [*checks, Check(name, health.ok, "; ".join(parts), hint)]

@@ -8,8 +8,9 @@ serves the provider's task queue until SIGTERM or SIGINT. The first signal
 shuts down gracefully (running steps get ``--graceful-shutdown`` seconds);
 a second one stops at once.
 
-``MANGO_FAULT_POINT`` (tests only) makes the process crash at a lifecycle
-point; see :mod:`mango.temporal.faults`. Unset, it changes nothing.
+``wrap_ports`` (tests only, through :func:`mango.cli.main.main`) wraps the
+SessionManager's provider and store: the crash-recovery tests make the
+worker crash at a lifecycle point that way (:mod:`mango.temporal.faults`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import click
 from mango.config import Settings, max_read_bytes
 
 if TYPE_CHECKING:
+    from mango.runtime import PortsWrapper
     from mango.temporal.messages import ReconcilerInput
 
 __all__ = ["READY_MESSAGE", "run_worker", "worker"]
@@ -41,18 +43,20 @@ async def run_worker(
     reconciler: ReconcilerInput | None,
     graceful_shutdown: float,
     sticky_queue_timeout: float = 5.0,
+    wrap_ports: PortsWrapper | None = None,
 ) -> None:
-    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT."""
+    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT.
+
+    ``wrap_ports`` is passed to :func:`mango.runtime.open_runtime`.
+    """
     # Imported here, not at module level: every other mango command stays quick to start.
+    from mango.app.tools import ToolRunner
     from mango.cli.durable import open_temporal
     from mango.plugins import load_plugins
     from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
-    from mango.temporal.faults import fault_point_from_env
-    from mango.temporal.tools import ToolRunner
     from mango.temporal.worker import serve
 
-    fault_point_from_env()  # a bad MANGO_FAULT_POINT fails here; open_runtime injects it
     host = load_plugins()
     _, registration = select_provider(settings, host)  # unknown provider: fail before starting
     loop = asyncio.get_running_loop()
@@ -79,7 +83,7 @@ async def run_worker(
         )
         async with (
             open_temporal(settings, start_embedded=True) as client,
-            open_runtime(settings, host) as runtime,
+            open_runtime(settings, host, wrap_ports=wrap_ports) as runtime,
         ):
             manager = runtime.manager
             activities = MangoActivities(
@@ -142,6 +146,7 @@ def worker(
     """
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
+    from mango.cli.common import ports_wrapper
     from mango.temporal.messages import ReconcilerInput
 
     settings = Settings.from_env()
@@ -153,6 +158,7 @@ def worker(
                 reconciler=reconciler,
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_timeout,
+                wrap_ports=ports_wrapper(),
             )
         )
     except asyncio.CancelledError:

@@ -29,9 +29,11 @@ __all__ = [
     "free_port",
     "is_process_alive",
     "is_server_of",
+    "lock_is_free",
     "port_is_free",
     "processes_in",
     "run_as_account",
+    "touch",
 ]
 
 RUN_AS_ENV = "MANGO_POSTGRES_USER"
@@ -80,6 +82,27 @@ def exclusive_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def touch(fd: int) -> None:
+    """Record a use of the server: the holders file's mtime is when it was last used."""
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+def lock_is_free(path: Path, *, shared_ok: bool) -> bool:
+    """True if nobody holds ``path`` (``flock``); with ``shared_ok``, only exclusive counts."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared_ok else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def is_process_alive(pid: int) -> bool:

@@ -1,5 +1,9 @@
 """The reaper: a detached process that stops an idle embedded PostgreSQL.
 
+This module starts, finds and ends it; the process itself is
+:mod:`mango.embedded.reaper` (which needs :mod:`mango.embedded.postgres`, the
+module that starts it through :func:`ensure_reaper`).
+
 The command line leaves the embedded server running after a command, so the
 next one joins it instead of paying a start and a stop. Something must stop
 it once nobody uses it, even when the last command was killed with SIGKILL
@@ -31,10 +35,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-__all__ = ["ensure_reaper", "main", "reaper_path", "reaper_pid", "stop_reaper"]
+__all__ = ["ensure_reaper", "reaper_path", "reaper_pid", "stop_reaper"]
 
 _LOG = logging.getLogger(__name__)
 _LAUNCH = '"$@" </dev/null 2>"$0" &'
@@ -108,38 +111,3 @@ def stop_reaper(data_dir: Path) -> None:
     if pid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m mango.embedded.reaper DATA_DIR IDLE_SECONDS TIMEOUT``."""
-    data_dir_text, idle_text, timeout_text = argv if argv is not None else sys.argv[1:]
-    data_dir, idle, timeout = Path(data_dir_text), float(idle_text), float(timeout_text)
-    try:
-        fd = os.open(reaper_path(data_dir), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return 0  # the state directory is gone
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another reaper watches this server
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
-    # In place: closing our end of the starter's pipe lets ensure_reaper() return.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s reaper %(process)d: %(message)s")
-
-    from mango.domain.errors import MangoError
-    from mango.embedded.postgres import EmbeddedPostgres
-
-    server = EmbeddedPostgres(data_dir, timeout=timeout, idle_seconds=idle)
-    while True:
-        try:
-            wait = server.stop_if_idle()
-        except MangoError as exc:
-            _LOG.warning("%s; trying again in %g s", exc, idle)
-            wait = idle
-        if wait is None:
-            return 0
-        time.sleep(wait)

@@ -15,8 +15,9 @@ and widens permissions up to ``/``. This module drives ``initdb`` and
   (``scram-sha-256``) authentication with a random password made at
   ``initdb``. The port is chosen once and persisted; a busy port is replaced.
 * **Once only.** ``initdb`` runs in a staging directory that is renamed into
-  place, so a crash never leaves half a cluster. Every start and stop happens
-  under an exclusive ``flock`` on ``D.lock``, so concurrent processes neither
+  place, so a crash never leaves half a cluster (:mod:`~mango.embedded._creation`).
+  Every start and stop (:mod:`~mango.embedded._process`) happens under an
+  exclusive ``flock`` on ``D.lock``, so concurrent processes neither
   initialise nor start twice.
 * **Reuse.** A server already running on ``D`` (started by another process)
   is used as is. Each handle holds a shared ``flock`` on ``D.holders`` while
@@ -27,7 +28,7 @@ and widens permissions up to ``/``. This module drives ``initdb`` and
 * **Lingering.** A handle with ``idle_seconds > 0`` (the command line's) does
   not stop the server when it is the last one: the next command joins it in
   milliseconds instead of paying a start and a stop. A detached reaper
-  (:mod:`mango.embedded._reaper`, one per data directory, holding
+  (:mod:`mango.embedded.reaper`, one per data directory, holding
   ``D.reaper``) stops it once nobody has used it for ``idle_seconds``. The
   reaper is started with the server, so a command killed with SIGKILL still
   leaves a server that stops on its own (a handle that cannot start one
@@ -52,8 +53,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import secrets
-import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -64,36 +63,18 @@ from urllib.parse import quote
 import attrs
 
 from mango.config import state_dir as config_state_dir
-from mango.domain.errors import ConfigurationError, ProviderUnavailable
+from mango.domain.errors import ProviderUnavailable
 from mango.embedded._cluster import (
     DATABASE,
-    FALLBACK_HINT,
     HOST,
     SUPERUSER,
-    Credentials,
-    Postmaster,
     ensure_database,
-    find_binaries,
     read_credentials,
-    read_from,
     read_postmaster,
-    run_tool,
-    server_major,
-    stage_binaries,
-    tail,
-    write_credentials,
 )
-from mango.embedded._host import (
-    RUN_AS_ENV,
-    Account,
-    exclusive_lock,
-    find_unreachable,
-    free_port,
-    is_server_of,
-    port_is_free,
-    processes_in,
-    run_as_account,
-)
+from mango.embedded._creation import Cluster
+from mango.embedded._host import Account, exclusive_lock, is_server_of, lock_is_free, touch
+from mango.embedded._process import launch, ready_postmaster, running_postmaster, stop_if_last
 from mango.embedded._reaper import ensure_reaper, reaper_pid, stop_reaper
 
 __all__ = [
@@ -106,12 +87,6 @@ __all__ = [
     "state_dir",
 ]
 
-_READY = ("ready", "standby")
-_CONF = """
-# Added by mango: a private server, reachable from this machine only.
-listen_addresses = '127.0.0.1'
-unix_socket_directories = ''
-"""
 _LOG = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -187,17 +162,20 @@ class EmbeddedPostgres:
     @property
     def log_path(self) -> Path:
         """The server log, worth reading when a start fails."""
-        return self.data_dir / "server.log"
+        return self._cluster.log_path
 
-    def _sibling(self, suffix: str, *, hidden: bool = False) -> Path:
-        dot = "." if hidden else ""
-        return self.data_dir.with_name(f"{dot}{self.data_dir.name}{suffix}")
+    @property
+    def _cluster(self) -> Cluster:
+        return Cluster(self.data_dir, self.timeout)
+
+    def _sibling(self, suffix: str) -> Path:
+        return self._cluster.sibling(suffix)
 
     def start(self) -> str:
         """Make sure the server runs and hold it; return the URL. Idempotent per handle."""
         if self._url is not None:
             return self._url
-        bin_dir, account = self._tools(prepare=True)
+        bin_dir, account = self._cluster.tools(prepare=True)
         with exclusive_lock(
             self._sibling(".lock"), timeout=self.timeout * 3, what="starting PostgreSQL"
         ):
@@ -208,10 +186,10 @@ class EmbeddedPostgres:
             fcntl.flock(holder, fcntl.LOCK_SH)
             try:
                 url = self._start_locked(bin_dir, account)
-                _touch(holder)
+                touch(holder)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    self._stop_if_last(holder, bin_dir, account)
+                    stop_if_last(self._cluster, holder, bin_dir, account)
                 os.close(holder)
                 raise
         self._holder, self._bin_dir, self._account, self._url = holder, bin_dir, account, url
@@ -235,9 +213,9 @@ class EmbeddedPostgres:
             with exclusive_lock(
                 self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
             ):
-                _touch(holder)
+                touch(holder)
                 if not linger:
-                    self._stop_if_last(holder, bin_dir, self._account)
+                    stop_if_last(self._cluster, holder, bin_dir, self._account)
         finally:
             os.close(holder)
             self._holder = self._url = None
@@ -252,7 +230,7 @@ class EmbeddedPostgres:
         in_use = False
         with contextlib.suppress(FileNotFoundError):
             last_used = self._sibling(".holders").stat().st_mtime
-            in_use = not _lock_is_free(self._sibling(".holders"), shared_ok=False)
+            in_use = not lock_is_free(self._sibling(".holders"), shared_ok=False)
         return EmbeddedStatus(
             data_dir=self.data_dir,
             running=running,
@@ -270,9 +248,9 @@ class EmbeddedPostgres:
         worker, a running command) is left alone: :class:`ProviderUnavailable`.
         """
         try:
-            if self._running_postmaster_or_none() is None:
+            if running_postmaster(self.data_dir) is None:
                 return False
-            bin_dir, account = self._tools(prepare=False)
+            bin_dir, account = self._cluster.tools(prepare=False)
             with exclusive_lock(
                 self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
             ):
@@ -280,8 +258,8 @@ class EmbeddedPostgres:
                     self._sibling(".holders"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
                 )
                 try:
-                    if not self._stop_if_last(holder, bin_dir, account):
-                        if self._running_postmaster_or_none() is None:
+                    if not stop_if_last(self._cluster, holder, bin_dir, account):
+                        if running_postmaster(self.data_dir) is None:
                             return False
                         raise ProviderUnavailable(
                             f"the embedded PostgreSQL on {self.data_dir} is in use by another "
@@ -304,9 +282,9 @@ class EmbeddedPostgres:
         remaining = self._idle_remaining()
         if remaining is None or remaining > 0:
             return remaining
-        if self._running_postmaster_or_none() is None:
+        if running_postmaster(self.data_dir) is None:
             return None
-        bin_dir, account = self._tools(prepare=False)
+        bin_dir, account = self._cluster.tools(prepare=False)
         with exclusive_lock(
             self._sibling(".lock"), timeout=self.timeout * 3, what="stopping an idle PostgreSQL"
         ):
@@ -314,7 +292,7 @@ class EmbeddedPostgres:
             try:
                 # Read again under the lock: a command may have just released it.
                 remaining = os.fstat(holder).st_mtime + self.idle_seconds - time.time()
-                stopped = remaining <= 0 and self._stop_if_last(holder, bin_dir, account)
+                stopped = remaining <= 0 and stop_if_last(self._cluster, holder, bin_dir, account)
             finally:
                 os.close(holder)
         if remaining > 0:
@@ -322,7 +300,7 @@ class EmbeddedPostgres:
         if stopped:
             _LOG.info("stopped PostgreSQL on %s after %g s idle", self.data_dir, self.idle_seconds)
             return None
-        if self._running_postmaster_or_none() is None:
+        if running_postmaster(self.data_dir) is None:
             return None
         return self.idle_seconds  # in use: a holder touches the file when it leaves
 
@@ -334,26 +312,6 @@ class EmbeddedPostgres:
             return self._sibling(".holders").stat().st_mtime + self.idle_seconds - time.time()
         except FileNotFoundError:
             return None
-
-    def _running_postmaster_or_none(self) -> Postmaster | None:
-        postmaster = read_postmaster(self.data_dir)
-        if postmaster is None or not is_server_of(postmaster.pid, self.data_dir):
-            return None
-        return postmaster
-
-    def _tools(self, *, prepare: bool) -> tuple[Path, Account | None]:
-        """The binaries to run and the account to run them as (checked reachable)."""
-        bin_dir = find_binaries()
-        account = run_as_account(self.data_dir)
-        if account is not None and find_unreachable(account, bin_dir) is not None:
-            # The server account cannot reach the virtual environment: run a
-            # world-readable copy kept beside the data directory instead.
-            if prepare:
-                self._prepare_parent(account)
-            bin_dir = stage_binaries(bin_dir, self.data_dir.parent / ".pginstall")
-        if prepare:
-            self._prepare_parent(account, bin_dir)
-        return bin_dir, account
 
     def __enter__(self) -> str:
         return self.start()
@@ -368,49 +326,17 @@ class EmbeddedPostgres:
 
     # ----------------------------------------------------------------- start
 
-    def _prepare_parent(self, account: Account | None, *reach: Path) -> None:
-        parent = self.data_dir.parent
-        existed = parent.exists()
-        if account is not None:
-            self._check_reachable(account, parent)  # before creating anything
-        try:
-            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if account is not None and not existed:
-                parent.chmod(0o711)  # our own directory: the server account may pass, not list
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot create the PostgreSQL state directory {parent}: {exc.strerror}",
-                hint=f"set MANGO_STATE_DIR to a writable directory, {FALLBACK_HINT}",
-            ) from exc
-        if account is not None:
-            self._check_reachable(account, parent, *reach)  # what mkdir created, under umask
-
-    @staticmethod
-    def _check_reachable(account: Account, *targets: Path) -> None:
-        for target in targets:
-            blocked = find_unreachable(account, target)
-            if blocked is not None:
-                raise ConfigurationError(
-                    "PostgreSQL refuses to run as root, so mango runs it as "
-                    f"{account.name!r}, but {blocked} is not searchable by that account "
-                    f"(needed to reach {target})",
-                    hint=(
-                        f"run mango as a non-root user, allow traversal with "
-                        f"'chmod o+x {blocked}', set MANGO_STATE_DIR outside it, "
-                        f"set {RUN_AS_ENV} to an account that can reach it, {FALLBACK_HINT}"
-                    ),
-                )
-
     def _start_locked(self, bin_dir: Path, account: Account | None) -> str:
-        credentials = read_credentials(self._sibling(".credentials.json"))
-        postmaster = self._running_postmaster()
+        cluster = self._cluster
+        credentials = read_credentials(cluster.credentials_path)
+        postmaster = ready_postmaster(cluster)
         if postmaster is None or postmaster.port is None:
-            credentials = self._ensure_cluster(bin_dir, account, credentials)
-            port = self._launch(bin_dir, account, credentials)
+            credentials = cluster.ensure(bin_dir, account, credentials)
+            port = launch(cluster, bin_dir, account, credentials)
             ensure_database(credentials.password, port)
         else:
             if credentials is None:
-                raise self._lost_credentials()
+                raise cluster.lost_credentials()
             # No connection here: whoever started it created the database under
             # this lock, and joining must cost the next command nothing. A server
             # that dies right now fails the caller's first connection instead
@@ -419,213 +345,6 @@ class EmbeddedPostgres:
             _LOG.info("reusing PostgreSQL (pid %d) on %s", postmaster.pid, self.data_dir)
         password = quote(credentials.password, safe="")
         return f"postgresql://{SUPERUSER}:{password}@{HOST}:{port}/{DATABASE}"
-
-    def _running_postmaster(self) -> Postmaster | None:
-        """The ready server on our data directory, or None after clearing a stale pid file."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            postmaster = read_postmaster(self.data_dir)
-            if postmaster is None:
-                return None
-            if not is_server_of(postmaster.pid, self.data_dir):
-                _LOG.warning(
-                    "removing stale %s/postmaster.pid (pid %d is not its server)",
-                    self.data_dir,
-                    postmaster.pid,
-                )
-                (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
-                self._await_old_processes(deadline)
-                return None
-            if postmaster.status in _READY and postmaster.port is not None:
-                return postmaster
-            if time.monotonic() >= deadline:
-                raise ProviderUnavailable(
-                    f"PostgreSQL (pid {postmaster.pid}) on {self.data_dir} stayed "
-                    f"{postmaster.status or 'starting'!r} for {self.timeout:g} s",
-                    hint=f"see {self.log_path}",
-                )
-            time.sleep(0.05)  # a server another process is starting or stopping
-
-    def _await_old_processes(self, deadline: float) -> None:
-        while pids := processes_in(self.data_dir):
-            if time.monotonic() >= deadline:
-                raise ProviderUnavailable(
-                    f"processes {pids} of a killed PostgreSQL still use {self.data_dir}",
-                    hint="terminate them, then retry",
-                )
-            time.sleep(0.02)
-
-    def _ensure_cluster(
-        self, bin_dir: Path, account: Account | None, credentials: Credentials | None
-    ) -> Credentials:
-        version_file = self.data_dir / "PG_VERSION"
-        try:
-            initialised = version_file.exists()
-            empty = not self.data_dir.exists() or not any(self.data_dir.iterdir())
-            cluster_major = version_file.read_text().strip() if initialised else ""
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot read the PostgreSQL data directory {self.data_dir}: {exc.strerror}",
-                hint=f"run mango as the directory's owner, {FALLBACK_HINT}",
-            ) from exc
-        if initialised:
-            expected_major = server_major()
-            if cluster_major != expected_major:
-                raise ConfigurationError(
-                    f"{self.data_dir} holds a PostgreSQL {cluster_major} cluster, but the "
-                    f"embedded server is PostgreSQL {expected_major}",
-                    hint="upgrade it with pg_upgrade, or move it away to start afresh",
-                )
-            self._check_owner(account)
-            if credentials is None:
-                raise self._lost_credentials()
-            return credentials
-        if not empty:
-            raise ConfigurationError(
-                f"{self.data_dir} exists but is not a PostgreSQL data directory",
-                hint="empty it or choose another directory (MANGO_STATE_DIR)",
-            )
-        if credentials is None:
-            credentials = Credentials(port=free_port(HOST), password=secrets.token_urlsafe(24))
-            write_credentials(self._sibling(".credentials.json"), credentials)
-        self._initdb(bin_dir, account, credentials)
-        return credentials
-
-    def _check_owner(self, account: Account | None) -> None:
-        owner = self.data_dir.stat().st_uid
-        expected = os.geteuid() if account is None else account.uid
-        if owner != expected:
-            raise ConfigurationError(
-                f"{self.data_dir} is owned by uid {owner}, "
-                f"but PostgreSQL would run as uid {expected}",
-                hint=f"run mango as uid {owner} (or set {RUN_AS_ENV} when running as root)",
-            )
-
-    def _initdb(self, bin_dir: Path, account: Account | None, credentials: Credentials) -> None:
-        staging = self._sibling(".initdb", hidden=True)
-        pwfile = self._sibling(".pwfile", hidden=True)
-        shutil.rmtree(staging, ignore_errors=True)  # what a crashed initdb left
-        staging.mkdir(mode=0o700)
-        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(credentials.password + "\n")
-        try:
-            if account is not None:
-                os.chown(staging, account.uid, account.gid)
-                os.chown(pwfile, account.uid, account.gid)
-            _LOG.info("initialising a PostgreSQL cluster in %s", self.data_dir)
-            argv = [
-                str(bin_dir / "initdb"),
-                f"--pgdata={staging}",
-                f"--username={SUPERUSER}",
-                f"--pwfile={pwfile}",
-                "--auth=scram-sha-256",
-                "--encoding=UTF8",
-                "--no-locale",
-                "--no-instructions",
-            ]
-            code, output = run_tool(argv, account, timeout=max(self.timeout, 120.0))
-            if code != 0:
-                raise ProviderUnavailable(
-                    f"initdb failed for {self.data_dir} (exit {code}): {tail(output)}",
-                    hint=f"fix the cause, {FALLBACK_HINT}",
-                )
-            with (staging / "postgresql.conf").open("a", encoding="utf-8") as conf:
-                conf.write(_CONF)
-            if self.data_dir.exists():
-                self.data_dir.rmdir()  # empty, checked by the caller under the lock
-            staging.rename(self.data_dir)
-        finally:
-            pwfile.unlink(missing_ok=True)
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def _launch(self, bin_dir: Path, account: Account | None, credentials: Credentials) -> int:
-        port = credentials.port
-        attempts = 3
-        for attempt in range(1, attempts + 1):
-            if not port_is_free(port, HOST):
-                port = free_port(HOST)
-            if port != credentials.port:
-                credentials = attrs.evolve(credentials, port=port)
-                write_credentials(self._sibling(".credentials.json"), credentials)
-            log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            _LOG.info("starting PostgreSQL on %s:%d for %s", HOST, port, self.data_dir)
-            argv = [
-                *(str(bin_dir / "pg_ctl"), "start", "--wait"),
-                *(f"--pgdata={self.data_dir}", f"--log={self.log_path}"),
-                *(f"--timeout={max(1, round(self.timeout))}", f"--options=-p {port}"),
-            ]
-            code, output = run_tool(argv, account, timeout=self.timeout + 30)
-            if code == 0:
-                postmaster = read_postmaster(self.data_dir)
-                return port if postmaster is None or postmaster.port is None else postmaster.port
-            log = read_from(self.log_path, log_offset)
-            if attempt < attempts and "could not bind" in log:
-                port = free_port(HOST)  # lost a race for the port; take another
-                continue
-            raise ProviderUnavailable(
-                f"PostgreSQL did not start on {self.data_dir}: {tail(log or output)}",
-                hint=f"see {self.log_path}",
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    # ------------------------------------------------------------------ stop
-
-    def _stop_if_last(self, holder: int, bin_dir: Path, account: Account | None) -> bool:
-        """Shut the server down if ``holder`` is the only handle left (start lock held).
-
-        True if a running server was stopped.
-        """
-        try:
-            fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # another handle still uses the server
-        postmaster = read_postmaster(self.data_dir)
-        if postmaster is None or not is_server_of(postmaster.pid, self.data_dir):
-            return False
-        _LOG.info("stopping PostgreSQL (pid %d) on %s", postmaster.pid, self.data_dir)
-        argv = [
-            *(str(bin_dir / "pg_ctl"), "stop", "--wait", "--mode=fast"),
-            *(f"--pgdata={self.data_dir}", f"--timeout={max(1, round(self.timeout))}"),
-        ]
-        code, output = run_tool(argv, account, timeout=self.timeout + 30)
-        if code != 0 and is_server_of(postmaster.pid, self.data_dir):
-            raise ProviderUnavailable(
-                f"could not stop PostgreSQL (pid {postmaster.pid}) on {self.data_dir}: "
-                f"{tail(output)}",
-                hint=f"see {self.log_path}",
-            )
-        return True
-
-    # ----------------------------------------------------------- credentials
-
-    def _lost_credentials(self) -> ConfigurationError:
-        return ConfigurationError(
-            f"{self._sibling('.credentials.json')} is missing, so the password of the "
-            f"existing cluster {self.data_dir} is unknown",
-            hint="restore the file, or move the data directory away to start afresh",
-        )
-
-
-def _touch(fd: int) -> None:
-    """Record a use of the server: the holders file's mtime is when it was last used."""
-    with contextlib.suppress(OSError):
-        os.utime(fd)
-
-
-def _lock_is_free(path: Path, *, shared_ok: bool) -> bool:
-    """True if nobody holds ``path`` (``flock``); with ``shared_ok``, only exclusive counts."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared_ok else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 async def _in_thread_to_completion(func: Callable[[], _T]) -> _T:

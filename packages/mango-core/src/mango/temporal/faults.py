@@ -1,12 +1,14 @@
-"""Crash injection for recovery tests: inert unless ``MANGO_FAULT_POINT`` is set.
+"""Crash injection for recovery tests; nothing in production imports it.
 
-Every composition root (``mango worker``, every direct command of the command
-line, :func:`mango.open_session_manager`) opens its SessionManager through
-:func:`mango.runtime.open_runtime`, which calls :func:`inject_faults` on the
-provider and store. With ``MANGO_FAULT_POINT`` unset (always, outside tests)
-they stay unchanged. With it set, the process kills itself with SIGKILL (no
-cleanup, no finally blocks: a real crash) the first time it reaches that
-point:
+:func:`inject_faults` wraps a provider and a store so that the process kills
+itself with SIGKILL (no cleanup, no finally blocks: a real crash) the first
+time it reaches a point. The recovery tests run ``mango`` through their own
+entry point (``tests/faulty_mango.py`` of mango-core), which reads the point
+from ``MANGO_FAULT_POINT`` (:func:`fault_point_from_env`) and hands
+:func:`inject_faults` to :func:`mango.cli.main.main` as its ``wrap_ports``
+seam, so ``mango worker`` and every direct command open their SessionManager
+on the wrapped ports (:func:`mango.runtime.open_runtime`). The ``mango``
+script itself reads no such variable. The points:
 
 =========================  ==============================================================
 provisioning

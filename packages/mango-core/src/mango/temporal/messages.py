@@ -17,6 +17,7 @@ import attrs
 
 from mango.app.converter import converter
 from mango.app.session_manager import ReconcileReport
+from mango.app.tools import ToolCall, ToolResult
 from mango.domain.errors import InvalidInput
 from mango.domain.values import (
     Command,
@@ -26,7 +27,6 @@ from mango.domain.values import (
     SandboxSpec,
     validate_session_id,
 )
-from mango.temporal.tools import ToolCall, ToolResult
 
 __all__ = [
     "AcquireInput",

@@ -1,0 +1,160 @@
+"""What every ``mango`` command shares: exit codes, error lines, the event loop, the runtime.
+
+Expected failures print one ``error:`` line and, where there is one, a
+``hint:`` line; never a traceback. Only click, attrs and mango's light
+modules are imported here: the runtime (database driver, plugins) is
+imported by :func:`with_runtime` when a command needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
+
+import attrs
+import click
+
+from mango.config import Settings
+from mango.domain.errors import InvalidInput, MangoError
+from mango.domain.values import validate_session_id
+
+if TYPE_CHECKING:
+    from mango.runtime import PortsWrapper, Runtime
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "EXIT_TIMEOUT",
+    "VIA_TEMPORAL_HELP",
+    "Wiring",
+    "fail",
+    "load_settings",
+    "ports_wrapper",
+    "run_async",
+    "session_id_arg",
+    "use_temporal",
+    "with_runtime",
+]
+
+T = TypeVar("T")
+
+EXIT_ERROR = 2
+"""Every expected failure: bad input or settings, an unreachable part, a failed check."""
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+"""SIGINT (128 + 2)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (128 + 15)."""
+
+
+@attrs.frozen
+class Wiring:
+    """What the caller of :func:`mango.cli.main.main` hands every command (click's ``obj``)."""
+
+    wrap_ports: PortsWrapper | None = None
+    """Wraps each SessionManager's provider and store (tests only: crash injection)."""
+
+
+def ports_wrapper() -> PortsWrapper | None:
+    """The running command's :attr:`Wiring.wrap_ports`; None outside :func:`main` or unset."""
+    context = click.get_current_context(silent=True)
+    wiring = None if context is None else context.find_object(Wiring)
+    return None if wiring is None else wiring.wrap_ports
+
+
+def fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``error: message`` (and ``hint: hint``) to stderr and exit with ``code``."""
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+def run_async(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine, turning mango errors into one clear line.
+
+    SIGINT and SIGTERM both cancel it, and a cancelled command is killed (its
+    process tree, wherever it runs) before we exit, so no work outlives
+    ``mango``. Further signals during that clean-up are ignored: SIGKILL is
+    the way to leave without it.
+    """
+    terminated = False
+
+    async def main() -> T:
+        nonlocal terminated
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - asyncio.run runs us in a task
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            if not terminated:
+                terminated = True
+                task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await factory()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        return asyncio.run(main())
+    except MangoError as exc:
+        fail(str(exc), exc.hint)
+    except KeyboardInterrupt:
+        fail("interrupted", code=EXIT_INTERRUPTED)
+    except asyncio.CancelledError:
+        if terminated:
+            fail("terminated", code=EXIT_TERMINATED)
+        raise
+    except OSError as exc:
+        fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})")
+
+
+def load_settings() -> Settings:
+    """The settings from the environment, or one ``error:`` line and exit 2."""
+    try:
+        return Settings.from_env()
+    except MangoError as exc:
+        fail(str(exc), exc.hint)
+
+
+def use_temporal(flag: bool | None) -> bool:
+    """``--via-temporal`` as given, else on exactly when MANGO_TEMPORAL_ADDRESS is set."""
+    if flag is not None:
+        return flag
+    return bool(os.environ.get("MANGO_TEMPORAL_ADDRESS", "").strip())
+
+
+VIA_TEMPORAL_HELP = (
+    "Go through the Session's Temporal workflow and a worker (the durable path) instead "
+    "of calling the provider here. Default: on when MANGO_TEMPORAL_ADDRESS is set."
+)
+
+
+def session_id_arg(value: str) -> str:
+    """A valid Session id, or click's usage error naming what is wrong with it."""
+    try:
+        return validate_session_id(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def with_runtime(body: Callable[[Runtime], Awaitable[T]]) -> T:
+    """Open the runtime (the embedded PostgreSQL lingers), run ``body`` in it, close it."""
+    settings = load_settings()
+    wrap = ports_wrapper()
+
+    async def go() -> T:
+        from mango.runtime import open_runtime
+
+        async with open_runtime(settings, linger=True, wrap_ports=wrap) as rt:
+            return await body(rt)
+
+    return run_async(go)
