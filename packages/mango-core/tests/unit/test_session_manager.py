@@ -309,10 +309,10 @@ async def test_recreated_session_does_not_reuse_a_stale_client(
 
 async def test_every_effect_has_a_handler() -> None:
     """The manager performs every effect the lifecycle table can ask for."""
-    from mango.app.session_manager import _HANDLERS
+    from mango.app.session_manager import default_handlers
     from mango.domain import LifecycleEffect
 
-    assert set(_HANDLERS) == set(LifecycleEffect)
+    assert set(default_handlers().effects) == set(LifecycleEffect)
 
 
 async def test_intent_only_release_never_creates(
