@@ -23,36 +23,30 @@ and the transition is the whole rule for that step:
   follows; attach reports ``lost``, so ``reference-lost`` and then the
   original command follow, which meets the ``lost`` state and fails).
 
-The table also says which effects may report which signals (``signals``) and
-what a state answers to a command it does not admit (``refusals``: a fenced
-Session refuses new work with the ``not-deleting`` guard's
-:class:`~mango.domain.errors.SessionDeleting`, not a bare
-:class:`~mango.domain.errors.InvalidTransition`).
+The table also declares which signals each effect may report and what a
+state answers to a command it does not admit (``refusals``: a fenced Session
+meets the ``not-deleting`` guard's ``SessionDeleting``, not a bare
+``InvalidTransition``).
 
-Why signals and not effects returning commands: an effect reports what it
-found (the application layer's typed outcomes carry a signal), and only the
-table turns that into commands, so a reader of the table sees every path. An
-effect that may report a signal must be the last of its transition (no
-effect after it can be skipped by a follow-up), every signal it may report
-has a declared follow-up and every declared follow-up can happen, every
-follow-up command is admitted by the state it meets, and follow-ups never
-loop. :class:`LifecycleTable` checks all of it at construction and raises
-:class:`~mango.domain.errors.LifecycleTableError` listing every broken rule,
-so the default table :data:`LIFECYCLE` breaks at import, not in production.
+Effects report what they found; only the table turns that into commands, so
+its reader sees every path. The rules, checked when a table is built (the
+default :data:`LIFECYCLE` at import; :class:`~mango.domain.errors.LifecycleTableError`
+lists every broken one): an effect that may report a signal is the last of
+its transition (nothing after it can be skipped), every signal it may report
+has a follow-up and every follow-up can happen, each follow-up command is
+admitted by the state it meets, and follow-ups never loop.
 
-Effects and guards are names: the application layer performs them by
-handlers looked up in a registry it checks against the table. The names of
-the default table are :class:`LifecycleEffect` and :class:`LifecycleGuard`
-members (string enums); a table built with :meth:`LifecycleTable.with_transitions`
-may add its own (a resource step before a tool step, a memory write-back
-before the destroy) without touching the interpreter.
+Effects and guards are names, performed by handlers the application layer
+looks up in a registry it checks against the table; the default table uses
+:class:`LifecycleEffect` and :class:`LifecycleGuard` (string enums). A copy
+made with :meth:`LifecycleTable.with_transitions` may add its own (a
+resource step before a tool step, a memory write-back before the destroy)
+and the interpreter runs it unchanged.
 
-:func:`transition` and :func:`observe` stay the pure API: ``transition`` looks
-a step up in :data:`LIFECYCLE`, ``observe`` derives the durable state from
-what the store holds. A :class:`Course` walks one command and its follow-ups
-through a table, reporting each transition and taking each last effect's
-signal; the interpreter and the model tests walk the table with it. Nothing
-here does I/O.
+:func:`transition` and :func:`observe` are the pure API (a step of
+:data:`LIFECYCLE`; the state the store's rows mean). A :class:`Course` walks
+one command and its follow-ups through a table for a caller that performs
+the steps (the interpreter, the model tests). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -181,14 +175,14 @@ def _rows(value: Mapping[_Key, Transition]) -> Mapping[_Key, Transition]:
     return MappingProxyType(dict(value))
 
 
+def _refusals(value: Mapping[LifecycleState, str]) -> Mapping[LifecycleState, str]:
+    return MappingProxyType(dict(value))
+
+
 def _signals(
     value: Mapping[str, Iterable[LifecycleSignal]],
 ) -> Mapping[str, frozenset[LifecycleSignal]]:
     return MappingProxyType({name: frozenset(signals) for name, signals in value.items()})
-
-
-def _refusals(value: Mapping[LifecycleState, str]) -> Mapping[LifecycleState, str]:
-    return MappingProxyType(dict(value))
 
 
 @attrs.frozen(eq=False)
