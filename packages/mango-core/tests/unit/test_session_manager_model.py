@@ -134,6 +134,10 @@ class SessionManagerModel(RuleBasedStateMachine):
     def _follow(self, sid: str, state: LifecycleState, command: LifecycleCommand) -> LifecycleState:
         """The walk with what SessionManager reported; ``lost`` only if the world says so."""
         performed = self.log.pop(sid, [])
+        if state is S.LOST and performed and performed[0].effect == E.ATTACH_RESOURCE:
+            # A worker's cached client stands for the binding, so a loss
+            # another worker recorded is met through its keep-alive.
+            state = S.BOUND
         reported_lost = any(p.signal is L.LOST for p in performed)
         assert reported_lost == (self.vanished[sid] and state is S.BOUND), (state, performed)
         return follow(state, command, performed)
