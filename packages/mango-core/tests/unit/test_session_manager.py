@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from mango.domain import (
     CapabilityNotSupported,
     Command,
     InvalidInput,
+    LifecycleCommand,
+    LifecycleState,
     NetworkMode,
     OwnershipError,
     PackagePlan,
@@ -545,3 +548,27 @@ async def test_an_outcome_the_handler_does_not_declare_fails(
     with pytest.raises(LifecycleTableError, match="reported Ready"):
         await manager.release("s1")
     assert len(world.resources) == 1  # stopped before the destroy
+
+
+def _readme_example() -> str:
+    """The Python block of the mango-core README's lifecycle section."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### The lifecycle table", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readme_example_of_a_new_step_runs(tmp_path: Path) -> None:
+    """The mango-core README's lifecycle example builds a manager that deletes as usual."""
+    from mango.local import LocalProvider
+
+    provider = LocalProvider(tmp_path)
+    namespace: dict[str, Any] = {"provider": provider, "store": InMemoryBindingStore()}
+    exec(_readme_example(), namespace)  # noqa: S102 - our own README's example
+    manager = namespace["manager"]
+    teardown = manager.table.step(LifecycleState.BOUND, LifecycleCommand.DELETE)
+    assert teardown.effects[1] == "flush-memory"
+    await manager.ensure_session("s1")
+    await manager.acquire("s1", SPEC)
+    assert await provider.find("s1") is not None
+    assert await manager.delete_session("s1") is True
+    assert await provider.find("s1") is None
