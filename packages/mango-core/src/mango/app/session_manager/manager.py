@@ -260,7 +260,11 @@ class SessionManager:
             try:
                 step = course.next()
             except InvalidTransition as refused:
-                self._refuse(facts, course.state, refused)
+                failure: InvalidTransition | None = refused
+            else:
+                failure = None
+            if failure is not None:  # outside the handler: the refusal is not "during" it
+                self._refuse(facts, course.state, failure)
             if step is None:
                 return facts
             command = step.command
