@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,6 +18,15 @@ from mango.domain import (
     is_permanent,
     observe,
     transition,
+)
+from mango.domain.errors import LifecycleTableError
+from mango.domain.lifecycle import (
+    LIFECYCLE,
+    FollowUp,
+    LifecycleGuard,
+    LifecycleSignal,
+    LifecycleTable,
+    Transition,
 )
 
 S, C, E = LifecycleState, LifecycleCommand, LifecycleEffect
@@ -111,3 +123,170 @@ def test_observe_is_consistent(
         if state is S.LOST:
             # A persisted loss fails every acquire and never provisions.
             assert transition(state, C.ACQUIRE).effects == (E.FAIL_LOST,)
+
+
+# ------------------------------------------------------------------ the table and its rules
+
+G, L = LifecycleGuard, LifecycleSignal
+ATTACHED_THEN_LOST = FollowUp(L.LOST, (C.REFERENCE_LOST, C.ACQUIRE))
+
+
+def _with(row: Transition, *, key: tuple[LifecycleState, LifecycleCommand] = (S.BOUND, C.ACQUIRE)):
+    return LIFECYCLE.with_transitions({key: row})
+
+
+def test_the_default_table_is_built_and_checked_at_import() -> None:
+    """``transition`` answers from LIFECYCLE, a LifecycleTable (checked when it was built)."""
+    assert isinstance(LIFECYCLE, LifecycleTable)
+    for (state, command), row in LIFECYCLE.transitions.items():
+        assert transition(state, command) is row
+    assert LIFECYCLE.effects == set(LifecycleEffect)
+    assert LIFECYCLE.guards == set(LifecycleGuard)
+
+
+def test_an_emitting_effect_that_is_not_last_is_refused() -> None:
+    """An effect that may report a signal must end its transition."""
+    row = Transition(S.BOUND, (E.ATTACH_RESOURCE, E.RECORD_LOST), follow_ups=(ATTACHED_THEN_LOST,))
+    with pytest.raises(LifecycleTableError, match="must be the last") as info:
+        _with(row)
+    assert is_permanent(info.value)
+    assert any("(bound, acquire)" in reason for reason in info.value.reasons)
+
+
+def test_a_signal_without_a_follow_up_is_refused() -> None:
+    """Every signal the last effect may report needs a declared follow-up."""
+    with pytest.raises(LifecycleTableError, match="declares no follow-up for it"):
+        _with(Transition(S.BOUND, (E.ATTACH_RESOURCE,)))
+
+
+def test_a_follow_up_no_effect_reports_is_refused() -> None:
+    """A follow-up on a signal the last effect never reports is dead: refused."""
+    row = Transition(S.BOUND, (E.RECORD_LOST,), follow_ups=(ATTACHED_THEN_LOST,))
+    with pytest.raises(LifecycleTableError, match="never reports"):
+        _with(row)
+
+
+def test_a_follow_up_the_next_state_refuses_is_refused() -> None:
+    """Each follow-up command must be admitted by the state it meets."""
+    row = Transition(
+        S.BOUND,
+        (E.ATTACH_RESOURCE,),
+        follow_ups=(FollowUp(L.LOST, (C.RESOURCE_READY,)),),
+    )
+    with pytest.raises(LifecycleTableError, match="follow-up resource-ready meets bound"):
+        _with(row)
+
+
+def test_follow_ups_that_loop_are_refused() -> None:
+    """A follow-up chain that comes back to where it started would never end."""
+    row = Transition(S.BOUND, (E.ATTACH_RESOURCE,), follow_ups=(FollowUp(L.LOST, (C.ACQUIRE,)),))
+    with pytest.raises(LifecycleTableError, match="loop"):
+        _with(row)
+
+
+def test_every_broken_rule_is_listed() -> None:
+    """One error lists every fault of the table, not just the first."""
+    rows = {
+        (S.BOUND, C.ACQUIRE): Transition(S.BOUND, (E.ATTACH_RESOURCE,)),
+        (S.PROVISIONING, C.ACQUIRE): Transition(
+            S.PROVISIONING, (E.SETUP_RESOURCE, E.CREATE_RESOURCE)
+        ),
+    }
+    with pytest.raises(LifecycleTableError) as info:
+        LIFECYCLE.with_transitions(rows)
+    assert [reason.split(":")[0] for reason in info.value.reasons] == [
+        "(provisioning, acquire)",
+        "(bound, acquire)",
+    ]
+
+
+def test_a_broken_table_fails_when_its_module_is_imported(tmp_path: Path) -> None:
+    """A module that builds a broken table cannot be imported at all."""
+    module = tmp_path / "broken_lifecycle_table.py"
+    module.write_text(
+        "from mango.domain.lifecycle import LIFECYCLE, LifecycleCommand, LifecycleEffect,"
+        " LifecycleState, Transition\n"
+        "TABLE = LIFECYCLE.with_transitions({(LifecycleState.BOUND, LifecycleCommand.ACQUIRE):"
+        " Transition(LifecycleState.BOUND, (LifecycleEffect.ATTACH_RESOURCE,"
+        " LifecycleEffect.RECORD_LOST))})\n"
+    )
+    spec = importlib.util.spec_from_file_location("broken_lifecycle_table", module)
+    assert spec is not None
+    assert spec.loader is not None
+    with pytest.raises(LifecycleTableError, match="must be the last"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_a_copy_with_a_new_effect_keeps_the_original() -> None:
+    """with_transitions returns a checked copy; the default table is unchanged."""
+    flush = "flush-memory"
+    teardown = (E.FENCE_SESSION, flush, E.DESTROY_RESOURCE, E.REMOVE_BINDING, E.REMOVE_INTENT)
+    copy = LIFECYCLE.with_transitions(
+        {(S.BOUND, C.DELETE): Transition(S.DELETING, teardown, guards=(G.OWNED_HERE,))}
+    )
+    assert flush in copy.effects
+    assert flush not in LIFECYCLE.effects
+    assert copy.step(S.BOUND, C.DELETE).effects[1] == flush
+    assert copy.refusal(S.DELETING) is G.NOT_DELETING
+
+
+@pytest.mark.parametrize(
+    ("start", "command", "signals", "path", "end"),
+    [
+        # First use: set up, then published.
+        (
+            S.UNBOUND,
+            C.ACQUIRE,
+            [L.READY, None],
+            [(S.UNBOUND, C.ACQUIRE), (S.PROVISIONING, C.RESOURCE_READY)],
+            S.BOUND,
+        ),
+        # Outbid: the winner's binding is attached.
+        (
+            S.PROVISIONING,
+            C.RESOURCE_READY,
+            [L.OUTBID, None],
+            [(S.PROVISIONING, C.RESOURCE_READY), (S.BOUND, C.ACQUIRE)],
+            S.BOUND,
+        ),
+        # A vanished resource: the loss is recorded, then the command meets lost.
+        (
+            S.BOUND,
+            C.ACQUIRE_EXISTING,
+            [L.LOST, None, None],
+            [
+                (S.BOUND, C.ACQUIRE_EXISTING),
+                (S.BOUND, C.REFERENCE_LOST),
+                (S.LOST, C.ACQUIRE_EXISTING),
+            ],
+            S.LOST,
+        ),
+    ],
+)
+def test_a_course_runs_the_declared_follow_ups_first(
+    start: LifecycleState,
+    command: LifecycleCommand,
+    signals: list[LifecycleSignal | None],
+    path: list[tuple[LifecycleState, LifecycleCommand]],
+    end: LifecycleState,
+) -> None:
+    """Each signal queues the transition's follow-ups, in order, before anything else."""
+    course = LIFECYCLE.course(start, command)
+    walked = []
+    for signal in signals:
+        step = course.next()
+        assert step is not None
+        walked.append((course.state, step.command))
+        course.settle(step, signal)
+    assert course.next() is None
+    assert walked == path
+    assert course.state is end
+
+
+def test_a_course_refuses_what_the_state_does_not_admit() -> None:
+    """The course raises InvalidTransition; the table names the refusal guard of the state."""
+    course = LIFECYCLE.course(S.DELETING, C.ACQUIRE)
+    with pytest.raises(InvalidTransition):
+        course.next()
+    assert LIFECYCLE.refusal(S.DELETING) is G.NOT_DELETING
+    assert LIFECYCLE.refusal(S.BOUND) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from mango.domain import (
     CapabilityNotSupported,
     Command,
     InvalidInput,
+    LifecycleCommand,
+    LifecycleState,
     NetworkMode,
     OwnershipError,
     PackagePlan,
@@ -309,10 +312,10 @@ async def test_recreated_session_does_not_reuse_a_stale_client(
 
 async def test_every_effect_has_a_handler() -> None:
     """The manager performs every effect the lifecycle table can ask for."""
-    from mango.app.session_manager import _HANDLERS
+    from mango.app.session_manager import default_handlers
     from mango.domain import LifecycleEffect
 
-    assert set(_HANDLERS) == set(LifecycleEffect)
+    assert set(default_handlers().effects) == set(LifecycleEffect)
 
 
 async def test_intent_only_release_never_creates(
@@ -452,3 +455,120 @@ async def test_package_setup_is_bounded_by_the_deadline(
     await manager.ensure_session("s3")
     await manager.acquire("s3", spec, deadline=deadline_in(-5))
     assert world.commands[-1].timeout == MIN_MAINTENANCE_TIMEOUT
+
+
+# ------------------------------------------------------------------ the table is data
+
+FLUSH = "flush-memory"
+"""A step of the next issues (the final memory write-back on delete), as a no-op."""
+
+
+def _with_flush() -> Any:
+    from mango.domain.lifecycle import LIFECYCLE, LifecycleCommand, LifecycleState, Transition
+
+    teardown = LIFECYCLE.step(LifecycleState.BOUND, LifecycleCommand.DELETE)
+    effects = (teardown.effects[0], FLUSH, *teardown.effects[1:])
+    row = Transition(teardown.state, effects, guards=teardown.guards)
+    deleting = [state for state in LifecycleState if state is not LifecycleState.DELETED]
+    return LIFECYCLE.with_transitions({(state, LifecycleCommand.DELETE): row for state in deleting})
+
+
+async def test_a_new_effect_runs_where_the_table_puts_it(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A no-op effect added to a copy of the table runs after the fence, before the destroy."""
+    from mango.app.session_manager import EffectHandler, default_handlers
+    from mango.app.session_manager.context import Done
+
+    seen: list[tuple[bool, bool, bool]] = []
+
+    async def flush(ports: Any, session_id: str) -> Done:
+        record = await ports.store.get_session(session_id)
+        binding = await ports.store.get_binding(session_id)
+        alive = binding is not None and binding.ref.external_id in world.resources
+        seen.append((record is not None and record.deleting, binding is not None, alive))
+        return Done()
+
+    handlers = default_handlers().with_effect(
+        FLUSH, EffectHandler(gather=lambda facts: facts.session_id, perform=flush)
+    )
+    manager = SessionManager(make_provider(), store, table=_with_flush(), handlers=handlers)
+    await manager.ensure_session("s1")
+    await manager.acquire("s1", SPEC)
+    assert seen == []
+    assert await manager.delete_session("s1") is True
+    assert seen == [(True, True, True)]  # fenced, still bound, resource still there
+    assert world.resources == {}
+    assert await store.get_session("s1") is None
+
+
+async def test_a_table_without_handlers_for_its_effects_is_refused(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """A SessionManager checks its table against its handlers when it is built."""
+    from mango.domain.errors import LifecycleTableError
+
+    with pytest.raises(LifecycleTableError, match="no handler for effect flush-memory"):
+        SessionManager(make_provider(), store, table=_with_flush())
+
+
+async def test_a_handler_must_report_the_signals_the_table_declares(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any]
+) -> None:
+    """An attach handler that cannot report 'lost' does not fit the default table."""
+    from mango.app.session_manager import EffectHandler, default_handlers
+    from mango.app.session_manager.context import Attached
+    from mango.domain import LifecycleEffect
+    from mango.domain.errors import LifecycleTableError
+
+    attach = default_handlers().effects[LifecycleEffect.ATTACH_RESOURCE]
+    blind = EffectHandler(gather=attach.gather, perform=attach.perform, outcomes=(Attached,))
+    handlers = default_handlers().with_effect(LifecycleEffect.ATTACH_RESOURCE, blind)
+    with pytest.raises(LifecycleTableError, match="the table declares"):
+        SessionManager(make_provider(), store, handlers=handlers)
+
+
+async def test_an_outcome_the_handler_does_not_declare_fails(
+    store: InMemoryBindingStore, make_provider: Callable[..., Any], world: Any
+) -> None:
+    """A handler that reports something it did not declare stops the command."""
+    from mango.app.session_manager import EffectHandler, default_handlers
+    from mango.app.session_manager.context import Ready
+    from mango.domain.errors import LifecycleTableError
+
+    async def flush(ports: Any, session_id: str) -> Ready:
+        return Ready()
+
+    handlers = default_handlers().with_effect(
+        FLUSH, EffectHandler(gather=lambda facts: facts.session_id, perform=flush)
+    )
+    manager = SessionManager(make_provider(), store, table=_with_flush(), handlers=handlers)
+    await manager.ensure_session("s1")
+    await manager.acquire("s1", SPEC)
+    with pytest.raises(LifecycleTableError, match="reported Ready"):
+        await manager.release("s1")
+    assert len(world.resources) == 1  # stopped before the destroy
+
+
+def _readme_example() -> str:
+    """The Python block of the mango-core README's lifecycle section."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### The lifecycle table", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readme_example_of_a_new_step_runs(tmp_path: Path) -> None:
+    """The mango-core README's lifecycle example builds a manager that deletes as usual."""
+    from mango.local import LocalProvider
+
+    provider = LocalProvider(tmp_path)
+    namespace: dict[str, Any] = {"provider": provider, "store": InMemoryBindingStore()}
+    exec(_readme_example(), namespace)  # noqa: S102 - our own README's example
+    manager = namespace["manager"]
+    teardown = manager.table.step(LifecycleState.BOUND, LifecycleCommand.DELETE)
+    assert teardown.effects[1] == "flush-memory"
+    await manager.ensure_session("s1")
+    await manager.acquire("s1", SPEC)
+    assert await provider.find("s1") is not None
+    assert await manager.delete_session("s1") is True
+    assert await provider.find("s1") is None

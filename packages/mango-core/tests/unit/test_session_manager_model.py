@@ -1,27 +1,34 @@
-"""A Hypothesis model of SessionManager: the store's state always equals what the table predicts.
+"""A Hypothesis model of SessionManager: it does what the lifecycle table says, nothing else.
 
 The machine drives SessionManager (several workers over one in-memory store
 and one provider world) with acquire, acquire-existing, use, release, delete,
 reconcile, crashes between steps and resources vanishing behind mango's back.
-A model Session state advances by :func:`~mango.domain.lifecycle.transition`
-alone; after every step the state observed from the store's rows must equal
-it, and the resources at the provider must fit it.
+Every handler records what it performed and the signal its outcome reported;
+the model walks the same command through the table
+(:class:`~mango.domain.lifecycle.Course`) with those signals, so the effects
+performed must be exactly the table's, in its order, follow-ups included.
+The model knows only the world: a resource that vanished is the one thing
+that makes an effect report ``lost``. After every step the state observed
+from the store's rows must equal the state the walk ended in, and the
+resources at the provider must fit it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import attrs
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from mango.app import InMemoryBindingStore, SessionManager
+from mango.app.session_manager import EffectHandler, Handlers, default_handlers
 from mango.domain import (
     InvalidInput,
-    InvalidTransition,
     LifecycleCommand,
     LifecycleEffect,
     LifecycleState,
@@ -32,33 +39,66 @@ from mango.domain import (
     spec_hash,
     transition,
 )
+from mango.domain.lifecycle import LIFECYCLE, LifecycleGuard, LifecycleSignal
 from mango.domain.ports import Sandbox
 
-S, C, E = LifecycleState, LifecycleCommand, LifecycleEffect
+S, C, E, L = LifecycleState, LifecycleCommand, LifecycleEffect, LifecycleSignal
 SPEC = SandboxSpec()
 SESSIONS = ("a", "b")
 _T = TypeVar("_T")
 
 
-def predict(
-    state: LifecycleState, command: LifecycleCommand, *, vanished: bool
-) -> tuple[LifecycleState, bool]:
-    """The state after ``command`` by the table alone, and whether the caller sees 'lost'.
+@attrs.frozen
+class Performed:
+    """One effect SessionManager performed, and the signal its outcome reported."""
 
-    ``vanished``: the bound resource is gone at the provider, which attaching
-    (or keep-alive) reports as ``reference-lost``.
+    effect: str
+    signal: LifecycleSignal | None
+
+
+def recording(log: dict[str, list[Performed]]) -> Handlers:
+    """The default handlers, each noting per Session what it performed and reported."""
+    handlers = default_handlers()
+    for name, handler in handlers.effects.items():
+
+        def gather(facts: Any, handler: EffectHandler[Any] = handler) -> tuple[str, Any]:
+            return facts.session_id, handler.gather(facts)
+
+        async def perform(
+            ports: Any, given: tuple[str, Any], name: str = name, handler: Any = handler
+        ) -> Any:
+            session_id, inner = given
+            try:
+                outcome = await handler.perform(ports, inner)
+            except BaseException:
+                log[session_id].append(Performed(name, None))  # failed (fail-lost always does)
+                raise
+            log[session_id].append(Performed(name, outcome.signal))
+            return outcome
+
+        handlers = handlers.with_effect(
+            name, EffectHandler(gather=gather, perform=perform, outcomes=handler.outcomes)
+        )
+    return handlers
+
+
+def follow(
+    state: LifecycleState, command: LifecycleCommand, performed: list[Performed]
+) -> LifecycleState:
+    """Walk ``command`` through the table, taking each signal from what SessionManager reported.
+
+    Every effect the table asks for must have been performed, in the table's
+    order, and nothing else; the state the walk ends in is returned.
     """
-    pending, failed = [command], False
-    while pending:
-        current = pending.pop(0)
-        step = transition(state, current)
-        if E.ATTACH_RESOURCE in step.effects and vanished:
-            pending[:0] = [C.REFERENCE_LOST, current]
-        elif E.SETUP_RESOURCE in step.effects:
-            pending.insert(0, C.RESOURCE_READY)
-        failed = failed or E.FAIL_LOST in step.effects
-        state = step.state
-    return state, failed
+    course = LIFECYCLE.course(state, command)
+    remaining = list(performed)
+    while (step := course.next()) is not None:
+        effects = step.transition.effects
+        done, remaining = remaining[: len(effects)], remaining[len(effects) :]
+        assert [p.effect for p in done] == list(effects), (step, performed)
+        course.settle(step, done[-1].signal if done else None)
+    assert remaining == [], f"performed beyond the table: {remaining}"
+    return course.state
 
 
 class SessionManagerModel(RuleBasedStateMachine):
@@ -70,9 +110,11 @@ class SessionManagerModel(RuleBasedStateMachine):
         self.world = new_world()
         self.provider_type = provider_type
         self.store = InMemoryBindingStore()
+        self.log: dict[str, list[Performed]] = defaultdict(list)
+        self.handlers = recording(self.log)
         self.providers = [self._provider() for _ in range(2)]
-        self.managers = [SessionManager(p, self.store) for p in self.providers]
-        # None: no Session row. Otherwise the state the table predicts.
+        self.managers = [self._manager(p) for p in self.providers]
+        # None: no Session row. Otherwise the state the table walked to.
         self.model: dict[str, LifecycleState | None] = dict.fromkeys(SESSIONS)
         self.vanished: dict[str, bool] = dict.fromkeys(SESSIONS, False)
         self.clients: dict[str, Sandbox] = {}
@@ -82,8 +124,23 @@ class SessionManagerModel(RuleBasedStateMachine):
         # remote sandboxes do, so the loss is found on the next acquire.
         return self.provider_type(self.world, keep_alive=True)
 
+    def _manager(self, provider: Any) -> SessionManager:
+        return SessionManager(provider, self.store, handlers=self.handlers)
+
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        self.log.clear()
         return self.loop.run_until_complete(work)
+
+    def _follow(self, sid: str, state: LifecycleState, command: LifecycleCommand) -> LifecycleState:
+        """The walk with what SessionManager reported; ``lost`` only if the world says so."""
+        performed = self.log.pop(sid, [])
+        if state is S.LOST and performed and performed[0].effect == E.ATTACH_RESOURCE:
+            # A worker's cached client stands for the binding, so a loss
+            # another worker recorded is met through its keep-alive.
+            state = S.BOUND
+        reported_lost = any(p.signal is L.LOST for p in performed)
+        assert reported_lost == (self.vanished[sid] and state is S.BOUND), (state, performed)
+        return follow(state, command, performed)
 
     def teardown(self) -> None:
         self.loop.close()
@@ -113,7 +170,7 @@ class SessionManagerModel(RuleBasedStateMachine):
         command=st.sampled_from([C.ACQUIRE, C.ACQUIRE_EXISTING]),
     )
     def acquire(self, sid: str, worker: int, command: LifecycleCommand) -> None:
-        """acquire / acquire_existing end where the table says, or fail as it says."""
+        """acquire / acquire_existing perform the table's effects and end where it says."""
         manager = self.managers[worker]
         call = manager.acquire if command is C.ACQUIRE else manager.acquire_existing
         state = self.model[sid]
@@ -126,21 +183,26 @@ class SessionManagerModel(RuleBasedStateMachine):
                 raise AssertionError("acquire of an absent Session succeeded")
             assert self._run(call(sid, SPEC)) is None
             return
-        try:
-            expected, lost = predict(state, command, vanished=self.vanished[sid])
-        except InvalidTransition:
+        if LIFECYCLE.transitions.get((state, command)) is None:
+            # The state refuses the command; a fenced one with its own error.
+            assert LIFECYCLE.refusal(state) is LifecycleGuard.NOT_DELETING
             try:
                 self._run(call(sid, SPEC))
             except SessionDeleting:
+                assert not self.log[sid], "a refused command performed an effect"
                 return
-            raise AssertionError(f"{command} succeeded in state {state}") from None
+            raise AssertionError(f"{command} succeeded in state {state}")
         creates = self._creates()
         try:
             sandbox = self._run(call(sid, SPEC))
         except SandboxNotFound:
-            assert lost, f"{command} in {state} failed as lost"
+            sandbox, failed = None, True
         else:
-            assert not lost, f"{command} in {state} handed out a sandbox for a lost resource"
+            failed = False
+        performed = list(self.log[sid])
+        expected = self._follow(sid, state, command)
+        assert failed == any(p.effect == E.FAIL_LOST for p in performed), performed
+        if not failed:
             assert (sandbox is None) == (expected is not S.BOUND)
             if sandbox is not None:
                 self.clients[sid] = sandbox
@@ -160,9 +222,10 @@ class SessionManagerModel(RuleBasedStateMachine):
             assert self.vanished[sid]
             state = self.model[sid]
             if state in (S.BOUND, S.LOST):
-                self.model[sid] = transition(state, C.REFERENCE_LOST).state
+                self.model[sid] = follow(state, C.REFERENCE_LOST, self.log.pop(sid, []))
         except KeyError:
             assert not self.vanished[sid]
+        assert not any(self.log.values()), "a use performed lifecycle effects it should not"
 
     @rule(sid=st.sampled_from(SESSIONS))
     def vanish(self, sid: str) -> None:
@@ -197,31 +260,47 @@ class SessionManagerModel(RuleBasedStateMachine):
 
     @rule(sid=st.sampled_from(SESSIONS), worker=st.integers(0, 1), finish=st.booleans())
     def release(self, sid: str, worker: int, finish: bool) -> None:
-        """release / delete_session tear down without creating anything."""
+        """release / delete_session tear down by the table, creating nothing."""
         creates = self._creates()
         manager = self.managers[worker]
         state = self.model[sid]
         if finish:
             deleted = self._run(manager.delete_session(sid))
             assert deleted == (state is not None)
-            if state is not None:
-                self.model[sid] = None
         else:
             self._run(manager.release(sid))
-            if state is not None:
-                self.model[sid] = transition(state, C.DELETE).state
+        self._torn_down(sid, state, finished=finish)
         assert self._creates() == creates, "teardown created a resource"
         self.clients.pop(sid, None)
         self.vanished[sid] = False
 
+    def _torn_down(self, sid: str, state: LifecycleState | None, *, finished: bool) -> None:
+        """Check the teardown the log shows against the table; update the model."""
+        teardown = len(LIFECYCLE.step(S.DELETING, C.DELETE).effects)
+        performed = self.log.pop(sid, [])
+        # No row at all: the teardown still runs (from unbound), then the
+        # second command meets a Session its own release saw deleted.
+        fenced = follow(state or S.UNBOUND, C.DELETE, performed[:teardown])
+        if finished:
+            after = fenced if state is not None else S.DELETED
+            assert follow(after, C.DELETION_FINISHED, performed[teardown:]) is S.DELETED
+            self.model[sid] = None
+        else:
+            assert performed[teardown:] == []
+            if state is not None:
+                self.model[sid] = fenced
+
     @rule(worker=st.integers(0, 1))
     def reconcile(self, worker: int) -> None:
-        """The reconciler finishes live intents and tears down fenced ones."""
+        """The reconciler finishes live intents and tears down fenced ones, as the table says."""
         report = self._run(self.managers[worker].reconcile_provisioning())
         assert report.ok, report.failures
         for sid, state in self.model.items():
             if state is S.PROVISIONING:
-                self.model[sid], _ = predict(state, C.ACQUIRE, vanished=False)
+                self.model[sid] = self._follow(sid, state, C.ACQUIRE)
+            elif state is S.DELETING and sid in self.log:
+                self.model[sid] = follow(state, C.DELETE, self.log.pop(sid))
+        assert not any(self.log.values()), f"reconcile touched other Sessions: {self.log}"
 
     @rule(worker=st.integers(0, 1))
     def finish_deletions(self, worker: int) -> None:
@@ -232,15 +311,16 @@ class SessionManagerModel(RuleBasedStateMachine):
         assert self._creates() == creates, "finishing deletions created a resource"
         for sid, state in self.model.items():
             if state is S.DELETING:
-                self.model[sid] = None
+                self._torn_down(sid, state, finished=True)
                 self.clients.pop(sid, None)
                 self.vanished[sid] = False
+        assert not any(self.log.values()), f"finishing touched other Sessions: {self.log}"
 
     @rule(worker=st.integers(0, 1))
     def restart(self, worker: int) -> None:
         """A worker restarts: a fresh provider instance and an empty cache."""
         self.providers[worker] = self._provider()
-        self.managers[worker] = SessionManager(self.providers[worker], self.store)
+        self.managers[worker] = self._manager(self.providers[worker])
 
     # ------------------------------------------------------------ invariants
 

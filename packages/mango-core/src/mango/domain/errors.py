@@ -30,6 +30,7 @@ message text::
         ├── UnsafeArchiveError     an archive tries to escape, link out, or exceed its limits
         ├── SessionDeleting        the Session is fenced for deletion; no new admissions
         ├── InvalidTransition      the lifecycle state machine refused a command
+        ├── LifecycleTableError    a lifecycle table breaks its rules (raised when it is built)
         ├── UnknownProvider        ``MANGO_SANDBOX`` names a provider that is not installed
         ├── ConfigurationError     settings are missing or contradictory
         ├── PackageSetupFailed     a package manager exited non-zero (misspelt package, ...)
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidInput",
     "InvalidPathError",
     "InvalidTransition",
+    "LifecycleTableError",
     "MangoError",
     "OwnershipError",
     "PackageSetupFailed",
@@ -359,6 +361,20 @@ class InvalidTransition(PermanentError):
         self.state = state
         self.command = command
         super().__init__(f"cannot {command} a Session in state {state!r}")
+
+
+class LifecycleTableError(PermanentError):
+    """A lifecycle table breaks its rules; ``reasons`` lists every broken rule.
+
+    Raised when the table is built (the default one at import) or when an
+    interpreter is given handlers that do not fit it: a programming error
+    that no retry fixes.
+    """
+
+    def __init__(self, reasons: Iterable[str], *, hint: str | None = None) -> None:
+        self.reasons: tuple[str, ...] = tuple(reasons)
+        joined = "; ".join(self.reasons) if self.reasons else "no reason given"
+        super().__init__(f"the lifecycle table breaks its rules: {joined}", hint=hint)
 
 
 class UnknownProvider(PermanentError):

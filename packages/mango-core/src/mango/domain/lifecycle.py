@@ -1,4 +1,4 @@
-"""The per-Session sandbox lifecycle as a pure state machine.
+"""The per-Session sandbox lifecycle as data: one table, checked when it is built.
 
 ::
 
@@ -9,24 +9,67 @@
                                   v
                                deleting --deletion_finished--> deleted
 
-:func:`transition` maps ``(state, command)`` to a :class:`Transition`: the
-next state and the ordered effects the application layer must perform through
-its ports. It does no I/O. An invalid pair raises :class:`InvalidTransition`.
-:func:`observe` derives the durable state from what the store holds.
+A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
+and the transition is the whole rule for that step:
+
+* ``state``: where the Session stands afterwards;
+* ``guards``: named checks, in order, made before any effect; each raises a
+  typed error (``owned-here`` refuses another provider's Session before the
+  deletion fence is set, ``packages-proven`` a changed package plan, ...);
+* ``effects``: the work, in order, that the application layer performs
+  through its ports;
+* ``follow_ups``: the commands that run next when the *last* effect reports a
+  :class:`LifecycleSignal` (setup reports ``ready``, so ``resource-ready``
+  follows; attach reports ``lost``, so ``reference-lost`` and then the
+  original command follow, which meets the ``lost`` state and fails).
+
+The table also declares which signals each effect may report and what a
+state answers to a command it does not admit (``refusals``: a fenced Session
+meets the ``not-deleting`` guard's ``SessionDeleting``, not a bare
+``InvalidTransition``).
+
+Effects report what they found; only the table turns that into commands, so
+its reader sees every path. The rules, checked when a table is built (the
+default :data:`LIFECYCLE` at import; :class:`~mango.domain.errors.LifecycleTableError`
+lists every broken one): an effect that may report a signal is the last of
+its transition (nothing after it can be skipped), every signal it may report
+has a follow-up and every follow-up can happen, each follow-up command is
+admitted by the state it meets, and follow-ups never loop.
+
+Effects and guards are names, performed by handlers the application layer
+looks up in a registry it checks against the table; the default table uses
+:class:`LifecycleEffect` and :class:`LifecycleGuard` (string enums). A copy
+made with :meth:`LifecycleTable.with_transitions` may add its own (a
+resource step before a tool step, a memory write-back before the destroy)
+and the interpreter runs it unchanged.
+
+:func:`transition` and :func:`observe` are the pure API (a step of
+:data:`LIFECYCLE`; the state the store's rows mean). A :class:`Course` walks
+one command and its follow-ups through a table for a caller that performs
+the steps (the interpreter, the model tests). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 import attrs
 
-from mango.domain.errors import InvalidTransition
+from mango.domain.errors import InvalidTransition, LifecycleTableError
 
 __all__ = [
+    "LIFECYCLE",
+    "Course",
+    "FollowUp",
     "LifecycleCommand",
     "LifecycleEffect",
+    "LifecycleGuard",
+    "LifecycleSignal",
     "LifecycleState",
+    "LifecycleTable",
+    "Step",
     "Transition",
     "observe",
     "transition",
@@ -72,55 +115,321 @@ class LifecycleEffect(enum.StrEnum):
     DELETE_SESSION = "delete-session"
 
 
+class LifecycleGuard(enum.StrEnum):
+    """A check a transition makes before its first effect; each raises a typed error."""
+
+    OWNED_HERE = "owned-here"
+    """The binding (else the intent) is this provider's: else ``OwnershipError``."""
+    INTENT_OWNED_HERE = "intent-owned-here"
+    """The intent being resumed is this provider's: else ``OwnershipError``."""
+    INTENT_SPEC_MATCHES = "intent-spec-matches"
+    """The intent being resumed is for the requested spec: else ``PermanentError``."""
+    PACKAGES_PROVEN = "packages-proven"
+    """The binding proves the requested package plan: else ``PermanentError``."""
+    REPORTS_BOUND_REF = "reports-bound-ref"
+    """The reported loss is of the bound resource: else ``PreconditionFailed``."""
+    NOT_DELETING = "not-deleting"
+    """The Session is not fenced for deletion: else ``SessionDeleting``."""
+
+
+class LifecycleSignal(enum.StrEnum):
+    """What a last effect reports that decides which commands follow."""
+
+    READY = "ready"
+    """The created resource is set up: it may be published."""
+    OUTBID = "outbid"
+    """Another worker's binding won the election: use that one."""
+    LOST = "lost"
+    """The provider no longer knows the bound resource."""
+
+
+@attrs.frozen
+class FollowUp:
+    """The commands that run, in order, when the last effect reports ``signal``."""
+
+    signal: LifecycleSignal
+    commands: tuple[LifecycleCommand, ...]
+
+
 @attrs.frozen
 class Transition:
-    """The outcome of one command: the next state and the effects to perform."""
+    """One step: the next state, the guards, the effects in order and the follow-ups."""
 
     state: LifecycleState
-    effects: tuple[LifecycleEffect, ...] = ()
+    effects: tuple[str, ...] = ()
+    guards: tuple[str, ...] = attrs.field(default=(), kw_only=True)
+    follow_ups: tuple[FollowUp, ...] = attrs.field(default=(), kw_only=True)
+
+    def after(self, signal: LifecycleSignal | None) -> tuple[LifecycleCommand, ...]:
+        """The follow-up commands for ``signal`` (none for ``None``)."""
+        for follow_up in self.follow_ups:
+            if follow_up.signal is signal:
+                return follow_up.commands
+        return ()
+
+
+_Key = tuple[LifecycleState, LifecycleCommand]
+
+
+def _rows(value: Mapping[_Key, Transition]) -> Mapping[_Key, Transition]:
+    return MappingProxyType(dict(value))
+
+
+def _refusals(value: Mapping[LifecycleState, str]) -> Mapping[LifecycleState, str]:
+    return MappingProxyType(dict(value))
+
+
+def _signals(
+    value: Mapping[str, Iterable[LifecycleSignal]],
+) -> Mapping[str, frozenset[LifecycleSignal]]:
+    return MappingProxyType({name: frozenset(signals) for name, signals in value.items()})
+
+
+@attrs.frozen(eq=False)
+class LifecycleTable:
+    """The lifecycle's rows, checked when built: :class:`LifecycleTableError` lists every fault."""
+
+    transitions: Mapping[_Key, Transition] = attrs.field(converter=_rows)
+    signals: Mapping[str, frozenset[LifecycleSignal]] = attrs.field(
+        factory=dict, converter=_signals
+    )
+    """Which signals each effect may report; an effect not listed reports none."""
+    refusals: Mapping[LifecycleState, str] = attrs.field(factory=dict, converter=_refusals)
+    """The guard a state puts a command it does not admit to, before ``InvalidTransition``."""
+
+    def __attrs_post_init__(self) -> None:
+        problems = _problems(self)
+        if problems:
+            raise LifecycleTableError(problems)
+
+    def step(self, state: LifecycleState, command: LifecycleCommand) -> Transition:
+        """The transition for ``(state, command)``, or raise :class:`InvalidTransition`."""
+        try:
+            return self.transitions[(state, command)]
+        except KeyError:
+            raise InvalidTransition(state.value, command.value) from None
+
+    def emits(self, effect: str) -> frozenset[LifecycleSignal]:
+        """The signals ``effect`` may report."""
+        return self.signals.get(effect, frozenset())
+
+    def refusal(self, state: LifecycleState) -> str | None:
+        """The guard that refuses, with its own error, what ``state`` does not admit."""
+        return self.refusals.get(state)
+
+    @property
+    def effects(self) -> frozenset[str]:
+        """Every effect some transition performs."""
+        return frozenset(e for row in self.transitions.values() for e in row.effects)
+
+    @property
+    def guards(self) -> frozenset[str]:
+        """Every guard some transition (or refusal) checks."""
+        named = {g for row in self.transitions.values() for g in row.guards}
+        return frozenset(named | set(self.refusals.values()))
+
+    def with_transitions(
+        self,
+        rows: Mapping[_Key, Transition],
+        *,
+        signals: Mapping[str, Iterable[LifecycleSignal]] | None = None,
+    ) -> LifecycleTable:
+        """A copy with ``rows`` added or replaced (and the new effects' ``signals``), validated."""
+        return LifecycleTable(
+            {**self.transitions, **rows},
+            signals={**self.signals, **(signals or {})},
+            refusals=self.refusals,
+        )
+
+    def course(self, state: LifecycleState, command: LifecycleCommand) -> Course:
+        """Walk ``command`` from ``state``, follow-ups included."""
+        return Course(self, state, [command])
+
+
+@attrs.frozen
+class Step:
+    """A command and the transition the table gives it in the state it met."""
+
+    command: LifecycleCommand
+    transition: Transition
+
+
+@attrs.define
+class Course:
+    """One command and its follow-ups walking a table; the caller performs each step.
+
+    Call :meth:`next` for the next step (it raises :class:`InvalidTransition`
+    if the current state does not admit the command), perform its guards and
+    effects, then :meth:`settle` it with the signal its last effect reported.
+    Follow-ups run before anything still pending, in the order declared.
+    """
+
+    table: LifecycleTable
+    state: LifecycleState
+    pending: list[LifecycleCommand]
+
+    def next(self) -> Step | None:
+        """The next step, or None when the command and its follow-ups are done."""
+        if not self.pending:
+            return None
+        command = self.pending.pop(0)
+        return Step(command, self.table.step(self.state, command))
+
+    def settle(self, step: Step, signal: LifecycleSignal | None) -> None:
+        """Move to the step's state and queue the follow-ups ``signal`` calls for."""
+        self.pending[:0] = step.transition.after(signal)
+        self.state = step.transition.state
+
+
+def _problems(table: LifecycleTable) -> list[str]:
+    """Every rule ``table`` breaks, one sentence each (empty if none)."""
+    faults: dict[str, None] = {}  # ordered, and each fault once
+    for (state, command), row in table.transitions.items():
+        where = f"({state}, {command})"
+        for position, effect in enumerate(row.effects[:-1]):
+            if table.emits(effect):
+                faults[
+                    f"{where}: effect {effect} (number {position + 1} of {len(row.effects)}) may "
+                    "report a signal, so it must be the last: the effects after it would be skipped"
+                ] = None
+        last = row.effects[-1] if row.effects else None
+        may = table.emits(last) if last is not None else frozenset()
+        declared = [follow_up.signal for follow_up in row.follow_ups]
+        for signal in sorted(may - set(declared)):
+            faults[f"{where}: {last} may report {signal}, but declares no follow-up for it"] = None
+        for signal in sorted(set(declared) - may):
+            faults[
+                f"{where}: declares a follow-up on {signal}, which its last effect "
+                f"({last or 'none'}) never reports"
+            ] = None
+        if len(declared) != len(set(declared)):
+            faults[f"{where}: declares more than one follow-up for one signal"] = None
+        walk = _Walk(table, where, faults)
+        for follow_up in row.follow_ups:
+            walk.ends(row.state, follow_up.commands, ((state, command),))
+    for refused in table.refusals:
+        if not any(state is refused for state, _ in table.transitions):
+            faults[f"state {refused} has a refusal but no transition"] = None
+    return list(faults)
+
+
+@attrs.frozen
+class _Walk:
+    """Follows one row's follow-ups through the table, recording what goes wrong."""
+
+    table: LifecycleTable
+    where: str
+    faults: dict[str, None]
+
+    def ends(
+        self,
+        state: LifecycleState,
+        commands: tuple[LifecycleCommand, ...],
+        path: tuple[_Key, ...],
+    ) -> set[LifecycleState]:
+        """The states ``commands`` may end in from ``state``, whatever signals are reported."""
+        states = {state}
+        for command in commands:
+            reached: set[LifecycleState] = set()
+            for current in sorted(states):
+                row = self.table.transitions.get((current, command))
+                if row is None:
+                    fault = f"{self.where}: follow-up {command} meets {current}, which refuses it"
+                    self.faults[fault] = None
+                    continue
+                if (current, command) in path:
+                    self.faults[f"{self.where}: follow-ups loop at ({current}, {command})"] = None
+                    continue
+                reached.add(row.state)  # the last effect reported nothing
+                deeper = (*path, (current, command))
+                for follow_up in row.follow_ups:
+                    reached |= self.ends(row.state, follow_up.commands, deeper)
+            states = reached
+        return states
 
 
 S = LifecycleState
 C = LifecycleCommand
 E = LifecycleEffect
+G = LifecycleGuard
+L = LifecycleSignal
 
-_TEARDOWN = (E.FENCE_SESSION, E.DESTROY_RESOURCE, E.REMOVE_BINDING, E.REMOVE_INTENT)
+# Deletion is refused before the fence if another provider holds the Session:
+# a command run with the wrong provider selected leaves the Session as it was.
+_DELETE = Transition(
+    S.DELETING,
+    (E.FENCE_SESSION, E.DESTROY_RESOURCE, E.REMOVE_BINDING, E.REMOVE_INTENT),
+    guards=(G.OWNED_HERE,),
+)
 
-_TABLE: dict[tuple[LifecycleState, LifecycleCommand], Transition] = {
-    (S.UNBOUND, C.ACQUIRE): Transition(
-        S.PROVISIONING, (E.PERSIST_INTENT, E.CREATE_RESOURCE, E.SETUP_RESOURCE)
-    ),
-    # A retry (or the reconciler) resumes: create is idempotent by session key.
-    (S.PROVISIONING, C.ACQUIRE): Transition(S.PROVISIONING, (E.CREATE_RESOURCE, E.SETUP_RESOURCE)),
-    (S.PROVISIONING, C.RESOURCE_READY): Transition(S.BOUND, (E.PUBLISH_BINDING,)),
-    (S.BOUND, C.ACQUIRE): Transition(S.BOUND, (E.ATTACH_RESOURCE,)),
-    (S.BOUND, C.ACQUIRE_EXISTING): Transition(S.BOUND, (E.ATTACH_RESOURCE,)),
-    (S.UNBOUND, C.ACQUIRE_EXISTING): Transition(S.UNBOUND, ()),
-    (S.PROVISIONING, C.ACQUIRE_EXISTING): Transition(S.PROVISIONING, ()),
-    # The loss is persisted, so every worker (and ``mango sessions list``) sees it.
-    (S.BOUND, C.REFERENCE_LOST): Transition(S.LOST, (E.RECORD_LOST,)),
-    # Lost is explicit: acquiring again fails instead of creating an empty sandbox.
-    (S.LOST, C.ACQUIRE): Transition(S.LOST, (E.FAIL_LOST,)),
-    (S.LOST, C.ACQUIRE_EXISTING): Transition(S.LOST, (E.FAIL_LOST,)),
-    (S.LOST, C.REFERENCE_LOST): Transition(S.LOST, ()),
-    (S.UNBOUND, C.DELETE): Transition(S.DELETING, _TEARDOWN),
-    (S.PROVISIONING, C.DELETE): Transition(S.DELETING, _TEARDOWN),
-    (S.BOUND, C.DELETE): Transition(S.DELETING, _TEARDOWN),
-    (S.LOST, C.DELETE): Transition(S.DELETING, _TEARDOWN),
-    # Deleting again repeats the idempotent teardown so a failed attempt can finish.
-    (S.DELETING, C.DELETE): Transition(S.DELETING, _TEARDOWN),
-    (S.DELETING, C.DELETION_FINISHED): Transition(S.DELETED, (E.DELETE_SESSION,)),
-    (S.DELETED, C.DELETE): Transition(S.DELETED, ()),
-    (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED, ()),
-}
+
+def _attach(command: LifecycleCommand) -> Transition:
+    # A vanished resource is recorded, then the command meets the lost state.
+    return Transition(
+        S.BOUND,
+        (E.ATTACH_RESOURCE,),
+        guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
+        follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, command)),),
+    )
+
+
+_READY = (FollowUp(L.READY, (C.RESOURCE_READY,)),)
+
+LIFECYCLE = LifecycleTable(
+    {
+        (S.UNBOUND, C.ACQUIRE): Transition(
+            S.PROVISIONING,
+            (E.PERSIST_INTENT, E.CREATE_RESOURCE, E.SETUP_RESOURCE),
+            follow_ups=_READY,
+        ),
+        # A retry (or the reconciler) resumes: create is idempotent by session
+        # key, and the intent's provider and spec win over the caller's.
+        (S.PROVISIONING, C.ACQUIRE): Transition(
+            S.PROVISIONING,
+            (E.CREATE_RESOURCE, E.SETUP_RESOURCE),
+            guards=(G.INTENT_OWNED_HERE, G.INTENT_SPEC_MATCHES),
+            follow_ups=_READY,
+        ),
+        # The store elects one binding; a loser destroys its resource and uses the winner's.
+        (S.PROVISIONING, C.RESOURCE_READY): Transition(
+            S.BOUND, (E.PUBLISH_BINDING,), follow_ups=(FollowUp(L.OUTBID, (C.ACQUIRE,)),)
+        ),
+        (S.BOUND, C.ACQUIRE): _attach(C.ACQUIRE),
+        (S.BOUND, C.ACQUIRE_EXISTING): _attach(C.ACQUIRE_EXISTING),
+        (S.UNBOUND, C.ACQUIRE_EXISTING): Transition(S.UNBOUND),
+        (S.PROVISIONING, C.ACQUIRE_EXISTING): Transition(S.PROVISIONING),
+        # The loss is persisted, so every worker (and ``mango sessions list``) sees it.
+        (S.BOUND, C.REFERENCE_LOST): Transition(
+            S.LOST, (E.RECORD_LOST,), guards=(G.REPORTS_BOUND_REF,)
+        ),
+        # Lost is explicit: acquiring again fails instead of creating an empty sandbox.
+        (S.LOST, C.ACQUIRE): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.LOST, C.ACQUIRE_EXISTING): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.LOST, C.REFERENCE_LOST): Transition(S.LOST),
+        (S.UNBOUND, C.DELETE): _DELETE,
+        (S.PROVISIONING, C.DELETE): _DELETE,
+        (S.BOUND, C.DELETE): _DELETE,
+        (S.LOST, C.DELETE): _DELETE,
+        # Deleting again repeats the idempotent teardown so a failed attempt can finish.
+        (S.DELETING, C.DELETE): _DELETE,
+        (S.DELETING, C.DELETION_FINISHED): Transition(S.DELETED, (E.DELETE_SESSION,)),
+        (S.DELETED, C.DELETE): Transition(S.DELETED),
+        (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
+    },
+    signals={
+        E.SETUP_RESOURCE: {L.READY},
+        E.PUBLISH_BINDING: {L.OUTBID},
+        E.ATTACH_RESOURCE: {L.LOST},
+    },
+    # A fenced Session admits no new work, even on a sandbox that still exists.
+    refusals={S.DELETING: G.NOT_DELETING},
+)
+"""The default lifecycle table; built (and so checked) when this module is imported."""
 
 
 def transition(state: LifecycleState, command: LifecycleCommand) -> Transition:
-    """Return the next state and effects, or raise :class:`InvalidTransition`."""
-    try:
-        return _TABLE[(state, command)]
-    except KeyError:
-        raise InvalidTransition(state.value, command.value) from None
+    """Return the default table's transition, or raise :class:`InvalidTransition`."""
+    return LIFECYCLE.step(state, command)
 
 
 def observe(
@@ -135,7 +444,9 @@ def observe(
 
     ``binding_lost`` is the binding's persisted loss mark: it is set when the
     provider reported the bound resource gone (attach, keep-alive or any
-    operation of a cached client), so ``lost`` survives restarts.
+    operation of a cached client), so ``lost`` survives restarts. A Session
+    with no row is ``deleted`` if the caller knows it was fenced (its own
+    deletion removed the row), else ``unbound``.
     """
     if not session_exists:
         return S.DELETED if fenced else S.UNBOUND

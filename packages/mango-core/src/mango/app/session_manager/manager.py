@@ -1,0 +1,303 @@
+"""SessionManager's public API and the lifecycle interpreter.
+
+Every operation is one lifecycle command: the Session's rows are observed
+(:func:`~mango.app.session_manager.context.observe_session`), and the table
+(:mod:`mango.domain.lifecycle`) is walked from that state with a
+:class:`~mango.domain.lifecycle.Course`: for each step the interpreter checks
+the transition's guards, performs its effects through the registry's
+handlers, and hands the last effect's signal back to the course, which queues
+the follow-ups the table declares. The interpreter holds no lifecycle rule of
+its own; it runs whatever table (and registry) it is given. If an effect
+finds the rows moved under it (another worker won), the command starts again
+from a fresh observation, a few times at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import NoReturn
+
+import attrs
+
+from mango.app.session_manager.clients import ClientCache, SessionLocks
+from mango.app.session_manager.context import (
+    Facts,
+    Lost,
+    Operation,
+    Ports,
+    SessionDeleted,
+    StaleObservation,
+    observe_session,
+)
+from mango.app.session_manager.reconcile import (
+    ReconcileReport,
+    finish_deletions,
+    reconcile_provisioning,
+)
+from mango.app.session_manager.registry import Handlers, default_handlers
+from mango.domain.capabilities import Capability, CapabilitySet, admit
+from mango.domain.deadline import deadline_scope
+from mango.domain.errors import (
+    InvalidTransition,
+    MangoError,
+    PreconditionFailed,
+    SandboxNotFound,
+    SessionDeleting,
+)
+from mango.domain.lifecycle import (
+    LIFECYCLE,
+    LifecycleCommand,
+    LifecycleSignal,
+    LifecycleState,
+    LifecycleTable,
+)
+from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.registry import Quirk
+from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
+
+__all__ = ["SessionManager"]
+
+log = logging.getLogger("mango.app.session_manager")
+_C = LifecycleCommand
+
+_MAX_REOBSERVE = 4
+"""How often one operation re-reads the store after finding its rows changed
+under it (another worker bound the Session first) before giving up."""
+
+_STALE_REPORT = (InvalidTransition, PreconditionFailed, SessionDeleting)
+"""What a loss report meets when the Session no longer holds that binding:
+nothing to record (no binding, another binding, a deletion under way)."""
+
+
+def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
+    return frozenset(Quirk(value) for value in values)
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.define
+class SessionManager:
+    """One logical sandbox per Session, durable across worker restarts.
+
+    The BindingStore is the source of truth; the in-process map is only a
+    cache of live clients. Operations on one Session are serialised inside
+    the process; across processes the database elects one winner.
+
+    ``capabilities`` are the provider's *declared* capabilities (from its
+    registration); they default to what the provider reports. ``quirks`` are
+    the contract deviations its registration declares. ``package_manager_hosts``
+    (deployment configuration, ``MANGO_PACKAGE_MANAGER_HOSTS``) join a
+    limited-network sandbox's allowlist while its packages are installed.
+    ``table`` and ``handlers`` are the lifecycle it runs (the default table
+    and its handlers unless given); they are checked against each other here,
+    and a misfit raises :class:`~mango.domain.errors.LifecycleTableError`.
+
+    Every public operation accepts ``deadline``: an absolute time on the
+    running loop's clock (:func:`mango.domain.deadline.deadline_in` makes one
+    from seconds). Maintenance inside the operation (package setup, a
+    provider's resume) is bounded by what remains of it.
+    """
+
+    provider: Provider
+    store: BindingStore
+    capabilities: CapabilitySet | None = None
+    quirks: frozenset[Quirk] = attrs.field(default=frozenset(), converter=_quirks)
+    package_manager_hosts: tuple[str, ...] = attrs.field(
+        default=(), kw_only=True, converter=_str_tuple
+    )
+    table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
+    handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
+    _clients: ClientCache = attrs.field(init=False)
+    _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
+    _ports: Ports = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.handlers.check(self.table)
+        self._clients = ClientCache(self._record_loss)
+        self._ports = Ports(self.provider, self.store, self._clients, self.package_manager_hosts)
+
+    @property
+    def _declared(self) -> CapabilitySet:
+        return self.capabilities if self.capabilities is not None else self.provider.capabilities
+
+    # ------------------------------------------------------------------ public API
+
+    async def ensure_session(self, session_id: str) -> None:
+        """Create the Session row if absent; a fenced Session raises :class:`SessionDeleting`."""
+        record = await self.store.ensure_session(validate_session_id(session_id))
+        if record.deleting:
+            raise SessionDeleting(
+                f"session {session_id!r} is being deleted",
+                hint="wait for the deletion to finish, then use a new session id",
+            )
+
+    def admit(self, spec: SandboxSpec, resources: tuple[Capability, ...] = ()) -> None:
+        """Raise if ``spec`` cannot run on this provider (every reason listed)."""
+        admit(self.provider.name, self._declared, spec, resources)
+
+    async def observe(self, session_id: str) -> LifecycleState:
+        """The Session's lifecycle state as the store records it (no provider call)."""
+        validate_session_id(session_id)
+        observed = await observe_session(self._ports, session_id, use_cache=False)
+        return observed.state
+
+    async def acquire(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> Sandbox:
+        """Return the Session's sandbox, provisioning it on first use.
+
+        Raises :class:`SandboxNotFound` if the bound resource is gone (the loss
+        is persisted; never an empty replacement), :class:`SessionDeleting` if
+        the Session is fenced, :class:`AdmissionRejected` if the spec cannot
+        run here.
+        """
+        validate_session_id(session_id)
+        self.admit(spec)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.ACQUIRE, spec))
+        if facts.sandbox is None:  # pragma: no cover - the table ends every acquire bound or failed
+            raise MangoError(f"acquiring session {session_id!r} produced no sandbox")
+        return facts.sandbox
+
+    async def acquire_existing(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> Sandbox | None:
+        """Return the Session's bound sandbox, or None; never provisions."""
+        validate_session_id(session_id)
+        self.admit(spec)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.ACQUIRE_EXISTING, spec))
+        return facts.sandbox
+
+    async def release(
+        self, session_id: str, *, deadline: float | None = None, force: bool = False
+    ) -> None:
+        """Fence the Session and tear its sandbox down; idempotent.
+
+        Never creates or attaches: the bound reference (or, for an intent-only
+        Session, what ``Provider.find`` reports) is removed with
+        ``Provider.destroy``; with no binding left, a purging provider also
+        purges what it holds under the Session's names. If destroy fails the
+        binding is kept so a retry can finish. A lost reference counts as
+        already destroyed.
+
+        ``force``: for an operator whose Session cannot be deleted because
+        the provider's records were damaged. The provider purges whatever it
+        owns under the Session's deterministic names without trusting those
+        records, and a bound resource it refuses as another owner's
+        (:class:`OwnershipError`) is left alone and its binding dropped.
+        Transient failures still fail (nothing is forced past a backend that
+        cannot answer). A Session
+        bound to (or being provisioned by) another provider is refused with
+        :class:`OwnershipError` before anything changes: it is not fenced.
+        """
+        validate_session_id(session_id)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.DELETE, force=force))
+
+    async def delete_session(
+        self, session_id: str, *, deadline: float | None = None, force: bool = False
+    ) -> bool:
+        """Release the sandbox and delete the Session row; False if it was already gone.
+
+        ``force`` as for :meth:`release`.
+        """
+        await self.release(session_id, deadline=deadline, force=force)
+        async with self._locks.hold(session_id):
+            # Our own release fenced it: a row that is gone now was deleted, not never made.
+            facts = await self._run(Operation(session_id, _C.DELETION_FINISHED), fenced_here=True)
+        deleted = facts.last(SessionDeleted)
+        return deleted is not None and deleted.deleted
+
+    async def reconcile_provisioning(
+        self, limit: int = 100, *, deadline: float | None = None
+    ) -> ReconcileReport:
+        """Finish or destroy what a crash left between intent and binding.
+
+        Every listed intent of this provider is attempted even if some fail.
+        """
+        return await reconcile_provisioning(self, self.store, self.provider.name, limit, deadline)
+
+    async def finish_deletions(
+        self, limit: int = 100, *, deadline: float | None = None
+    ) -> ReconcileReport:
+        """Finish deletions that were fenced but not completed (after a crash)."""
+        return await finish_deletions(self, self.store, limit, deadline)
+
+    async def aclose(self) -> None:
+        """Forget cached clients and close the provider's connections."""
+        self._clients.clear()
+        await self.provider.aclose()
+
+    # ------------------------------------------------------------------ the interpreter
+
+    async def _run(self, operation: Operation, *, fenced_here: bool = False) -> Facts:
+        """Observe, then walk the command through the table; observe again if rows moved."""
+        for _ in range(_MAX_REOBSERVE):
+            observed = await observe_session(
+                self._ports, operation.session_id, fenced_here=fenced_here
+            )
+            try:
+                return await self._drive(Facts(operation, observed))
+            except StaleObservation:
+                continue
+        raise MangoError(
+            f"session {operation.session_id!r} kept changing while "
+            f"{operation.command.value} ran; try again"
+        )
+
+    async def _drive(self, facts: Facts) -> Facts:
+        """Perform the command and its follow-ups: guards, then effects, step by step."""
+        course = self.table.course(facts.observed.state, facts.operation.command)
+        while True:
+            try:
+                step = course.next()
+            except InvalidTransition as refused:
+                failure: InvalidTransition | None = refused
+            else:
+                failure = None
+            if failure is not None:  # outside the handler: the refusal is not "during" it
+                self._refuse(facts, course.state, failure)
+            if step is None:
+                return facts
+            command = step.command
+            for guard in step.transition.guards:
+                self.handlers.guards[guard](self._ports, facts, command)
+            signal: LifecycleSignal | None = None
+            for effect in step.transition.effects:
+                outcome = await self.handlers.effects[effect].run(self._ports, facts)
+                facts = facts.adding(outcome)
+                signal = outcome.signal  # the table lets only the last effect report one
+            course.settle(step, signal)
+
+    def _refuse(self, facts: Facts, state: LifecycleState, refused: InvalidTransition) -> NoReturn:
+        """A state that does not admit the command: its refusal guard's error, else ``refused``."""
+        guard = self.table.refusal(state)
+        if guard is not None:
+            self.handlers.guards[guard](self._ports, facts, refused.command)
+        raise refused
+
+    async def _record_loss(self, session_id: str, ref: SandboxRef, exc: SandboxNotFound) -> None:
+        """A handed-out client met :class:`SandboxNotFound`: evict it and persist the loss.
+
+        Runs ``reference-lost`` through the table; the caller sees the
+        original error whatever happens here.
+        """
+        self._clients.forget(session_id, ref)
+        operation = Operation(session_id, _C.REFERENCE_LOST, reported=Lost(ref, exc))
+        try:
+            async with self._locks.hold(session_id):
+                await self._run(operation)
+        except asyncio.CancelledError:
+            raise
+        except _STALE_REPORT as err:
+            log.debug("session %s: nothing to record for the loss of %s: %s", session_id, ref, err)
+        except Exception as err:  # noqa: BLE001 - the caller must see SandboxNotFound itself
+            log.warning("session %s: could not record the loss of %s: %s", session_id, ref, err)
