@@ -13,18 +13,15 @@ import pwd
 import socket
 import stat
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
-from mango.domain.errors import ConfigurationError, ProviderUnavailable
+from mango.domain.errors import ConfigurationError
 
 __all__ = [
     "RUN_AS_ENV",
     "Account",
-    "exclusive_lock",
     "find_unreachable",
     "free_port",
     "is_process_alive",
@@ -53,35 +50,6 @@ class Account:
     name: str
     uid: int
     gid: int
-
-
-@contextlib.contextmanager
-def exclusive_lock(path: Path, *, timeout: float, what: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` for the block.
-
-    Polls so that a stuck holder turns into :class:`ProviderUnavailable` after
-    ``timeout`` seconds instead of a silent hang. The kernel drops the lock if
-    its holder dies, so a crash never leaves it behind.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + timeout
-        delay = 0.01
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ProviderUnavailable(
-                        f"another process held {path} for more than {timeout:g} s while {what}",
-                        hint="wait for the other mango process to finish, then retry",
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.25)
-        yield
-    finally:
-        os.close(fd)
 
 
 def touch(fd: int) -> None:

@@ -73,9 +73,11 @@ from mango.embedded._cluster import (
     read_postmaster,
 )
 from mango.embedded._creation import Cluster
-from mango.embedded._host import Account, exclusive_lock, is_server_of, lock_is_free, touch
+from mango.embedded._host import Account, is_server_of, lock_is_free, touch
 from mango.embedded._process import launch, ready_postmaster, running_postmaster, stop_if_last
 from mango.embedded._reaper import ensure_reaper, reaper_pid, stop_reaper
+from mango.provider.locks import exclusive_lock
+from mango.provider.tasks import settle
 
 __all__ = [
     "DATABASE",
@@ -354,16 +356,12 @@ async def _in_thread_to_completion(func: Callable[[], _T]) -> _T:
     started or a lock held behind our back. Cancellation is re-raised after.
     """
     task = asyncio.ensure_future(asyncio.to_thread(func))
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})  # never cancels the task itself
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
+    try:
+        await settle(task)
+    except asyncio.CancelledError:
         if task.exception() is not None:
             _LOG.warning("%s failed after cancellation", getattr(func, "__name__", func))
-        raise asyncio.CancelledError
+        raise
     return task.result()
 
 

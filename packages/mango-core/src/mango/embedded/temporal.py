@@ -57,6 +57,7 @@ from mango.embedded._devserver import (
     write_atomic,
 )
 from mango.embedded._host import free_port, is_process_alive, port_is_free
+from mango.provider.tasks import settle
 
 __all__ = [
     "HOST",
@@ -284,12 +285,8 @@ async def _to_completion(coro: Coroutine[Any, Any, None]) -> None:
     Abandoning a stop half-way would leave the server running with nobody to stop it.
     """
     task = asyncio.ensure_future(coro)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait({task})  # never cancels the task itself
-        except asyncio.CancelledError:
-            cancelled = True
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError
+    try:
+        await settle(task)
+    finally:
+        if not task.cancelled():
+            task.result()
