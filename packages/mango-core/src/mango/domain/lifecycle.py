@@ -47,6 +47,10 @@ and the interpreter runs it unchanged.
 :data:`LIFECYCLE`; the state the store's rows mean). A :class:`Course` walks
 one command and its follow-ups through a table for a caller that performs
 the steps (the interpreter, the model tests). Nothing here does I/O.
+
+Over 400 lines on purpose: the table is the whole truth of the lifecycle, so
+its rows, the rules they are checked against and the walker that follows
+them stay in one module a reader can hold at once.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 Values validate themselves on construction and raise :class:`InvalidInput`
 (a permanent error) naming the field, so a malformed value never travels far.
+
+Over 400 lines on purpose: these are the contract's value types (specs,
+commands, results, references, records), each small; splitting them by kind
+would scatter what every layer imports together.
 """
 
 from __future__ import annotations
