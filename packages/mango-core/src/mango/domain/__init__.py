@@ -21,6 +21,7 @@ from mango.domain.errors import (
     InvalidInput,
     InvalidPathError,
     InvalidTransition,
+    LifecycleTableError,
     MangoError,
     OwnershipError,
     PackageSetupFailed,
@@ -50,9 +51,13 @@ from mango.domain.hashing import (
     spec_hash_matches,
 )
 from mango.domain.lifecycle import (
+    LIFECYCLE,
     LifecycleCommand,
     LifecycleEffect,
+    LifecycleGuard,
+    LifecycleSignal,
     LifecycleState,
+    LifecycleTable,
     Transition,
     observe,
     transition,
@@ -75,6 +80,7 @@ from mango.domain.values import (
 )
 
 __all__ = [
+    "LIFECYCLE",
     "RESOURCE_CAPABILITIES",
     "AdmissionRejected",
     "Binding",
@@ -97,7 +103,11 @@ __all__ = [
     "InvalidTransition",
     "LifecycleCommand",
     "LifecycleEffect",
+    "LifecycleGuard",
+    "LifecycleSignal",
     "LifecycleState",
+    "LifecycleTable",
+    "LifecycleTableError",
     "MangoError",
     "NetworkMode",
     "OwnershipError",
