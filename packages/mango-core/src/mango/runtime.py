@@ -60,6 +60,8 @@ class Runtime:
     registration: ProviderRegistration
     store: PostgresBindingStore
     manager: SessionManager
+    provider: Provider | None = None
+    """The selected provider as its plugin made it (the manager's may be wrapped)."""
 
     def default_spec(self) -> SandboxSpec:
         """The spec used for Sessions created from the command line."""
@@ -136,7 +138,7 @@ async def open_runtime(
                 package_manager_hosts=settings.package_manager_hosts,
             )
             try:
-                yield Runtime(settings, registry, registration, store, manager)
+                yield Runtime(settings, registry, registration, store, manager, provider)
             finally:
                 await manager.aclose()
         finally:
