@@ -255,6 +255,9 @@ class Settings:
     temporal_max_wait: float = DEFAULT_MAX_WAIT
     """``MANGO_TEMPORAL_MAX_WAIT``: seconds a ``--via-temporal`` step waits through failed
     attempts (the provider unavailable) before the client cancels it and gives up."""
+    temporal_ui_port: int | None = None
+    """``MANGO_TEMPORAL_UI_PORT``: the embedded dev server's web UI port (0: any free one;
+    None: headless). ``mango worker --ui [PORT]`` overrides it."""
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
@@ -306,8 +309,12 @@ class Settings:
         max_wait = number_setting(
             env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
         )
+        ui_port = number_setting(
+            env, "MANGO_TEMPORAL_UI_PORT", minimum=0, maximum=65535, integer=True, unit=""
+        )
         return cls(
             state_dir=state_dir(env),
+            temporal_ui_port=None if ui_port is None else int(ui_port),
             temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,

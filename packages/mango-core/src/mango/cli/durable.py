@@ -33,16 +33,26 @@ async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIte
 
     With ``start_embedded`` (the worker) the dev server under the state
     directory is started or joined, and stopped on exit if this was its last
-    user. Without it (clients) only a server that is already running is used:
+    user; ``settings.temporal_ui_port`` gives it its web UI. Without it
+    (clients) only a server that is already running is used:
     a client that started one would wait for a worker that does not exist.
     """
     namespace = settings.temporal_namespace
     keys = settings.temporal_payload_keys
+    ui_port = settings.temporal_ui_port if start_embedded else None
+    if settings.temporal_address is not None and ui_port is not None:
+        raise ConfigurationError(
+            "the web UI (--ui, MANGO_TEMPORAL_UI_PORT) is the embedded dev server's, but "
+            f"MANGO_TEMPORAL_ADDRESS points at {settings.temporal_address}",
+            hint="use that server's own web UI, or unset MANGO_TEMPORAL_ADDRESS",
+        )
     if settings.temporal_address is not None:
         yield await connect(settings.temporal_address, namespace, payload_keys=keys)
         return
     if start_embedded:
-        async with embedded_temporal(settings.state_dir, namespace=namespace) as address:
+        async with embedded_temporal(
+            settings.state_dir, namespace=namespace, ui_port=ui_port
+        ) as address:
             yield await connect(address, namespace, payload_keys=keys)
         return
     running = running_address(settings.state_dir)
