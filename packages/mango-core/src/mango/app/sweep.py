@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 import attrs
 
+from mango.app import telemetry
 from mango.domain.errors import InvalidInput, MangoError, OwnershipError, ProviderUnavailable
 from mango.domain.fleet import SessionClaims, SweepableProvider
 from mango.domain.ports import Clock, Provider
@@ -213,6 +214,7 @@ async def sweep_orphans(
                 stopped = f"{type(exc).__name__}: {exc}"
                 log.warning("orphan sweep of %s stopped: %s", provider.name, stopped)
                 items[position] = attrs.evolve(item, outcome=Outcome.FAILED, detail=stopped)
+    telemetry.count_swept(provider.name, sum(1 for i in items if i.outcome is Outcome.DESTROYED))
     return SweepReport(
         provider=provider.name,
         older_than=older_than,

@@ -16,9 +16,11 @@ worker crash at a lifecycle point that way (:mod:`mango.temporal.faults`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import click
@@ -28,8 +30,9 @@ from mango.config import Settings, max_read_bytes
 if TYPE_CHECKING:
     from mango.runtime import PortsWrapper
     from mango.temporal.messages import ReconcilerInput
+    from mango.temporal.metrics import TemporalTelemetry
 
-__all__ = ["READY_MESSAGE", "UI_MESSAGE", "run_worker", "worker"]
+__all__ = ["METRICS_MESSAGE", "READY_MESSAGE", "UI_MESSAGE", "run_worker", "worker"]
 
 READY_MESSAGE = "mango worker ready"
 """Printed to stderr once the worker polls its task queue (scripts may wait for it)."""
@@ -82,7 +85,8 @@ async def run_worker(
             database_display(settings),
         )
         async with (
-            open_temporal(settings, start_embedded=True) as client,
+            _telemetry(settings) as telemetry,
+            open_temporal(settings, start_embedded=True, telemetry=telemetry) as client,
             open_runtime(settings, host, wrap_ports=wrap_ports) as runtime,
         ):
             if settings.temporal_ui_port is not None:
@@ -108,6 +112,27 @@ async def run_worker(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+METRICS_MESSAGE = "metrics:"
+"""Printed to stderr, followed by the URL, when the worker serves Prometheus metrics."""
+
+
+@contextlib.asynccontextmanager
+async def _telemetry(settings: Settings) -> AsyncIterator[TemporalTelemetry | None]:
+    """The metrics endpoint and tracing when ``MANGO_METRICS_PORT`` is set, else nothing."""
+    from mango.app import telemetry
+
+    telemetry.configure(session_ids=settings.telemetry_session_ids)
+    if settings.metrics_port is None:
+        yield None
+        return
+    from mango.temporal.metrics import serve_metrics
+
+    host, port = settings.metrics_host, settings.metrics_port
+    async with serve_metrics(host, port) as configured:
+        click.echo(f"{METRICS_MESSAGE} http://{host}:{port}/metrics", err=True)
+        yield configured
 
 
 UI_MESSAGE = "Temporal web UI:"
