@@ -2,9 +2,9 @@
 
 A bare number is seconds; a suffix (``s``, ``m``, ``h``, ``d``) scales it.
 Fractions are allowed (``1.5h``); zero is allowed where the caller's minimum
-allows it. Used by ``mango gc --older-than`` and the settings that take an
-age (``MANGO_GC_OLDER_THAN``, ``MANGO_IDLE_EVICT_AFTER``), so every one of
-them reads the same way.
+allows it. Used by ``mango gc --older-than``; :func:`duration_setting` is
+the same grammar for a setting that takes an age, so every one of them
+reads the same way.
 """
 
 from __future__ import annotations
