@@ -255,6 +255,15 @@ class Settings:
     temporal_max_wait: float = DEFAULT_MAX_WAIT
     """``MANGO_TEMPORAL_MAX_WAIT``: seconds a ``--via-temporal`` step waits through failed
     attempts (the provider unavailable) before the client cancels it and gives up."""
+    metrics_port: int | None = None
+    """``MANGO_METRICS_PORT``: the worker serves Prometheus metrics there (None: off)."""
+    metrics_host: str = "127.0.0.1"
+    """``MANGO_METRICS_HOST``: the address the metrics endpoint binds."""
+    telemetry_session_ids: bool = False
+    """``MANGO_TELEMETRY_SESSION_IDS=1``: spans carry raw Session ids beside their hashes."""
+    temporal_ui_port: int | None = None
+    """``MANGO_TEMPORAL_UI_PORT``: the embedded dev server's web UI port (0: any free one;
+    None: headless). ``mango worker --ui [PORT]`` overrides it."""
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
@@ -306,8 +315,23 @@ class Settings:
         max_wait = number_setting(
             env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
         )
+        ui_port = number_setting(
+            env, "MANGO_TEMPORAL_UI_PORT", minimum=0, maximum=65535, integer=True, unit=""
+        )
+        metrics_port = number_setting(
+            env, "MANGO_METRICS_PORT", minimum=1, maximum=65535, integer=True, unit=""
+        )
+        session_ids = env.get("MANGO_TELEMETRY_SESSION_IDS", "").strip()
+        if session_ids not in ("", "0", "1"):
+            raise ConfigurationError(
+                f"MANGO_TELEMETRY_SESSION_IDS must be 0 or 1, got {session_ids[:20]!r}"
+            )
         return cls(
             state_dir=state_dir(env),
+            metrics_port=None if metrics_port is None else int(metrics_port),
+            metrics_host=env.get("MANGO_METRICS_HOST", "").strip() or "127.0.0.1",
+            telemetry_session_ids=session_ids == "1",
+            temporal_ui_port=None if ui_port is None else int(ui_port),
             temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,

@@ -15,6 +15,7 @@ import attrs
 
 from mango.app import SessionManager
 from mango.app.files import StoredFiles
+from mango.app.instrumented import instrument
 from mango.config import Settings
 from mango.domain.ports import BindingStore, Provider
 from mango.domain.registry import ProviderContext, ProviderRegistration, ProviderRegistry
@@ -60,6 +61,8 @@ class Runtime:
     registration: ProviderRegistration
     store: PostgresBindingStore
     manager: SessionManager
+    provider: Provider | None = None
+    """The selected provider, instrumented (the manager's may be wrapped further by tests)."""
 
     def default_spec(self) -> SandboxSpec:
         """The spec used for Sessions created from the command line."""
@@ -123,7 +126,8 @@ async def open_runtime(
     async with open_database(settings, linger=linger) as url:
         store = await open_store(url)
         try:
-            provider = registry.open(settings.sandbox, await deployment_context(settings, store))
+            opened = registry.open(settings.sandbox, await deployment_context(settings, store))
+            provider = instrument(opened)  # spans and metrics: no-ops unless an SDK is set up
             managed: tuple[Provider, BindingStore] = (provider, store)
             if wrap_ports is not None:
                 managed = wrap_ports(provider, store)
@@ -136,7 +140,7 @@ async def open_runtime(
                 package_manager_hosts=settings.package_manager_hosts,
             )
             try:
-                yield Runtime(settings, registry, registration, store, manager)
+                yield Runtime(settings, registry, registration, store, manager, provider)
             finally:
                 await manager.aclose()
         finally:

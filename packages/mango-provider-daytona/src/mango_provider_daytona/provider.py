@@ -29,7 +29,7 @@ from mango.provider import (
     positive_int,
     validate_session_id,
 )
-from mango.provider.ownership import Ownership, namespace_field
+from mango.provider.ownership import Ownership, listed_time, namespace_field
 from mango_provider_daytona.api import DaytonaApi, sandbox_state
 from mango_provider_daytona.layout import (
     DEFAULT_AUTO_PAUSE_MINUTES,
@@ -307,8 +307,24 @@ class DaytonaProvider:
                 and isinstance(sandbox_id, str)
                 and sandbox_state(item) not in GONE_STATES
             ):
-                owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, sandbox_id), session_hash))
+                ref = SandboxRef(PROVIDER_NAME, sandbox_id)
+                made = listed_time(item.get("createdAt"))
+                owned.append(OwnedResource(ref, session_hash, created_at=made))
         return sorted(owned, key=lambda resource: resource.ref.external_id)
+
+    async def destroy_owned(self, resource: OwnedResource) -> None:
+        """Delete a listed sandbox after checking its labels by the hashed label (``mango gc``)."""
+        sandbox_id = self._sandbox_id(resource.ref)
+        await asyncio.sleep(0)
+        document = await self._api.get(sandbox_id)
+        if document is None or sandbox_state(document) in GONE_STATES:
+            return
+        if document.get("id") != sandbox_id:
+            return
+        what = f"daytona sandbox {sandbox_id}"
+        self.ownership.check_hash(document.get("labels"), resource.session_hash, what=what)
+        self._remote.tracker.mark_destroyed(sandbox_id)
+        await self._api.delete(sandbox_id)
 
     async def health(self) -> str:
         """One authenticated list call; a one-line description.

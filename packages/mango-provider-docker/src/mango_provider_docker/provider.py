@@ -27,7 +27,7 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecTracker
 from mango.provider.hostdirs import remove_dir
-from mango.provider.ownership import Ownership, namespace_field
+from mango.provider.ownership import NAME_PREFIX, Ownership, listed_time, namespace_field
 from mango_provider_docker.container import (
     Limits,
     container_config,
@@ -311,10 +311,33 @@ class DockerProvider:
                 return
         await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
 
+    async def destroy_owned(self, resource: OwnedResource) -> None:
+        """Remove a listed container and its host directory by its labels (``mango gc``).
+
+        The container is inspected again: it must carry the managed label,
+        this namespace and ``resource.session_hash``, and a deterministic
+        name (:class:`OwnershipError` otherwise). A container already gone is
+        success. The same order as :meth:`destroy`.
+        """
+        container_id = check_container_id(self.ownership.check_ref(resource.ref).external_id)
+        await asyncio.sleep(0)
+        inspect = await self._engine.inspect_container(container_id)
+        if inspect is None or inspect.get("Id") != container_id:
+            return
+        name = str(inspect.get("Name", "")).lstrip("/")
+        what = f"docker container {name or container_id}"
+        self.ownership.check_hash(container_labels(inspect), resource.session_hash, what=what)
+        if len(name) != len(NAME_PREFIX) + 32 or not name.startswith(NAME_PREFIX):
+            raise OwnershipError(f"refusing to use {what}: it does not carry a mango name")
+        await self._remove_named(name, container_id)
+
     async def _remove(self, key: str, container_id: str) -> None:
+        await self._remove_named(self.ownership.name(key), container_id)
+
+    async def _remove_named(self, name: str, container_id: str) -> None:
         self._tracker.mark_destroyed(container_id)
         await self._engine.kill_container(container_id)
-        await asyncio.to_thread(remove_dir, host_dir(self.resource_dir, self.ownership, key))
+        await asyncio.to_thread(remove_dir, self.resource_dir / name)
         await self._engine.remove_container(container_id)
 
     async def _newer_container(self, session_key: str) -> bool:
@@ -331,7 +354,10 @@ class DockerProvider:
             container_id = str(item.get("Id", ""))
             session_hash = ownership.owned_hash(container_labels(item))
             if session_hash is not None and CONTAINER_ID.match(container_id):
-                owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, container_id), session_hash))
+                ref = SandboxRef(PROVIDER_NAME, container_id)
+                owned.append(
+                    OwnedResource(ref, session_hash, created_at=listed_time(item.get("Created")))
+                )
         return sorted(owned, key=lambda resource: resource.ref.external_id)
 
     async def health(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import urllib.parse
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -29,6 +30,7 @@ import httpx
 
 from mango.provider import ConfigurationError
 from mango.provider.http import ApiClient, RemoteRejected, RemoteUnavailable
+from mango.provider.ownership import listed_time
 
 __all__ = [
     "CUBE",
@@ -98,6 +100,8 @@ class SandboxInfo:
     envd_access_token: str | None = attrs.field(default=None, repr=False)
     traffic_access_token: str | None = attrs.field(default=None, repr=False)
     domain: str | None = None
+    started_at: datetime | None = None
+    """``startedAt``: when the sandbox was made (lists and gets say it)."""
 
     @classmethod
     def from_json(cls, value: object, *, operation: str) -> SandboxInfo:
@@ -117,6 +121,7 @@ class SandboxInfo:
             envd_access_token=_text(value.get("envdAccessToken")),
             traffic_access_token=_text(value.get("trafficAccessToken")),
             domain=_text(value.get("domain")),
+            started_at=listed_time(value.get("startedAt")),
         )
 
 

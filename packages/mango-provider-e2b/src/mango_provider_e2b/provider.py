@@ -213,8 +213,21 @@ class E2BProvider:
         for info in await self._control.list(self.ownership.selector()):
             session_hash = self.ownership.owned_hash(info.metadata)
             if session_hash is not None:
-                owned.append(OwnedResource(SandboxRef(self.name, info.sandbox_id), session_hash))
+                ref = SandboxRef(self.name, info.sandbox_id)
+                owned.append(OwnedResource(ref, session_hash, created_at=info.started_at))
         return sorted(owned, key=lambda resource: resource.ref.external_id)
+
+    async def destroy_owned(self, resource: OwnedResource) -> None:
+        """Kill a listed sandbox after checking its metadata by the hashed label (``mango gc``)."""
+        ref = self.ownership.check_ref(resource.ref)
+        try:
+            info = await self._control.get(ref.external_id)
+        except SandboxNotFound:
+            return
+        what = f"{self.name} sandbox {ref.external_id}"
+        self.ownership.check_hash(info.metadata, resource.session_hash, what=what)
+        self._remote.tracker.mark_destroyed(ref.external_id)
+        await self._control.kill(ref.external_id)
 
     async def health(self) -> str:
         """One authenticated list call: reachable and the credentials accepted."""

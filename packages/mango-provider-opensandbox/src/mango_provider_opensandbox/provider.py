@@ -31,7 +31,7 @@ from mango.provider import (
 )
 from mango.provider.deadline import maintenance_timeout
 from mango.provider.http import ApiClient, RetryPolicy
-from mango.provider.ownership import Ownership, namespace_field
+from mango.provider.ownership import Ownership, listed_time, namespace_field
 from mango_provider_opensandbox.layout import (
     API_KEY_HEADER,
     CAPABILITIES,
@@ -247,8 +247,22 @@ class OpenSandboxProvider:
         for sandbox in await self._lifecycle.list(self.ownership.selector()):
             session_hash = self.ownership.owned_hash(sandbox.get("metadata"))
             if session_hash is not None and isinstance(sandbox.get("id"), str):
-                owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, sandbox["id"]), session_hash))
+                ref = SandboxRef(PROVIDER_NAME, sandbox["id"])
+                made = listed_time(sandbox.get("createdAt"))
+                owned.append(OwnedResource(ref, session_hash, created_at=made))
         return owned
+
+    async def destroy_owned(self, resource: OwnedResource) -> None:
+        """Delete a listed sandbox after checking its hashed label (``mango gc``)."""
+        ref = self.ownership.check_ref(resource.ref)
+        try:
+            sandbox = await self._lifecycle.get(ref.external_id)
+        except SandboxNotFound:
+            return
+        what = f"OpenSandbox sandbox {ref.external_id}"
+        self.ownership.check_hash(sandbox.get("metadata"), resource.session_hash, what=what)
+        self._remote.tracker.mark_destroyed(ref.external_id)
+        await self._lifecycle.delete(ref.external_id)
 
     async def health(self) -> str:
         """One lifecycle round trip; the credentials are checked by it."""

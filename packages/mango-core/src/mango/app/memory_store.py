@@ -14,10 +14,12 @@ import attrs
 
 from mango.app.clock import SystemClock
 from mango.domain.errors import PreconditionFailed, ProvisioningBlocked
+from mango.domain.hashing import session_key_hash
 from mango.domain.ports import Clock
 from mango.domain.registry import new_namespace, validate_namespace
 from mango.domain.values import (
     Binding,
+    OwnedResource,
     ProvisioningIntent,
     SandboxRef,
     SessionRecord,
@@ -184,3 +186,11 @@ class InMemoryBindingStore:
                 stored = attrs.evolve(stored, lost_at=self.clock.now())
                 self.bindings[session_id] = stored
             return stored
+
+    async def claimed(
+        self, provider: str, resources: Sequence[OwnedResource]
+    ) -> frozenset[SandboxRef]:
+        """The refs a binding names or whose session hash is a Session's (``SessionClaims``)."""
+        hashes = {session_key_hash(session_id) for session_id in self.sessions}
+        bound = {b.ref for b in self.bindings.values() if b.ref.provider == provider}
+        return frozenset(r.ref for r in resources if r.ref in bound or r.session_hash in hashes)

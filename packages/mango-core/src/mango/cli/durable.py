@@ -19,6 +19,7 @@ from mango.embedded.temporal import embedded_temporal, running_address
 from mango.postgres import PostgresBindingStore, open_store
 from mango.runtime import open_database
 from mango.temporal.client import Orchestrator, connect
+from mango.temporal.metrics import TemporalTelemetry
 
 __all__ = [
     "delete_via_temporal",
@@ -28,22 +29,37 @@ __all__ = [
 
 
 @asynccontextmanager
-async def open_temporal(settings: Settings, *, start_embedded: bool) -> AsyncIterator[Client]:
+async def open_temporal(
+    settings: Settings, *, start_embedded: bool, telemetry: TemporalTelemetry | None = None
+) -> AsyncIterator[Client]:
     """A Temporal client: ``MANGO_TEMPORAL_ADDRESS``, else the embedded dev server.
 
     With ``start_embedded`` (the worker) the dev server under the state
     directory is started or joined, and stopped on exit if this was its last
-    user. Without it (clients) only a server that is already running is used:
+    user; ``settings.temporal_ui_port`` gives it its web UI. Without it
+    (clients) only a server that is already running is used (``telemetry``:
+    the worker's metrics and tracing, :mod:`mango.temporal.metrics`):
     a client that started one would wait for a worker that does not exist.
     """
     namespace = settings.temporal_namespace
     keys = settings.temporal_payload_keys
+    ui_port = settings.temporal_ui_port if start_embedded else None
+    if settings.temporal_address is not None and ui_port is not None:
+        raise ConfigurationError(
+            "the web UI (--ui, MANGO_TEMPORAL_UI_PORT) is the embedded dev server's, but "
+            f"MANGO_TEMPORAL_ADDRESS points at {settings.temporal_address}",
+            hint="use that server's own web UI, or unset MANGO_TEMPORAL_ADDRESS",
+        )
     if settings.temporal_address is not None:
-        yield await connect(settings.temporal_address, namespace, payload_keys=keys)
+        yield await connect(
+            settings.temporal_address, namespace, payload_keys=keys, telemetry=telemetry
+        )
         return
     if start_embedded:
-        async with embedded_temporal(settings.state_dir, namespace=namespace) as address:
-            yield await connect(address, namespace, payload_keys=keys)
+        async with embedded_temporal(
+            settings.state_dir, namespace=namespace, ui_port=ui_port
+        ) as address:
+            yield await connect(address, namespace, payload_keys=keys, telemetry=telemetry)
         return
     running = running_address(settings.state_dir)
     if running is None:

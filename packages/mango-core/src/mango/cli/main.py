@@ -6,7 +6,7 @@ there is one, a ``hint:`` line; never a traceback.
 
 One module per command group: :mod:`~mango.cli.providers`,
 :mod:`~mango.cli.execute` (``exec``), :mod:`~mango.cli.files`,
-:mod:`~mango.cli.sessions`, :mod:`~mango.cli.reconcile`,
+:mod:`~mango.cli.sessions`, :mod:`~mango.cli.reconcile`, :mod:`~mango.cli.gc`,
 :mod:`~mango.cli.doctor`, :mod:`~mango.cli.embedded` and
 :mod:`~mango.cli.worker`; what they share is in :mod:`~mango.cli.common`.
 
@@ -39,6 +39,7 @@ from mango.cli.doctor import doctor
 from mango.cli.embedded import embedded
 from mango.cli.execute import exec_
 from mango.cli.files import files
+from mango.cli.gc import gc
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
 from mango.cli.sessions import sessions
@@ -79,7 +80,7 @@ def cli(verbose: bool) -> None:
     )
 
 
-for _command in (providers, exec_, files, sessions, reconcile, doctor, embedded, worker, store):
+for _command in (providers, exec_, files, sessions, reconcile, gc, doctor, embedded, worker, store):
     cli.add_command(_command)
 
 

@@ -16,9 +16,11 @@ worker crash at a lifecycle point that way (:mod:`mango.temporal.faults`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import click
@@ -28,8 +30,9 @@ from mango.config import Settings, max_read_bytes
 if TYPE_CHECKING:
     from mango.runtime import PortsWrapper
     from mango.temporal.messages import ReconcilerInput
+    from mango.temporal.metrics import TemporalTelemetry
 
-__all__ = ["READY_MESSAGE", "run_worker", "worker"]
+__all__ = ["METRICS_MESSAGE", "READY_MESSAGE", "UI_MESSAGE", "run_worker", "worker"]
 
 READY_MESSAGE = "mango worker ready"
 """Printed to stderr once the worker polls its task queue (scripts may wait for it)."""
@@ -82,9 +85,12 @@ async def run_worker(
             database_display(settings),
         )
         async with (
-            open_temporal(settings, start_embedded=True) as client,
+            _telemetry(settings) as telemetry,
+            open_temporal(settings, start_embedded=True, telemetry=telemetry) as client,
             open_runtime(settings, host, wrap_ports=wrap_ports) as runtime,
         ):
+            if settings.temporal_ui_port is not None:
+                _announce_ui(settings)
             manager = runtime.manager
             activities = MangoActivities(
                 manager,
@@ -106,6 +112,40 @@ async def run_worker(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+METRICS_MESSAGE = "metrics:"
+"""Printed to stderr, followed by the URL, when the worker serves Prometheus metrics."""
+
+
+@contextlib.asynccontextmanager
+async def _telemetry(settings: Settings) -> AsyncIterator[TemporalTelemetry | None]:
+    """The metrics endpoint and tracing when ``MANGO_METRICS_PORT`` is set, else nothing."""
+    from mango.app import telemetry
+
+    telemetry.configure(session_ids=settings.telemetry_session_ids)
+    if settings.metrics_port is None:
+        yield None
+        return
+    from mango.temporal.metrics import serve_metrics
+
+    host, port = settings.metrics_host, settings.metrics_port
+    async with serve_metrics(host, port) as configured:
+        click.echo(f"{METRICS_MESSAGE} http://{host}:{port}/metrics", err=True)
+        yield configured
+
+
+UI_MESSAGE = "Temporal web UI:"
+"""Printed to stderr, followed by the URL, when the worker runs the dev server's web UI."""
+
+
+def _announce_ui(settings: Settings) -> None:
+    from mango.embedded.temporal import running_ui_url
+
+    url = running_ui_url(settings.state_dir)
+    if url is not None:
+        namespace = settings.temporal_namespace
+        click.echo(f"{UI_MESSAGE} {url}/namespaces/{namespace}/workflows", err=True)
 
 
 @click.command(name="worker")
@@ -134,8 +174,23 @@ async def run_worker(
     help="Seconds a workflow task waits for the worker that cached the workflow "
     "before another may take it (the pause after a worker crash).",
 )
+@click.option(
+    "--ui",
+    "ui_port",
+    type=click.IntRange(0, 65535),
+    is_flag=False,
+    flag_value=0,
+    default=None,
+    metavar="[PORT]",
+    help="Run the embedded Temporal dev server with its web UI on 127.0.0.1 (at PORT, or a "
+    "free port) and print its URL. Default: MANGO_TEMPORAL_UI_PORT, else headless.",
+)
 def worker(
-    reconcile_interval: float, no_reconciler: bool, graceful_shutdown: float, sticky_timeout: float
+    reconcile_interval: float,
+    no_reconciler: bool,
+    graceful_shutdown: float,
+    sticky_timeout: float,
+    ui_port: int | None,
 ) -> None:
     """Run a Temporal worker for the provider MANGO_SANDBOX.
 
@@ -146,10 +201,14 @@ def worker(
     """
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
+    import attrs
+
     from mango.cli.common import ports_wrapper
     from mango.temporal.messages import ReconcilerInput
 
     settings = Settings.from_env()
+    if ui_port is not None:
+        settings = attrs.evolve(settings, temporal_ui_port=ui_port)
     reconciler = None if no_reconciler else ReconcilerInput(interval=reconcile_interval)
     try:
         asyncio.run(

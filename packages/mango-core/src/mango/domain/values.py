@@ -367,15 +367,23 @@ class SandboxRef:
         return cls(provider=provider, external_id=external_id)
 
 
+def _aware(_instance: object, _attribute: object, value: Any) -> None:
+    if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+        raise InvalidInput(f"created_at must be a timezone-aware datetime, got {value!r}")
+
+
 @attrs.frozen
 class OwnedResource:
     """A resource a provider holds for this deployment, as :meth:`Provider.list_owned` sees it.
 
     ``session_hash`` is the fixed-length ownership label (never the raw Session id).
+    ``created_at`` is when the backend says the resource was made (timezone-aware),
+    or None if it does not say: ``mango gc`` never sweeps a resource of unknown age.
     """
 
     ref: SandboxRef
     session_hash: str = attrs.field(validator=_non_empty)
+    created_at: datetime | None = attrs.field(default=None, kw_only=True, validator=_aware)
 
 
 @attrs.frozen

@@ -73,17 +73,21 @@ def find_temporal_binary() -> Path:
 
 @attrs.frozen
 class Record:
-    """Contents of ``server.json``."""
+    """Contents of ``server.json``; ``ui_port`` is None for a headless server."""
 
     pid: int
     port: int
+    ui_port: int | None = None
 
 
 def read_record(path: Path) -> Record | None:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return Record(pid=int(raw["pid"]), port=int(raw["port"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        ui = raw.get("ui_port")
+        return Record(
+            pid=int(raw["pid"]), port=int(raw["port"]), ui_port=None if ui is None else int(ui)
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -149,11 +153,29 @@ async def answers(address: str, namespace: str, timeout: float) -> bool:
     return True
 
 
-def spawn(binary: Path, port: int, *, db_path: Path, log_path: Path, namespace: str) -> int:
-    """Start ``temporal server start-dev`` in its own session; return its pid."""
+def spawn(
+    binary: Path,
+    port: int,
+    *,
+    db_path: Path,
+    log_path: Path,
+    namespace: str,
+    ui_port: int | None = None,
+) -> int:
+    """Start ``temporal server start-dev`` in its own session; return its pid.
+
+    Headless unless ``ui_port`` is given: then the dev server's own web UI
+    listens on 127.0.0.1 at that port (its news feed off: no outside calls).
+    """
+    ui = (
+        ["--headless"]
+        if ui_port is None
+        else ["--ui-ip", HOST, "--ui-port", str(ui_port), "--ui-disable-news-fetch"]
+    )
     argv = [
         str(binary),
-        *("server", "start-dev", "--headless"),
+        *("server", "start-dev"),
+        *ui,
         *("--db-filename", str(db_path)),
         *("--ip", HOST, "--port", str(port)),
         *("--log-level", "warn"),

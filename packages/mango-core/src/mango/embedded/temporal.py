@@ -10,7 +10,8 @@ directory (``temporal server start-dev``). Everything lives in
   of the server;
 * ``port``: the frontend port, chosen once on 127.0.0.1 and reused while it
   stays free (a busy port is replaced and the file rewritten);
-* ``server.json``: pid and port of the running server;
+* ``server.json``: pid, port and web UI port (none when headless) of the
+  running server;
 * ``server.lock``: an exclusive ``flock`` held around every start and stop,
   so two processes never start two servers on one directory;
 * ``server.holders``: every handle holds a shared ``flock`` on it while it
@@ -65,10 +66,22 @@ __all__ = [
     "embedded_temporal",
     "find_temporal_binary",
     "running_address",
+    "running_ui_url",
 ]
 
 _LOG = logging.getLogger(__name__)
 _POLL = 0.05
+
+
+def running_ui_url(state_dir: Path) -> str | None:
+    """The web UI's URL of a dev server running under ``state_dir``; None if headless or none."""
+    directory = state_dir / "temporal"
+    record = read_record(directory / "server.json")
+    if record is None or record.ui_port is None:
+        return None
+    if not is_server_of(record.pid, directory / "temporal.db"):
+        return None
+    return f"http://{HOST}:{record.ui_port}"
 
 
 def running_address(state_dir: Path) -> str | None:
@@ -97,6 +110,9 @@ class EmbeddedTemporal:
     """Bound, in seconds, on waiting for the start lock and for readiness."""
     stop_timeout: float = 10.0
     """Seconds between SIGTERM and SIGKILL."""
+    ui_port: int | None = None
+    """Start the server with its web UI on 127.0.0.1 at this port (0: any free one);
+    None: headless. A running server is joined only if it has the UI asked for."""
     _holder: int | None = attrs.field(default=None, init=False)
 
     @property
@@ -140,6 +156,12 @@ class EmbeddedTemporal:
             return None
         address = f"{HOST}:{record.port}"
         if is_server_of(record.pid, self.db_path):
+            if self.ui_port is not None and record.ui_port is None:
+                raise ConfigurationError(
+                    f"the Temporal dev server under {self.directory} is already running without "
+                    "its web UI (another mango process started it headless)",
+                    hint="stop the mango workers that use it, then start this one with --ui",
+                )
             if await answers(address, self.namespace, self.timeout):
                 _LOG.info("joining the Temporal dev server at %s (pid %d)", address, record.pid)
                 return address
@@ -161,15 +183,36 @@ class EmbeddedTemporal:
             write_atomic(port_file, f"{port}\n")
         return port
 
+    def _choose_ui_port(self, port: int) -> int | None:
+        if self.ui_port is None:
+            return None
+        if self.ui_port == 0:
+            while (chosen := free_port(HOST)) == port:
+                continue
+            return chosen
+        if not port_is_free(self.ui_port, HOST):
+            raise ConfigurationError(
+                f"port {self.ui_port} on {HOST} is in use: the Temporal web UI cannot listen there",
+                hint="choose another port (mango worker --ui PORT), or --ui alone for a free one",
+            )
+        return self.ui_port
+
     async def _launch(self, binary: Path, attempts: int = 3) -> str:
         for attempt in range(1, attempts + 1):
             port = self._choose_port()
             address = f"{HOST}:{port}"
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            ui_port = self._choose_ui_port(port)
             pid = spawn(
-                binary, port, db_path=self.db_path, log_path=self.log_path, namespace=self.namespace
+                binary,
+                port,
+                db_path=self.db_path,
+                log_path=self.log_path,
+                namespace=self.namespace,
+                ui_port=ui_port,
             )
-            write_atomic(self._file("server.json"), json.dumps({"pid": pid, "port": port}))
+            record = {"pid": pid, "port": port, "ui_port": ui_port}
+            write_atomic(self._file("server.json"), json.dumps(record))
             _LOG.info("started the Temporal dev server (pid %d) on %s", pid, address)
             if await self._await_ready(pid, address):
                 return address
@@ -262,16 +305,21 @@ class EmbeddedTemporal:
 
 @contextlib.asynccontextmanager
 async def embedded_temporal(
-    state_dir: Path, *, namespace: str = "default", timeout: float = 60.0
+    state_dir: Path,
+    *,
+    namespace: str = "default",
+    timeout: float = 60.0,
+    ui_port: int | None = None,
 ) -> AsyncIterator[str]:
     """Run (or join) the dev server of ``state_dir`` for the block; yield ``127.0.0.1:PORT``.
 
     On exit the server is stopped (SIGTERM, bounded wait, SIGKILL) unless
     another handle still uses it. Raises :class:`ConfigurationError` if the
     binary is missing and :class:`ProviderUnavailable` if the server does not
-    become ready within ``timeout`` seconds.
+    become ready within ``timeout`` seconds. ``ui_port`` as
+    :attr:`EmbeddedTemporal.ui_port` (:func:`running_ui_url` tells the URL).
     """
-    server = EmbeddedTemporal(state_dir, namespace=namespace, timeout=timeout)
+    server = EmbeddedTemporal(state_dir, namespace=namespace, timeout=timeout, ui_port=ui_port)
     address = await server.start()
     try:
         yield address

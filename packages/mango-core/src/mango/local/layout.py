@@ -41,6 +41,7 @@ import os
 import secrets
 import shutil
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ __all__ = [
     "WORKSPACE_NAME",
     "canonical_path",
     "check_base_dir",
+    "check_listed_dir",
     "check_reference",
     "check_removal",
     "ensure_session_dir",
@@ -308,8 +310,43 @@ def list_session_dirs(base_dir: Path, ownership: Ownership) -> list[OwnedResourc
             continue
         session_hash = ownership.owned_hash(_record_labels(entry, migrate=False))
         if session_hash is not None:
-            owned.append(OwnedResource(SandboxRef(PROVIDER_NAME, str(entry)), session_hash))
+            ref = SandboxRef(PROVIDER_NAME, str(entry))
+            owned.append(OwnedResource(ref, session_hash, created_at=_record_time(entry)))
     return owned
+
+
+def _record_time(session_dir: Path) -> datetime | None:
+    """When the owner record was written (at create; it is never rewritten), if it exists."""
+    try:
+        written = os.lstat(owner_record_path(session_dir)).st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(written, UTC)
+
+
+def check_listed_dir(base_dir: Path, ownership: Ownership, resource: OwnedResource) -> Path:
+    """The session directory of a listed ``resource``, if its owner record still says so.
+
+    For ``mango gc``, which knows the session hash but not the key: the path
+    must be a session directory name directly under ``base_dir`` and its
+    owner record this namespace's for ``resource.session_hash``
+    (:class:`OwnershipError` otherwise; a directory already gone with its
+    record is returned, for an idempotent removal).
+    """
+    given = Path(ownership.check_ref(resource.ref).external_id)
+    base = canonical_path(base_dir)
+    if (
+        not given.is_absolute()
+        or canonical_path(given.parent) != base
+        or not given.name.startswith(NAME_PREFIX)
+        or DELETING_MARK in given.name
+    ):
+        raise OwnershipError(f"local sandbox {given} is not a session directory under {base}")
+    session_dir = base / given.name
+    labels = _record_labels(session_dir, migrate=False)
+    if labels is not None or os.path.lexists(session_dir):
+        ownership.check_hash(labels, resource.session_hash, what=f"local sandbox {session_dir}")
+    return session_dir
 
 
 def check_base_dir(base_dir: Path) -> str:

@@ -12,6 +12,7 @@ import attrs
 from mango.local.layout import (
     PROVIDER_NAME,
     check_base_dir,
+    check_listed_dir,
     check_reference,
     check_removal,
     ensure_session_dir,
@@ -184,6 +185,20 @@ class LocalProvider:
         await self._remove(
             key, expected_session_dir(self.base_dir, self.ownership, key), force=force
         )
+
+    async def destroy_owned(self, resource: OwnedResource) -> None:
+        """Remove a listed session directory by its owner record (``mango gc``); idempotent.
+
+        The path must be a session directory under ``base_dir`` whose owner
+        record carries this namespace and ``resource.session_hash``
+        (:class:`OwnershipError` otherwise). Its commands are killed first.
+        """
+        await checkpoint()
+        session_dir = await asyncio.to_thread(
+            check_listed_dir, self.base_dir, self.ownership, resource
+        )
+        await self._tracker.terminate(str(session_dir), DESTROY_WAIT_SECONDS)
+        await asyncio.to_thread(remove_session, session_dir)
 
     async def _remove(self, key: str, session_dir: Path, *, force: bool) -> None:
         if not force:

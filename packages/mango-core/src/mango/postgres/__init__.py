@@ -2,10 +2,12 @@
 
 ``open_store(url)`` connects (psycopg 3, async pool), applies pending
 migrations under an advisory lock, and returns a :class:`PostgresBindingStore`;
-:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool.
+:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool, and
+:class:`PostgresSessionClaims` answers the orphan sweep from the same rows.
 """
 
 from mango.postgres._errors import redact, redact_conninfo
+from mango.postgres.claims import PostgresSessionClaims
 from mango.postgres.connect import open_store
 from mango.postgres.files import PostgresFileCatalog
 from mango.postgres.schema import (
@@ -23,6 +25,7 @@ __all__ = [
     "Pool",
     "PostgresBindingStore",
     "PostgresFileCatalog",
+    "PostgresSessionClaims",
     "apply_migrations",
     "load_migrations",
     "open_store",

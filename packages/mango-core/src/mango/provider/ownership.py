@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -42,6 +43,7 @@ __all__ = [
     "NAME_PREFIX",
     "Ownership",
     "derived_namespace",
+    "listed_time",
     "namespace_field",
     "validate_namespace",
 ]
@@ -67,6 +69,27 @@ def derived_namespace(prefix: str, seed: str) -> str:
     namespace, and re-entering it (a simulated restart) gives the same one.
     """
     return validate_namespace(f"{prefix}-{hashlib.sha256(seed.encode('utf-8')).hexdigest()[:12]}")
+
+
+def listed_time(value: object) -> datetime | None:
+    """A creation time as a backend lists it (RFC 3339 text or Unix seconds), in UTC.
+
+    For :attr:`~mango.domain.values.OwnedResource.created_at`: anything
+    unreadable is None (an age mango cannot tell, so ``mango gc`` keeps it),
+    and a time without a zone is taken as UTC.
+    """
+    if isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, int | float):
+            moment = datetime.fromtimestamp(value, UTC)
+        elif isinstance(value, str) and value.strip():
+            moment = datetime.fromisoformat(value.strip().replace("z", "Z"))
+        else:
+            return None
+    except (ValueError, OverflowError, OSError):
+        return None
+    return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
 
 
 def namespace_field() -> Any:
@@ -137,6 +160,16 @@ class Ownership:
         ``what`` names the resource in the message (``"docker container mango-…"``).
         The checks run in order: unmanaged, another deployment, another session.
         """
+        self.check_hash(labels, self.session_hash(session_key), what=what)
+
+    def check_hash(
+        self, labels: Mapping[str, object] | None, session_hash: str, *, what: str
+    ) -> None:
+        """Raise :class:`OwnershipError` unless ``labels`` are ours for ``session_hash``.
+
+        For removing a listed resource whose Session key is unknown (``mango
+        gc``): the same checks as :meth:`check`, by the hashed label.
+        """
         if not isinstance(labels, Mapping) or labels.get(LABEL_MANAGED) != MANAGED:
             raise OwnershipError(f"refusing to use {what}: it is unmanaged (not made by mango)")
         if labels.get(LABEL_NAMESPACE) != self.namespace:
@@ -144,7 +177,7 @@ class Ownership:
                 f"refusing to use {what}: it belongs to another deployment "
                 f"(namespace {self.namespace!r} does not own it)"
             )
-        if labels.get(LABEL_SESSION) != self.session_hash(session_key):
+        if self.owned_hash(labels) != session_hash:
             raise OwnershipError(f"refusing to use {what}: it belongs to another session")
 
     def check_ref(self, ref: object) -> SandboxRef:

@@ -59,6 +59,7 @@ from mango.temporal.messages import (
     ToolCall,
     ToolResult,
 )
+from mango.temporal.metrics import TemporalTelemetry
 from mango.temporal.routing import (
     DEFAULT_TASK_QUEUE_PREFIX,
     EXEC_UPDATE,
@@ -98,16 +99,25 @@ def _rpc_errors(doing: str) -> Iterator[None]:
 
 
 async def connect(
-    address: str, namespace: str = "default", *, payload_keys: Sequence[PayloadKey] = ()
+    address: str,
+    namespace: str = "default",
+    *,
+    payload_keys: Sequence[PayloadKey] = (),
+    telemetry: TemporalTelemetry | None = None,
 ) -> Client:
     """A client with mango's data converter; :class:`ProviderUnavailable` if unreachable.
 
     With ``payload_keys`` every payload and failure message is encrypted (see
-    :mod:`mango.temporal.codec`).
+    :mod:`mango.temporal.codec`). ``telemetry`` (the worker's metrics,
+    :mod:`mango.temporal.metrics`) gives it a runtime that reports Temporal's
+    metrics and a tracing interceptor.
     """
+    extra: dict[str, Any] = {}
+    if telemetry is not None:
+        extra = {"runtime": telemetry.runtime, "interceptors": list(telemetry.interceptors)}
     try:
         return await Client.connect(
-            address, namespace=namespace, data_converter=converter_for(payload_keys)
+            address, namespace=namespace, data_converter=converter_for(payload_keys), **extra
         )
     except (RuntimeError, RPCError) as exc:
         raise ProviderUnavailable(

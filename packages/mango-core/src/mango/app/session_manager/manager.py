@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import NoReturn
 
 import attrs
 
+from mango.app import telemetry
 from mango.app.session_manager.clients import ClientCache, SessionLocks
 from mango.app.session_manager.context import (
     Facts,
@@ -223,13 +225,17 @@ class SessionManager:
 
         Every listed intent of this provider is attempted even if some fail.
         """
-        return await reconcile_provisioning(self, self.store, self.provider.name, limit, deadline)
+        report = await reconcile_provisioning(self, self.store, self.provider.name, limit, deadline)
+        telemetry.count_reconciled(self.provider.name, report.completed)
+        return report
 
     async def finish_deletions(
         self, limit: int = 100, *, deadline: float | None = None
     ) -> ReconcileReport:
         """Finish deletions that were fenced but not completed (after a crash)."""
-        return await finish_deletions(self, self.store, limit, deadline)
+        report = await finish_deletions(self, self.store, limit, deadline)
+        telemetry.count_reconciled(self.provider.name, report.completed)
+        return report
 
     async def aclose(self) -> None:
         """Forget cached clients and close the provider's connections."""
@@ -240,6 +246,11 @@ class SessionManager:
 
     async def _run(self, operation: Operation, *, fenced_here: bool = False) -> Facts:
         """Observe, then walk the command through the table; observe again if rows moved."""
+        name, sid = self.provider.name, operation.session_id
+        with telemetry.operation_span(operation.command.value, name, sid):
+            return await self._run_observed(operation, fenced_here=fenced_here)
+
+    async def _run_observed(self, operation: Operation, *, fenced_here: bool) -> Facts:
         for _ in range(_MAX_REOBSERVE):
             observed = await observe_session(
                 self._ports, operation.session_id, fenced_here=fenced_here
@@ -272,9 +283,12 @@ class SessionManager:
                 self.handlers.guards[guard](self._ports, facts, command)
             signal: LifecycleSignal | None = None
             for effect in step.transition.effects:
+                started = time.perf_counter()
                 outcome = await self.handlers.effects[effect].run(self._ports, facts)
                 facts = facts.adding(outcome)
                 signal = outcome.signal  # the table lets only the last effect report one
+                elapsed = time.perf_counter() - started
+                telemetry.effect_done(self.provider.name, effect, elapsed, signal)
             course.settle(step, signal)
 
     def _refuse(self, facts: Facts, state: LifecycleState, refused: InvalidTransition) -> NoReturn:

@@ -1,0 +1,134 @@
+"""The worker's Prometheus endpoint, scraped after a workload: the figures match what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from .support import MANGO, Harness, WorkerEnv, WorkerProcess
+
+pytestmark = [pytest.mark.temporal, pytest.mark.postgres, pytest.mark.slow]
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - a 127.0.0.1 URL
+        return response.read().decode()
+
+
+def _value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` whose labels include ``labels``."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or match["name"] != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"] or ""))
+        if all(found.get(key) == value for key, value in labels.items()):
+            total += float(match["value"])
+            seen = True
+    names = sorted(
+        {
+            m["name"]
+            for m in map(_SAMPLE.match, text.splitlines())
+            if m and m["name"].startswith(name.split("_", maxsplit=1)[0])
+        }
+    )
+    assert seen, f"no sample {name} {labels}; samples named {names}"
+    return total
+
+
+async def _mango(env: dict[str, str], *args: str) -> tuple[int, bytes, bytes]:
+    process = await asyncio.create_subprocess_exec(
+        *MANGO, *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    return process.returncode or 0, out, err
+
+
+async def test_scraped_figures_match_the_workload(
+    harness: Harness, worker_env: WorkerEnv, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Two execs (one truncated), one Session created and deleted: counters and counts agree."""
+    port = _free_port()
+    worker = spawn_worker(None, MANGO_METRICS_PORT=str(port), MANGO_MAX_OUTPUT_BYTES="8")
+    await worker.wait_ready()
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert f"metrics: {url}" in worker.text()
+    env = worker_env.environ()
+    session_id = harness.sid("metrics")
+
+    code, out, err = await _mango(env, "exec", "--session", session_id, "--", "echo", "hi")
+    assert (code, out) == (0, b"hi\n"), err
+    code, out, err = await _mango(
+        env, "exec", "--session", session_id, "--", "echo", "0123456789abcdef"
+    )
+    assert (code, out) == (0, b"01234567"), err
+    code, _, err = await _mango(env, "sessions", "delete", session_id)
+    assert code == 0, err
+
+    # Temporal's Core metrics are drained on an interval: wait for them, never for ours.
+    async def scraped() -> str:
+        for _ in range(100):
+            text = await asyncio.to_thread(_scrape, url)
+            if re.search(
+                r'^temporal_activity_execution_latency\S*count\{[^}]*"ReleaseSandbox"', text, re.M
+            ):
+                return text
+            await asyncio.sleep(0.1)
+        pytest.fail(f"no Temporal metrics at {url}:\n{text[:3000]}")
+
+    text = await scraped()
+    local = {"provider": "local"}
+    assert _value(text, "mango_sandboxes_created_total", **local) == 1
+    assert _value(text, "mango_sandboxes_destroyed_total", **local) == 1
+    assert _value(text, "mango_exec_truncations_total", stream="stdout", **local) == 1
+    exec_count = "mango_provider_duration_seconds_count"
+    assert _value(text, exec_count, operation="exec", outcome="ok", **local) == 2
+    assert _value(text, exec_count, operation="create", outcome="ok", **local) == 1
+    assert _value(text, exec_count, operation="destroy", outcome="ok", **local) == 1
+    effect = "mango_lifecycle_effect_duration_seconds_count"
+    assert _value(text, effect, effect="setup-resource", **local) == 1
+    assert _value(text, effect, effect="publish-binding", **local) == 1
+    # temporalio's own figures: the activities this workload ran, by type.
+    latency = "temporal_activity_execution_latency_milliseconds_count"
+    assert _value(text, latency, activity_type="ExecCommand") == 2
+    assert _value(text, latency, activity_type="ReleaseSandbox") == 1
+    worker.stop()
+    assert worker.process.returncode == 0, worker.text()
+
+
+def test_metrics_settings(tmp_path: object) -> None:
+    """MANGO_METRICS_PORT is a port; MANGO_TELEMETRY_SESSION_IDS is 0 or 1."""
+    from mango.config import Settings
+    from mango.domain import ConfigurationError
+
+    base = {"MANGO_STATE_DIR": "/tmp/mango-unused"}
+    plain = Settings.from_env(base)
+    assert (plain.metrics_port, plain.metrics_host, plain.telemetry_session_ids) == (
+        None,
+        "127.0.0.1",
+        False,
+    )
+    on = Settings.from_env(
+        {**base, "MANGO_METRICS_PORT": "9464", "MANGO_TELEMETRY_SESSION_IDS": "1"}
+    )
+    assert (on.metrics_port, on.telemetry_session_ids) == (9464, True)
+    for name, value in (("MANGO_METRICS_PORT", "0"), ("MANGO_TELEMETRY_SESSION_IDS", "yes")):
+        with pytest.raises(ConfigurationError, match=name):
+            Settings.from_env({**base, name: value})
