@@ -43,7 +43,7 @@ not import it.
 from __future__ import annotations
 
 from mango.fakes.beacons import Beacon, open_beacon
-from mango.fakes.faults import Faults, RecordedRequest
+from mango.fakes.faults import Faults, Hostile, RecordedRequest
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
     MAX_REQUEST_BYTES,
@@ -67,6 +67,7 @@ __all__ = [
     "FakeSandboxes",
     "FakeService",
     "Faults",
+    "Hostile",
     "RecordedRequest",
     "RoutesFactory",
     "SandboxPaused",
