@@ -106,6 +106,9 @@ class OpenSandboxSandbox(RemoteSandbox):
             max_inline_line_bytes=MAX_INLINE_LINE_BYTES - WRAPPER_OVERHEAD,
         )
         with self._provider.tracker.track(self.sandbox_id) as handle:
+            if command.cwd:
+                # execd's shell cannot enter a cwd that does not exist: made as local makes it.
+                await self._ensure_directory(command.cwd)
             if plan.stdin.staged and plan.stdin.path is not None:
                 await self._execd.make_dirs({STDIN_DIR: 0o700})
                 await self._execd.upload(plan.stdin.path, plan.stdin.data, mode=0o600)
