@@ -38,6 +38,7 @@ from mango_provider_opensandbox.wire import (
     WRAPPER_OVERHEAD,
     ExecEnd,
     FrameDecoder,
+    bounded_lines,
     exit_code_of,
     sse_events,
     wrap,
@@ -144,7 +145,7 @@ class OpenSandboxSandbox(RemoteSandbox):
     async def _stream(self, body: dict[str, object], channel: ExecChannel, state: _Run) -> int:
         async with self._execd.command(body, timeout=self._provider.request_timeout) as response:
             state.opened = True
-            async for event in sse_events(response.aiter_lines()):
+            async for event in sse_events(bounded_lines(response.aiter_bytes())):
                 kind = event.get("type")
                 stream = STREAMS.get(str(kind))
                 if stream is not None:

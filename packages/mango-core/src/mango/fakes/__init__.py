@@ -52,6 +52,7 @@ from mango.fakes.service import (
     Announce,
     FakeService,
     RoutesFactory,
+    Servable,
     run_standalone,
     serve,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "RoutesFactory",
     "SandboxPaused",
     "SandboxState",
+    "Servable",
     "cut_connection",
     "is_string_map",
     "open_beacon",
