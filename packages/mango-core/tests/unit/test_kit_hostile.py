@@ -8,6 +8,8 @@ Bounded bodies, an overall deadline per attempt, "not JSON" as a typed
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -169,3 +171,48 @@ def test_transfer_deadline_grows_with_the_size() -> None:
     """Uploads get a deadline of a minute plus a second per MiB."""
     assert transfer_deadline(0) == 60.0
     assert transfer_deadline(10 << 20) == 70.0
+
+
+async def test_each_wait_is_one_line_naming_what_why_and_the_attempt(
+    api: ApiClient, service: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One mango line per retry (what failed, why, attempt n of m); none when no retry follows."""
+    service.faults.hostile(Hostile.HTML_500, path="/sandboxes/{id}", times=None)
+    with (
+        caplog.at_level("WARNING", logger="mango.provider.retries"),
+        pytest.raises(RemoteUnavailable),
+    ):
+        await get(api)
+    lines = [r.getMessage() for r in caplog.records if r.name == "mango.provider.retries"]
+    assert len(lines) == FAST.attempts - 1
+    for number, line in enumerate(lines, start=2):
+        assert line.startswith("get sandbox: HTTP 500 (GET http://127.0.0.1:")
+        assert line.endswith(f"retrying (attempt {number} of {FAST.attempts})")
+
+
+def test_the_command_line_shows_mangos_lines_and_not_the_libraries() -> None:
+    """Without -v a library's log (stamina's retry_scheduled) stays out; mango's line shows."""
+    script = (
+        "import logging, sys\n"
+        "from mango.cli.main import cli\n"
+        "verbose = sys.argv[1:] == ['-v']\n"
+        "try:\n"
+        "    cli([*sys.argv[1:], 'providers'], standalone_mode=False)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "logging.getLogger('stamina').warning('stamina.retry_scheduled')\n"
+        "logging.getLogger('mango.provider.retries').warning('list: HTTP 503; retrying')\n"
+    )
+    quiet = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert quiet.stderr.splitlines() == ["mango: list: HTTP 503; retrying"]
+    loud = subprocess.run(
+        [sys.executable, "-c", script, "-v"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert "WARNING stamina: stamina.retry_scheduled" in loud.stderr.splitlines()
+    assert "WARNING mango.provider.retries: list: HTTP 503; retrying" in loud.stderr.splitlines()
