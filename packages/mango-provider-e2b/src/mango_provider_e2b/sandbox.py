@@ -129,7 +129,15 @@ class E2BSandbox(RemoteSandbox):
         """
         meaning = await self._provider.lost(self.sandbox_id, error)
         if resume and isinstance(meaning, SandboxNotRunning):
-            await self.keep_alive()
+            try:
+                await self.keep_alive()
+            except RemoteUnavailable as exc:
+                # The final error names the failure that started it, then the resume's.
+                raise type(exc)(
+                    f"{error}; resuming the paused sandbox failed too: {exc}",
+                    status=exc.status,
+                    retry_after=exc.retry_after,
+                ) from exc
             return
         if meaning is error:
             raise error
