@@ -32,7 +32,7 @@ from mango.provider import (
     ProviderUnavailable,
     file_not_found,
 )
-from mango.provider.http import ApiClient, RetryPolicy, json_answer
+from mango.provider.http import ApiClient, RetryPolicy, json_answer, transfer_deadline
 from mango.provider.remote import ProviderView
 from mango_provider_opensandbox.lifecycle import Endpoint
 
@@ -220,6 +220,7 @@ class Execd:
                 ("file", (path.rsplit("/", 1)[-1] or "file", data, "application/octet-stream")),
             ],
             idempotent=True,
+            deadline=transfer_deadline(len(data)),
         )
 
     async def delete_file(self, path: str) -> None:
