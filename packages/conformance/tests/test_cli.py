@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,44 @@ def test_missing_command_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as caught:
         main([])
     assert caught.value.code == 2
+
+
+def test_a_missing_optional_package_is_a_setup_problem(tmp_path: Path) -> None:
+    """A target whose fake needs aiohttp, without aiohttp: one line, the install command, exit 2."""
+    blocked = (
+        "import sys; sys.modules['aiohttp'] = None; "
+        "from mango_conformance.cli import main; sys.exit(main(['run', 'opensandbox']))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", blocked],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert completed.returncode == 2, completed.stdout[-2000:]
+    lines = completed.stderr.strip().splitlines()
+    expected = (
+        "mango-conformance: setup problem: the opensandbox target needs the Python package "
+        "'aiohttp', which is not installed: pip install 'mango-core[fake]'"
+    )
+    assert lines == [expected]
+    assert "NOT conformant" not in completed.stdout
+
+
+def test_a_missing_test_image_is_a_setup_problem(tmp_path: Path) -> None:
+    """The Docker target without its image: a setup problem with the hint, not a verdict."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "mango_conformance", "run", "docker"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "MANGO_CONFORMANCE_DOCKER_IMAGE": "mango-no-such-image:latest"},
+    )
+    assert completed.returncode == 2, completed.stdout[-2000:]
+    assert completed.stderr.startswith("mango-conformance: setup problem: the docker target")
+    assert "mango-no-such-image:latest" in completed.stderr
+    assert "NOT conformant" not in completed.stdout

@@ -29,6 +29,13 @@ def test_the_standalone_fake_serves_until_sigterm(tmp_path: Path, entry: tuple[s
             assert process.stdout is not None
             url = process.stdout.readline().strip()
             assert url.startswith("http://127.0.0.1:")
+            if entry[1] == "mango_provider_daytona.fake":
+                settings = [process.stdout.readline().strip() for _ in range(3)]
+                assert settings == [
+                    "export MANGO_SANDBOX=daytona",
+                    f"export DAYTONA_API_URL={url}",
+                    f"export DAYTONA_API_KEY={FAKE_API_KEY}",
+                ]
             headers = {"Authorization": f"Bearer {FAKE_API_KEY}"}
             listed = httpx.get(f"{url}/sandbox", headers=headers)
             assert (listed.status_code, listed.json()["items"]) == (200, [])
@@ -39,3 +46,17 @@ def test_the_standalone_fake_serves_until_sigterm(tmp_path: Path, entry: tuple[s
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_help_prints_usage_and_serves_nothing() -> None:
+    """``--help`` is help, not a scratch directory to serve from."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "mango_provider_daytona.fake", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0
+    assert completed.stdout.startswith("usage: python -m mango_provider_daytona.fake")
+    assert "--api-key" in completed.stdout

@@ -307,10 +307,15 @@ class TinyboxSandbox(StreamedExec):
                 start_new_session=True,  # its own process group: one killpg reaches every child
             )
         except FileNotFoundError:
-            channel.feed(OutputStream.STDERR, f"{command.argv[0]}: not found\n".encode())
+            # Every provider's words: the conformance suite checks them.
+            program = command.argv[0]
+            reason = "No such file or directory" if "/" in program else "command not found"
+            channel.feed(OutputStream.STDERR, f"mango: {program}: {reason}\n".encode())
             return channel.result(exit_code=127)
         except PermissionError:
-            channel.feed(OutputStream.STDERR, f"{command.argv[0]}: not executable\n".encode())
+            channel.feed(
+                OutputStream.STDERR, f"mango: {command.argv[0]}: Permission denied\n".encode()
+            )
             return channel.result(exit_code=126)
         if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was asked
             raise RuntimeError("the command's output pipes are missing")

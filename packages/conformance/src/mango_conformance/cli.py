@@ -11,11 +11,17 @@ a module of this package whose suite class uses that target. Extra arguments
 go to pytest (``-k l02``, ``-x``, ``--mango-max-examples 20``, ...). The exit
 status is pytest's; an unknown name prints one line listing the available
 targets and exits 2.
+
+Before the suite runs, the target is opened once: a target that cannot open
+(an optional dependency not installed, a test image missing, no daemon) is a
+*setup problem*, printed as one line with what to install or do, exit 2,
+instead of every check failing and the verdict "NOT conformant".
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import subprocess
 import sys
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mango.plugins import load_plugins
-from mango.provider import ConformanceTargetRegistry, MangoError
+from mango.provider import ConformanceTarget, ConformanceTargetRegistry, MangoError
 from mango_conformance.profiles import PROFILES
 
 __all__ = ["USAGE_ERROR", "build_parser", "main"]
@@ -66,6 +72,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_INSTALL = {
+    "aiohttp": "mango-core[fake]",
+    "httpx": "mango-core[remote]",
+    "stamina": "mango-core[remote]",
+}
+"""The install command of the optional packages mango's targets need, by module."""
+
+
+def setup_problem(target: ConformanceTarget) -> str | None:
+    """Open ``target`` once in a throw-away directory; what stops it, or ``None``."""
+
+    async def enter() -> None:
+        with tempfile.TemporaryDirectory(prefix="mango-conformance-setup-") as scratch:
+            async with target.open(Path(scratch)):
+                return
+
+    try:
+        asyncio.run(enter())
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").split(".")[0] or "?"
+        install = _INSTALL.get(module, module)
+        return (
+            f"setup problem: the {target.provider} target needs the Python package "
+            f"{module!r}, which is not installed: pip install '{install}'"
+        )
+    except MangoError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return f"setup problem: the {target.provider} target cannot open: {exc}{hint}"
+    return None
+
+
 def _error(message: str) -> int:
     print(f"mango-conformance: {message}", file=sys.stderr)
     return USAGE_ERROR
@@ -96,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.name not in targets.names():
         available = ", ".join(targets.names()) or "none"
         return _error(f"no offline conformance target named {args.name!r} (available: {available})")
+    problem = setup_problem(targets.get(args.name))
+    if problem is not None:
+        return _error(problem)
     return _run(args.name, profile=args.profile, strict=args.strict, extra=extra)
 
 

@@ -18,6 +18,7 @@ from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
 from mango_conformance.checks.reads import ReadChecks
+from mango_conformance.checks.same import SameBehaviourChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
@@ -32,6 +33,7 @@ class ProviderSuite(
     ParityChecks,
     GapChecks,
     ReadChecks,
+    SameBehaviourChecks,
     StreamChecks,
     CapabilityChecks,
     NetworkChecks,

@@ -338,6 +338,27 @@ async def test_gone_and_torn_down_read_the_same_answer(view: TableView) -> None:
     assert await view.torn_down("d", settle=0.05) is False
 
 
+async def test_an_unconfirmed_not_found_is_asked_before_it_means_gone(view: TableView) -> None:
+    """confirm_missing: only the control plane's own answer turns a 404 into a loss."""
+    answer = SandboxNotFound("timeout: HTTP 404")
+    view.table.update(
+        paused=Presence.STOPPED,
+        running=Presence.RUNNING,
+        dead=Presence.GONE,
+        down=ProviderUnavailable("control plane down"),
+    )
+    assert isinstance(await view.confirm_missing("missing", answer), SandboxNotFound)
+    assert isinstance(await view.confirm_missing("dead", answer), SandboxNotFound)
+    paused = await view.confirm_missing("paused", answer)
+    assert isinstance(paused, SandboxNotRunning)
+    for sandbox_id in ("running", "down"):
+        meaning = await view.confirm_missing(sandbox_id, answer)
+        assert isinstance(meaning, ProviderUnavailable)
+        assert not isinstance(meaning, SandboxNotFound | SandboxNotRunning)
+        assert "timeout: HTTP 404" in str(meaning)  # the original failure is named
+    assert view.asked == ["missing", "dead", "paused", "running", "down"]
+
+
 async def test_destroy_cancels_running_commands_and_removes_the_sandbox(
     sandbox: DirSandbox, view: TableView
 ) -> None:

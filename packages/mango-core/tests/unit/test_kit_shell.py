@@ -55,7 +55,33 @@ def test_quote_examples() -> None:
     """Single quotes, the '"'"' escape and the empty word, as the reference writes them."""
     assert quote("") == "''"
     assert quote("it's") == "'it'\"'\"'s'"
-    assert command_line(["/bin/sh", "-c", "exit 7"]) == "exec '/bin/sh' '-c' 'exit 7'"
+    line = command_line(["/bin/sh", "-c", "exit 7"])
+    assert line.startswith("{ mango_p='/bin/sh'; ")
+    assert line.endswith("exec '/bin/sh' '-c' 'exit 7'; }")
+
+
+@pytest.mark.parametrize(
+    ("program", "code", "message"),
+    [
+        ("mango-no-such-program", 127, "mango: mango-no-such-program: command not found"),
+        ("/nonexistent/tool", 127, "mango: /nonexistent/tool: No such file or directory"),
+        ("/etc", 126, "mango: /etc: Permission denied"),
+    ],
+)
+@pytest.mark.parametrize("new_session", [False, True])
+def test_a_program_that_cannot_run_is_reported_as_local_reports_it(
+    program: str, code: int, message: str, new_session: bool
+) -> None:
+    """127/126 with the local provider's words, never the shell's or setsid's."""
+    for line in (
+        command_line([program, "arg"], new_session=new_session),
+        plan_command([program], stdin=b"in", staging_dir="/tmp", new_session=new_session).line,
+    ):
+        completed = subprocess.run(
+            ["/bin/sh", "-c", line], capture_output=True, check=False, stdin=subprocess.DEVNULL
+        )
+        assert completed.returncode == code
+        assert completed.stderr.decode() == message + "\n"
 
 
 @settings(
@@ -114,7 +140,7 @@ def test_large_stdin_is_staged_and_removed(tmp_path: Path) -> None:
     assert plan.stdin.staged
     assert plan.stdin.path is not None
     assert plan.stdin.path.startswith(str(tmp_path) + "/")
-    assert len(plan.line.encode()) < 1024
+    assert len(plan.line.encode()) < 2048  # the program check, not the stdin
     result = run_line(plan)
     assert result["stdin"] == hashlib.sha256(data).hexdigest()
     assert not Path(plan.stdin.path).exists()
@@ -179,7 +205,7 @@ def test_invalid_commands_are_refused(kwargs: dict[str, object], message: str) -
 def test_relative_staging_dir_is_refused() -> None:
     """The staging directory must be absolute (it is opened from any cwd)."""
     with pytest.raises(InvalidInput, match="absolute"):
-        plan_command(["true"], stdin=b"x" * 100, staging_dir="rel", max_inline_line_bytes=30)
+        plan_command(["true"], stdin=b"x" * 1000, staging_dir="rel", max_inline_line_bytes=700)
 
 
 def test_tree_killer_spare_kills_descendants_and_continues_the_root(tmp_path: Path) -> None:

@@ -85,7 +85,8 @@ SETTINGS = (
     SettingSpec(env=PROXY_SCHEME_ENV, description="http or https to the proxy", default="http"),
     SettingSpec(
         env=IDLE_TIMEOUT_ENV,
-        description="idle time after which a sandbox pauses (300, 90s, 5m, 1h)",
+        description="accepted for compatibility; no effect: CubeSandbox keeps no idle timeout "
+        "(sandboxes live until deleted)",
         default="5m",
     ),
     MAX_OUTPUT_BYTES_SETTING,

@@ -22,16 +22,25 @@ import httpx
 
 from mango.provider import (
     ConfigurationError,
+    ProtocolError,
     ProviderUnavailable,
     ResourceConflict,
 )
-from mango.provider.http import DEFAULT_RETRY_POLICY, ApiClient, RetryPolicy
+from mango.provider.http import (
+    DEFAULT_RETRY_POLICY,
+    MAX_ANSWER_BYTES,
+    ApiClient,
+    RetryPolicy,
+    json_answer,
+    transfer_deadline,
+)
 
 __all__ = [
     "API_TIMEOUT",
     "USER_AGENT",
     "DaytonaApi",
     "Toolbox",
+    "sandbox_record",
     "sandbox_state",
 ]
 
@@ -48,13 +57,21 @@ def sandbox_state(sandbox: Mapping[str, Any]) -> str:
 
 
 def _document(response: httpx.Response, what: str) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError as exc:
-        raise ProviderUnavailable(f"{what}: the Daytona API answered with no JSON") from exc
-    if not isinstance(body, dict):
-        raise ProviderUnavailable(f"{what}: the Daytona API answered with {type(body).__name__}")
+    body: dict[str, Any] = json_answer(response, operation=what, shape=dict)
     return body
+
+
+def sandbox_record(document: dict[str, Any], what: str) -> dict[str, Any]:
+    """``document`` if it is a sandbox record (a string ``id``, a ``labels`` object, a string
+    ``state``); else a :class:`ProtocolError`, never "unmanaged" and never "gone"."""
+    if (
+        not isinstance(document.get("id"), str)
+        or not document["id"]
+        or not isinstance(document.get("labels", {}), dict)
+        or not isinstance(document.get("state", ""), str)
+    ):
+        raise ProtocolError(f"{what}: the Daytona API's answer is not a sandbox record")
+    return document
 
 
 @attrs.define(eq=False)
@@ -89,7 +106,9 @@ class DaytonaApi:
         response = await self.client.request(
             "GET", f"/sandbox/{_segment(id_or_name)}", operation="get sandbox", expected=(404,)
         )
-        return None if response.status_code == 404 else _document(response, "get sandbox")
+        if response.status_code == 404:
+            return None
+        return sandbox_record(_document(response, "get sandbox"), "get sandbox")
 
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """``POST /sandbox``; ``None`` if the name is taken (HTTP 409), never retried."""
@@ -99,7 +118,7 @@ class DaytonaApi:
             )
         except ResourceConflict:
             return None
-        return _document(response, "create sandbox")
+        return sandbox_record(_document(response, "create sandbox"), "create sandbox")
 
     async def start(self, sandbox_id: str) -> dict[str, Any]:
         """``POST /sandbox/{id}/start`` (starting a started sandbox is harmless, so retried)."""
@@ -110,7 +129,7 @@ class DaytonaApi:
             sandbox_id=sandbox_id,
             idempotent=True,
         )
-        return _document(response, "start sandbox")
+        return sandbox_record(_document(response, "start sandbox"), "start sandbox")
 
     async def delete(self, sandbox_id: str) -> bool:
         """``DELETE /sandbox/{id}``; ``False`` if it was already gone."""
@@ -121,12 +140,16 @@ class DaytonaApi:
         return response.status_code != 404
 
     async def touch(self, sandbox_id: str) -> None:
-        """``POST /sandbox/{id}/last-activity``: restart the idle (auto-pause) clock."""
+        """``POST /sandbox/{id}/last-activity``: restart the idle (auto-pause) clock.
+
+        Its 404 is not a loss: an older API has no such route, so the answer
+        cannot tell a missing route from a missing sandbox (the caller's
+        ``GET`` has just seen the sandbox).
+        """
         await self.client.request(
             "POST",
             f"/sandbox/{_segment(sandbox_id)}/last-activity",
             operation="update sandbox activity",
-            sandbox_id=sandbox_id,
             idempotent=True,
         )
 
@@ -146,15 +169,15 @@ class DaytonaApi:
             response = await self.client.request(
                 "GET", "/sandbox", operation="list sandboxes", params=params
             )
-            body = response.json()
+            body = json_answer(response, operation="list sandboxes")
             page = body.get("items") if isinstance(body, dict) else body
             if not isinstance(page, list):
-                raise ProviderUnavailable("list sandboxes: the Daytona API answered no item list")
+                raise ProtocolError("list sandboxes: the Daytona API answered no item list")
             items.extend(item for item in page if isinstance(item, dict))
             cursor = body.get("nextCursor") if isinstance(body, dict) else None
             if not cursor or (limit is not None and len(items) >= limit):
                 return items
-        raise ProviderUnavailable("list sandboxes: the Daytona API kept returning more pages")
+        raise ProtocolError("list sandboxes: the Daytona API kept returning more pages")
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -171,7 +194,7 @@ def toolbox_url(sandbox: Mapping[str, Any]) -> str:
     base = sandbox.get("toolboxProxyUrl")
     sandbox_id = sandbox.get("id")
     if not isinstance(base, str) or not base or not isinstance(sandbox_id, str):
-        raise ProviderUnavailable("the Daytona API returned a sandbox without a toolbox address")
+        raise ProtocolError("the Daytona API returned a sandbox without a toolbox address")
     return f"{base.rstrip('/')}/{sandbox_id}"
 
 
@@ -190,11 +213,16 @@ class Toolbox:
     prefix: str
     sandbox_id: str
 
-    async def execute(self, line: str, *, timeout: float | None) -> tuple[int, str]:
+    async def execute(
+        self, line: str, *, timeout: float | None, max_bytes: int = MAX_ANSWER_BYTES
+    ) -> tuple[int, str]:
         """``POST /process/execute``: run ``line``; return the exit code and the merged text.
 
         ``timeout`` (seconds) is sent to the daemon, which kills the command's
-        process group when it expires (HTTP 408). Never retried: it runs a command.
+        process group when it expires (HTTP 408); the request's own deadline
+        is that plus a minute (none without a timeout: the command may run as
+        long as it likes). ``max_bytes`` bounds the answer (the wrapper's
+        framed output). Never retried: it runs a command.
         """
         body: dict[str, Any] = {"command": line}
         if timeout is not None:
@@ -205,12 +233,14 @@ class Toolbox:
             operation="execute command",
             json=body,
             timeout=_LONG,
+            max_bytes=max_bytes,
+            deadline=math.inf if timeout is None else timeout + API_TIMEOUT,
         )
         document = _document(response, "execute command")
         code = document.get("exitCode", document.get("code", 0))
         result = document.get("result", "")
         if not isinstance(code, int) or not isinstance(result, str):
-            raise ProviderUnavailable("execute command: the toolbox answered a malformed result")
+            raise ProtocolError("execute command: the toolbox answered a malformed result")
         return code, result
 
     async def home_dir(self) -> str:
@@ -220,7 +250,7 @@ class Toolbox:
         )
         directory = _document(response, "get home directory").get("dir")
         if not isinstance(directory, str) or not directory.startswith("/"):
-            raise ProviderUnavailable("the toolbox reported no absolute home directory")
+            raise ProtocolError("the toolbox reported no absolute home directory")
         return directory
 
     async def make_dir(self, path: str, mode: str = "0755") -> None:
@@ -243,6 +273,7 @@ class Toolbox:
             files={"files[0].file": (path, data, "application/octet-stream")},
             idempotent=True,
             timeout=_LONG,
+            deadline=transfer_deadline(len(data)),
         )
         try:
             errors = response.json().get("errors")

@@ -31,6 +31,12 @@ Termination keeps the sandbox usable and kills only the command's tree:
   which asks whether the sandbox is gone or being deleted. A 404 means
   the toolbox found no sandbox when the request arrived, so the command never
   started: that stays :class:`~mango.provider.SandboxNotFound`.
+* **cut** request, the sandbox still there (a connection reset, a proxy's
+  502 in front of a live daemon): the daemon runs the command detached from
+  the request (``exec.Command``, not bound to the request's context), so it
+  goes on unseen. Before the error is raised the command's tree is killed by
+  the same second request as for a timeout: a retry of the step can never
+  run the command a second time beside the first.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from mango.provider import (
     ProviderUnavailable,
 )
 from mango.provider.execution import ExecHandle
-from mango.provider.http import RemoteRejected, RemoteUnavailable
+from mango.provider.http import MAX_ANSWER_BYTES, RemoteRejected, RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.scripts import (
@@ -107,6 +113,12 @@ def _deliver(channel: ExecChannel, text: str, plan: ExecPlan) -> int:
     return result.exit_code
 
 
+def _answer_bound(cap: int) -> int:
+    """The largest framed result the wrapper can answer: both streams' ``cap + 1`` bytes in
+    base64 (4/3, wrapped lines), escaped as a JSON string, plus room for the frame."""
+    return 4 * (cap + 1) + MAX_ANSWER_BYTES
+
+
 def _cut_short(error: MangoError) -> bool:
     """True if the execute request ended the way a teardown ends it.
 
@@ -142,7 +154,9 @@ async def run_command(
             await toolbox.make_dir(STDIN_STAGING_DIR, "0700")
             await toolbox.upload(plan.stdin_path, plan.stdin_data)
         daemon_timeout = None if timeout is None else timeout + DAEMON_GRACE_SECONDS
-        request = asyncio.ensure_future(toolbox.execute(plan.line, timeout=daemon_timeout))
+        request = asyncio.ensure_future(
+            toolbox.execute(plan.line, timeout=daemon_timeout, max_bytes=_answer_bound(channel.cap))
+        )
     except MangoError as exc:
         if handle.destroyed:
             return channel.result(exit_code=-1, cancelled=True)
@@ -159,6 +173,7 @@ async def run_command(
         if request in done:
             return await _finish(
                 request,
+                toolbox,
                 plan,
                 channel,
                 handle,
@@ -174,7 +189,14 @@ async def run_command(
         if not request.done():
             return channel.result(exit_code=-1, timed_out=True)
         return await _finish(
-            request, plan, channel, handle, diagnose=diagnose, torn_down=torn_down, timed_out=True
+            request,
+            toolbox,
+            plan,
+            channel,
+            handle,
+            diagnose=diagnose,
+            torn_down=torn_down,
+            timed_out=True,
         )
     finally:
         destroyed.cancel()
@@ -186,6 +208,7 @@ async def run_command(
 
 async def _finish(
     request: asyncio.Future[tuple[int, str]],
+    toolbox: Toolbox,
     plan: ExecPlan,
     channel: ExecChannel,
     handle: ExecHandle,
@@ -208,8 +231,11 @@ async def _finish(
         # destroy or our own kill that is expected; after a destroy elsewhere
         # too (the API tells); otherwise the sandbox says why.
         if not (handle.destroyed or (timed_out and isinstance(exc, ProviderUnavailable))):
-            if _cut_short(exc) and await torn_down():
-                return channel.result(exit_code=-1, cancelled=True)
+            if _cut_short(exc):
+                if await torn_down():
+                    return channel.result(exit_code=-1, cancelled=True)
+                # The daemon may still run it, unseen: it must not run beside a retry.
+                await asyncio.shield(_kill(toolbox, plan))
             raise await diagnose(exc) from exc
     if handle.destroyed:
         return channel.result(exit_code=-1, cancelled=True)

@@ -13,6 +13,15 @@ The download is parsed as it arrives (:class:`MultipartReader`); the kit's
 :class:`~mango.provider.files.RemoteFiles` checks the part's length against
 a read's bound and collects its chunks up to it: memory stays O(chunk) for
 ``open_file`` and O(bound) for ``read_file``.
+
+Two daemon generations answer differently (daytonaio/daytona
+``apps/daemon/pkg/toolbox/fs/download_files.go``): the newer one sends a
+file part with ``Content-Length`` and errors as ``error`` parts holding an
+``ErrorResponse`` JSON document (``statusCode`` 404 for a missing file);
+before its typed errors (commit 38b634404) a file part has no
+``Content-Length`` (the bound is then checked while the body is collected)
+and an error part is ``text/plain``, ``file not found or invalid: <path>``
+or ``error opening file: ...``. Both are read.
 """
 
 from __future__ import annotations
@@ -135,16 +144,28 @@ class MultipartReader:
             payload += chunk
             if len(payload) > _MAX_ERROR_BYTES:
                 break
+        text = payload.decode("utf-8", "replace")
         try:
-            document = json.loads(payload.decode("utf-8", "replace"))
+            document = json.loads(text)
         except ValueError:
-            document = {}
+            return _text_error(text, path)
         status = document.get("statusCode") if isinstance(document, dict) else None
         if status == 404:
             return file_not_found(path)
         if status in (400, 403):
             return PermanentError(f"the toolbox cannot read {path!r} (HTTP {status})")
         return ProviderUnavailable(f"download file: the toolbox failed on {path!r} ({status})")
+
+
+def _text_error(text: str, path: str) -> Exception:
+    """An older daemon's plain-text error part."""
+    shown = "".join(ch if ch.isprintable() else " " for ch in text.strip())[:160]
+    if text.startswith("file not found or invalid"):
+        # It says so for a directory too; the path was classified a regular file just before.
+        return file_not_found(path)
+    if text.startswith("error opening file"):
+        return PermanentError(f"the toolbox cannot read {path!r}: {shown}")
+    return ProviderUnavailable(f"download file: the toolbox failed on {path!r}: {shown}")
 
 
 @asynccontextmanager

@@ -20,8 +20,8 @@ import httpx
 from mango.provider import (
     ConfigurationError,
     MangoError,
+    ProtocolError,
     ProviderUnavailable,
-    SandboxNotFound,
 )
 from mango.provider.http import ApiClient
 from mango.provider.remote import Presence, ProviderView
@@ -50,14 +50,21 @@ _SETTLING = frozenset({"stopping", "archiving", "pausing"})
 def is_gone(document: Mapping[str, Any] | None, sandbox_id: str) -> bool:
     """True if a ``GET /sandbox/{id}`` answer means the sandbox is gone or its delete has begun.
 
-    The API records a delete as ``desiredState`` destroyed while ``state``
-    still says ``started`` until the runner has removed the container, so
-    both count; a stopped, paused or archived sandbox still exists. An answer
-    for another id (looked up by id, answered by name) is not this sandbox.
+    ``None`` is the API's 404. The API records a delete as ``desiredState``
+    destroyed while ``state`` still says ``started`` until the runner has
+    removed the container, so both count; a stopped, paused or archived
+    sandbox still exists. A sandbox record for another id (looked up by id,
+    answered by name: no sandbox has this id) is not this sandbox. An answer
+    that is no sandbox record at all (no string ``id``) is a
+    :class:`ProtocolError`: only a confirmed not-found records a loss.
     """
+    if document is None:
+        return True
+    found = document.get("id")
+    if not isinstance(found, str) or not found:
+        raise ProtocolError(f"get sandbox {sandbox_id}: the answer is not a sandbox record")
     return (
-        document is None
-        or document.get("id") != sandbox_id
+        found != sandbox_id
         or sandbox_state(document) in GONE_STATES
         or str(document.get("desiredState") or "").lower() == "destroyed"
     )
@@ -97,9 +104,7 @@ class DaytonaRemote(ProviderView):
         base = document.get("toolboxProxyUrl")
         sandbox_id = document.get("id")
         if not isinstance(base, str) or not base or not isinstance(sandbox_id, str):
-            raise ProviderUnavailable(
-                "the Daytona API returned a sandbox without a toolbox address"
-            )
+            raise ProtocolError("the Daytona API returned a sandbox without a toolbox address")
         base = base.rstrip("/")
         client = self._toolboxes.get(base)
         if client is None:
@@ -177,11 +182,12 @@ class DaytonaRemote(ProviderView):
         document = await self.api.get(sandbox_id)
         if document is None:
             raise self.not_found(sandbox_id)
+        if is_gone(document, sandbox_id):
+            raise self.not_found(sandbox_id)
         await self.wait_started(document, what=f"daytona sandbox {sandbox_id}")
         try:
             await self.api.touch(sandbox_id)
-        except SandboxNotFound:
-            raise
         except MangoError as exc:
-            # Older APIs have no activity call: the start above is the keep-alive.
+            # Older APIs have no activity call (a 404 there is no loss: the GET above
+            # saw the sandbox); the start above is the keep-alive.
             log.debug("could not refresh the activity of %s: %s", sandbox_id, exc)

@@ -1,20 +1,37 @@
 """The E2B control plane (also CubeSandbox's): create, list, get, connect, timeout, kill.
 
-Wire facts (E2B API, which CubeAPI implements):
+Wire facts (E2B API, which CubeAPI implements in part):
 
 * ``POST /sandboxes`` ``{"templateID", "timeout", "metadata", "autoPause", ...}`` → 201
   with ``sandboxID``, ``envdVersion``, ``envdAccessToken``, ``domain``;
 * ``GET /v2/sandboxes?metadata=<k=v&k=v>&state=running,paused&limit=N[&nextToken=T]``
   → a JSON array, the next page's token in the ``X-Next-Token`` header;
 * ``GET /sandboxes/{id}`` → the sandbox's detail (``state``, ``metadata``, ...);
+  404 only when the sandbox is neither running nor paused (a confirmed not-found);
 * ``POST /sandboxes/{id}/connect`` ``{"timeout"}`` → 200 (running) or 201
-  (resumed from pause) with the create response's shape;
+  (resumed from pause) with the create response's shape; 404 as ``GET``;
 * ``POST /sandboxes/{id}/timeout`` ``{"timeout"}`` → 204: the sandbox ends (or
-  pauses) that many seconds from now;
+  pauses) that many seconds from now. E2B answers 404 for a *paused* sandbox
+  too (e2b-dev/infra ``sandbox_timeout.go`` looks at running sandboxes only),
+  so that 404 is confirmed by a ``GET`` before it means anything;
 * ``DELETE /sandboxes/{id}`` → 204; 404 when it is already gone.
 
-The two vendors differ in authentication and in how the create body spells
-network access; :class:`Dialect` holds the differences.
+The two vendors differ in authentication, in what their create call reads
+and in lifetime; :class:`Dialect` holds the differences. What CubeAPI does
+(TencentCloud/CubeSandbox ``CubeAPI/src/models/mod.rs`` and
+``services/sandboxes.rs``): its ``NewSandbox`` reads ``templateID``,
+``timeout``, ``autoPause``, ``autoResume``, ``secure``,
+``allow_internet_access`` (snake case only), ``network``, ``metadata``,
+``envVars``, ``mcp`` and ``volumeMounts`` and ignores any other field (such as
+``autoPauseMemory``, ``allowInternetAccess`` or the SDK's ``lifecycle``); of
+those, create passes on only ``timeout`` (CubeMaster's deadline for the create
+call itself), ``allow_internet_access``/``network``, ``metadata`` and the
+template. CubeMaster keeps no lifetime for a sandbox: nothing pauses or kills
+an idle one, and ``/sandboxes/{id}/timeout`` reaches a CubeMaster route that
+does not exist (HTTP 500). Its list asks CubeMaster for the sandboxes of the
+first ``limit`` *nodes* and filters them afterwards; ``nextToken`` is ignored
+and no ``X-Next-Token`` is sent. Every answer says ``envdVersion: "0.2.0"``
+(a constant), whatever envd the template has.
 """
 
 from __future__ import annotations
@@ -29,11 +46,12 @@ import attrs
 import httpx
 
 from mango.provider import ConfigurationError
-from mango.provider.http import ApiClient, RemoteRejected, RemoteUnavailable
+from mango.provider.http import ApiClient, ProtocolError, RemoteRejected, json_answer
 from mango.provider.ownership import listed_time
 
 __all__ = [
     "CUBE",
+    "CUBE_LIST_NODES",
     "E2B",
     "LIST_PAGE_SIZE",
     "ControlPlane",
@@ -44,6 +62,8 @@ __all__ = [
 
 LIST_PAGE_SIZE = 100
 """Sandboxes asked for per list page."""
+CUBE_LIST_NODES = 10_000
+"""The ``limit`` of Cube's one list call: CubeMaster lists the sandboxes of that many nodes."""
 _MAX_PAGES = 1000
 
 
@@ -66,11 +86,17 @@ class Dialect:
     """The mango provider name (``e2b``, ``cube``)."""
     bearer: bool
     """Authenticate with ``Authorization: Bearer`` (Cube) instead of ``X-API-Key`` (E2B)."""
-    snake_case_internet: bool
-    """E2B always sends ``allow_internet_access``; Cube sends ``allowInternetAccess: false``
-    only when the sandbox gets no network."""
     data_plane_api_key: bool
     """Cube's proxy authenticates data-plane requests with ``X-API-Key`` too."""
+    lifetime: bool
+    """The service keeps a lifetime per sandbox (E2B: ``timeout``, auto-pause when it passes,
+    ``/timeout`` to extend it). Cube keeps none: its sandboxes live until deleted."""
+    paged_list: bool
+    """``GET /v2/sandboxes`` pages with ``X-Next-Token`` (E2B); Cube answers one list."""
+    envd_version: str | None = None
+    """The envd version to assume instead of the service's ``envdVersion`` (Cube reports a
+    constant ``0.2.0``; CubeSandbox's base image builds envd 0.5.13, from e2b-dev/infra
+    2026.16). ``None``: believe the service."""
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """The control-plane credential headers (none without a key)."""
@@ -79,10 +105,19 @@ class Dialect:
         return {"Authorization": f"Bearer {api_key}"} if self.bearer else {"X-API-Key": api_key}
 
 
-E2B = Dialect(provider="e2b", bearer=False, snake_case_internet=True, data_plane_api_key=False)
+E2B = Dialect(
+    provider="e2b", bearer=False, data_plane_api_key=False, lifetime=True, paged_list=True
+)
 """E2B's managed service."""
-CUBE = Dialect(provider="cube", bearer=True, snake_case_internet=False, data_plane_api_key=True)
-"""Tencent CubeSandbox (self-hosted, E2B-compatible)."""
+CUBE = Dialect(
+    provider="cube",
+    bearer=True,
+    data_plane_api_key=True,
+    lifetime=False,
+    paged_list=False,
+    envd_version="0.5.13",
+)
+"""Tencent CubeSandbox (self-hosted, E2B-compatible in part; see the module docstring)."""
 
 
 def _text(value: object) -> str | None:
@@ -105,9 +140,9 @@ class SandboxInfo:
 
     @classmethod
     def from_json(cls, value: object, *, operation: str) -> SandboxInfo:
-        """Read one sandbox object; :class:`RemoteUnavailable` if it is not one."""
+        """Read one sandbox object; :class:`ProtocolError` if it is not one."""
         if not isinstance(value, dict) or not _text(value.get("sandboxID")):
-            raise RemoteUnavailable(f"{operation}: the answer is not a sandbox record")
+            raise ProtocolError(f"{operation}: the answer is not a sandbox record")
         metadata = value.get("metadata")
         return cls(
             sandbox_id=value["sandboxID"],
@@ -123,13 +158,6 @@ class SandboxInfo:
             domain=_text(value.get("domain")),
             started_at=listed_time(value.get("startedAt")),
         )
-
-
-def _json(response: httpx.Response, operation: str) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise RemoteUnavailable(f"{operation}: the answer is not JSON") from None
 
 
 def whole_seconds(seconds: float) -> int:
@@ -148,6 +176,34 @@ class ControlPlane:
 
     api: ApiClient
     dialect: Dialect
+    pause_memory: bool = True
+    """E2B: a timeout auto-pause keeps memory and disk (``autoPauseMemory``); ``False`` keeps
+    the filesystem only (resuming cold-boots the sandbox)."""
+
+    def create_body(
+        self, *, template: str, metadata: Mapping[str, str], timeout: float, internet: bool
+    ) -> dict[str, Any]:
+        """The ``POST /sandboxes`` body of this dialect (see the module docstring)."""
+        body: dict[str, Any] = {
+            "templateID": template,
+            "metadata": dict(metadata),
+            # Both vendors read the snake-case key only (E2B's API spells it so; CubeAPI's
+            # NewSandbox ignores allowInternetAccess).
+            "allow_internet_access": internet,
+        }
+        if self.dialect.lifetime:
+            body.update(
+                timeout=whole_seconds(timeout),
+                autoPause=True,
+                autoPauseMemory=self.pause_memory,
+                autoResume={"enabled": False},
+                secure=True,
+            )
+        else:
+            # CubeMaster reads it as the deadline of the create call itself: as long as
+            # mango waits for the answer. Cube ignores the auto-pause fields: none is sent.
+            body["timeout"] = whole_seconds(self.api.timeout)
+        return body
 
     async def create(
         self,
@@ -163,19 +219,9 @@ class ControlPlane:
         its metadata after a failure. A 400/404 naming the template is a
         :class:`ConfigurationError`.
         """
-        body: dict[str, Any] = {
-            "templateID": template,
-            "timeout": whole_seconds(timeout),
-            "metadata": dict(metadata),
-            "autoPause": True,
-            "autoPauseMemory": False,
-            "autoResume": {"enabled": False},
-            "secure": True,
-        }
-        if self.dialect.snake_case_internet:
-            body["allow_internet_access"] = internet
-        elif not internet:
-            body["allowInternetAccess"] = False
+        body = self.create_body(
+            template=template, metadata=metadata, timeout=timeout, internet=internet
+        )
         operation = f"{self.dialect.provider}: create sandbox"
         try:
             response = await self.api.request(
@@ -187,7 +233,9 @@ class ControlPlane:
             raise
         if response.status_code == 404:
             raise self._template_error(template, response.text[:200])
-        return SandboxInfo.from_json(_json(response, operation), operation=operation)
+        return SandboxInfo.from_json(
+            json_answer(response, operation=operation, shape=dict), operation=operation
+        )
 
     def _template_error(self, template: str, excerpt: str) -> ConfigurationError:
         env = "CUBE_TEMPLATE_ID" if self.dialect.bearer else "E2B_TEMPLATE_ID"
@@ -202,12 +250,18 @@ class ControlPlane:
     ) -> list[SandboxInfo]:
         """Every running or paused sandbox whose metadata has all of ``metadata``.
 
-        Follows ``X-Next-Token`` pages (a repeated token is a protocol error)
-        and re-checks the filter here, so a service that ignores it cannot
-        hand back a stranger's sandbox.
+        E2B: follows ``X-Next-Token`` pages (a repeated token is a protocol
+        error). Cube: one call for the sandboxes of the first
+        :data:`CUBE_LIST_NODES` nodes (CubeAPI has no paging). The filter is
+        re-checked here, so a service that ignores it cannot hand back a
+        stranger's sandbox.
         """
         operation = f"{self.dialect.provider}: list sandboxes"
-        params: dict[str, str | int] = {"state": "running,paused", "limit": limit}
+        paged = self.dialect.paged_list
+        params: dict[str, str | int] = {
+            "state": "running,paused",
+            "limit": limit if paged else CUBE_LIST_NODES,
+        }
         if metadata:
             params["metadata"] = urllib.parse.urlencode(dict(metadata))
         found: list[SandboxInfo] = []
@@ -216,44 +270,41 @@ class ControlPlane:
             response = await self.api.request(
                 "GET", "/v2/sandboxes", operation=operation, params=params
             )
-            page = _json(response, operation)
-            if not isinstance(page, list):
-                raise RemoteUnavailable(f"{operation}: the answer is not a list")
+            page = json_answer(response, operation=operation, shape=list)
             for item in page:
                 info = SandboxInfo.from_json(item, operation=operation)
                 if all(info.metadata.get(key) == value for key, value in metadata.items()):
                     found.append(info)
             token = response.headers.get("x-next-token", "").strip()
-            if not token:
+            if not token or not paged:
                 return found
             if token in seen:
-                raise RemoteUnavailable(f"{operation}: the service repeated a page token")
+                raise ProtocolError(f"{operation}: the service repeated a page token")
             seen.add(token)
             params["nextToken"] = token
-        raise RemoteUnavailable(f"{operation}: more than {_MAX_PAGES} pages")
+        raise ProtocolError(f"{operation}: more than {_MAX_PAGES} pages")
 
     async def probe(self) -> None:
         """One authenticated list call of at most one sandbox (a health check)."""
-        await self.api.request(
-            "GET",
-            "/v2/sandboxes",
-            operation=f"{self.dialect.provider}: list sandboxes",
-            params={"limit": 1},
+        operation = f"{self.dialect.provider}: list sandboxes"
+        response = await self.api.request(
+            "GET", "/v2/sandboxes", operation=operation, params={"limit": 1}
         )
+        json_answer(response, operation=operation, shape=list)
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
-        """``GET /sandboxes/{id}``; :class:`SandboxNotFound` on 404."""
+        """``GET /sandboxes/{id}``; :class:`SandboxNotFound` on 404 (a confirmed not-found)."""
         operation = f"{self.dialect.provider}: get sandbox"
         response = await self.api.request(
             "GET", f"/sandboxes/{_path_id(sandbox_id)}", operation=operation, sandbox_id=sandbox_id
         )
-        return SandboxInfo.from_json(_json(response, operation), operation=operation)
+        return _record(response, sandbox_id, operation)
 
     async def connect(self, sandbox_id: str, *, timeout: float) -> SandboxInfo:
         """``POST /sandboxes/{id}/connect``: resume if paused, live at least ``timeout`` more.
 
         Idempotent (connecting twice is connecting), so it is retried.
-        :class:`SandboxNotFound` on 404.
+        :class:`SandboxNotFound` on 404 (neither running nor paused: confirmed).
         """
         operation = f"{self.dialect.provider}: connect sandbox"
         response = await self.api.request(
@@ -264,18 +315,23 @@ class ControlPlane:
             idempotent=True,
             json={"timeout": whole_seconds(timeout)},
         )
-        return SandboxInfo.from_json(_json(response, operation), operation=operation)
+        return _record(response, sandbox_id, operation)
 
-    async def set_timeout(self, sandbox_id: str, timeout: float) -> None:
-        """``POST /sandboxes/{id}/timeout``: the sandbox pauses ``timeout`` seconds from now."""
-        await self.api.request(
+    async def set_timeout(self, sandbox_id: str, timeout: float) -> bool:
+        """``POST /sandboxes/{id}/timeout``: the sandbox pauses ``timeout`` seconds from now.
+
+        ``False`` for a 404, which E2B also answers for a *paused* sandbox: the
+        caller confirms it (:meth:`~mango.provider.remote.ProviderView.confirm_missing`).
+        """
+        response = await self.api.request(
             "POST",
             f"/sandboxes/{_path_id(sandbox_id)}/timeout",
             operation=f"{self.dialect.provider}: extend sandbox timeout",
-            sandbox_id=sandbox_id,
             idempotent=True,
+            expected=(404,),
             json={"timeout": whole_seconds(timeout)},
         )
+        return response.status_code != 404
 
     async def kill(self, sandbox_id: str) -> bool:
         """``DELETE /sandboxes/{id}``; ``False`` if it was already gone (idempotent)."""
@@ -290,3 +346,24 @@ class ControlPlane:
     async def aclose(self) -> None:
         """Close the control-plane pool."""
         await self.api.aclose()
+
+
+def _same_id(answered: str, asked: str) -> bool:
+    # E2B accepts "<id>-<client id>" and answers with the short id (utils.ShortID).
+    return (
+        answered == asked
+        or answered == asked.split("-", maxsplit=1)[0]
+        or asked == answered.split("-", maxsplit=1)[0]
+    )
+
+
+def _record(response: httpx.Response, sandbox_id: str, operation: str) -> SandboxInfo:
+    """The record of ``sandbox_id`` in ``response``: another sandbox's is a protocol error."""
+    info = SandboxInfo.from_json(
+        json_answer(response, operation=operation, shape=dict), operation=operation
+    )
+    if not _same_id(info.sandbox_id, sandbox_id):
+        raise ProtocolError(
+            f"{operation}: asked for sandbox {sandbox_id!r}, the answer is {info.sandbox_id!r}'s"
+        )
+    return info

@@ -27,7 +27,14 @@ import attrs
 import httpx
 
 from mango.provider import Entry, EntryKind, ResourceConflict
-from mango.provider.http import ApiClient, RemoteUnavailable, map_httpx_exceptions
+from mango.provider.http import (
+    ApiClient,
+    ProtocolError,
+    RemoteUnavailable,
+    json_answer,
+    map_httpx_exceptions,
+    transfer_deadline,
+)
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -36,10 +43,13 @@ from mango_provider_e2b.connect import (
 )
 
 __all__ = [
+    "CLOSE_STDIN_SINCE",
     "ENVD_PORT",
+    "OCTET_STREAM_SINCE",
     "ROOT_USER_AUTH",
     "Envd",
     "EnvdAddress",
+    "at_least",
     "exit_code_of",
 ]
 
@@ -51,6 +61,12 @@ _UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version"
 _STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 """A command may print nothing for minutes: no read timeout on its stream."""
 _FILE_TIMEOUT = httpx.Timeout(30.0, read=120.0, write=120.0)
+CLOSE_STDIN_SINCE = (0, 5, 2)
+"""The envd version that has ``CloseStdin`` (the SDK's ``ENVD_ENVD_CLOSE``)."""
+OCTET_STREAM_SINCE = (0, 5, 7)
+"""The envd version whose ``POST /files`` takes a raw ``application/octet-stream`` body
+(the SDK's ``ENVD_OCTET_STREAM_UPLOAD``); older ones read ``multipart/form-data`` only
+and answer anything else with HTTP 500 ("error parsing multipart form")."""
 _STATUS = re.compile(r"exit status (-?\d+)")
 _SIGNAL = re.compile(r"signal: (.+)")
 # Go's names for signals (syscall.Signal.String) as envd's status reports them.
@@ -67,6 +83,21 @@ _SIGNAL_NAMES = {
     "user defined signal 1": signals.SIGUSR1,
     "user defined signal 2": signals.SIGUSR2,
 }
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in (text or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def at_least(version: str | None, since: tuple[int, ...]) -> bool:
+    """Whether the envd ``version`` (``"0.5.8"``; ``None``: unknown, the oldest) has ``since``."""
+    return _version(version) >= since
 
 
 @attrs.frozen
@@ -129,7 +160,7 @@ def exit_code_of(end: Mapping[str, Any]) -> int:
 def _entry(value: object) -> Entry:
     info = value.get("entry") if isinstance(value, dict) else None
     if not isinstance(info, dict):
-        raise RemoteUnavailable("envd stat: the answer has no entry")
+        raise ProtocolError("envd stat: the answer has no entry")
     kind = {
         "FILE_TYPE_FILE": EntryKind.REGULAR,
         "FILE_TYPE_DIRECTORY": EntryKind.DIRECTORY,
@@ -140,7 +171,7 @@ def _entry(value: object) -> Entry:
     try:
         return Entry(kind, int(size))
     except (TypeError, ValueError):
-        raise RemoteUnavailable(f"envd stat: size {size!r} is not a number") from None
+        raise ProtocolError(f"envd stat: size {size!r} is not a number") from None
 
 
 async def _mapped(
@@ -160,6 +191,8 @@ class Envd:
     api: ApiClient
     address: EnvdAddress
     provider: str
+    version: str | None = None
+    """The envd version to go by (the calls that changed are chosen by it)."""
 
     def _url(self, route: str) -> str:
         return self.address.url + route
@@ -187,7 +220,7 @@ class Envd:
             if "not_found" in response.text or "not found" in response.text:
                 return None
             raise RemoteUnavailable(f"{self.provider}: envd Stat: HTTP 404 without not_found")
-        return _entry(response.json())
+        return _entry(json_answer(response, operation=f"{self.provider}: envd Stat", shape=dict))
 
     async def make_dir(self, path: str) -> None:
         """Create ``path`` and its parents (an existing directory is fine)."""
@@ -216,16 +249,29 @@ class Envd:
             yield response
 
     async def upload(self, path: str, data: bytes) -> None:
-        """``POST /files?path=`` with the raw bytes (envd truncates or creates)."""
+        """``POST /files?path=`` (envd truncates or creates).
+
+        The raw bytes as ``application/octet-stream`` from envd 0.5.7 on; a
+        ``multipart/form-data`` part named ``file`` before (templates keep the
+        envd they were built with), as the SDK does.
+        """
+        body: dict[str, Any]
+        if at_least(self.version, OCTET_STREAM_SINCE):
+            body = {
+                "content": data,
+                "headers": self._headers({"Content-Type": "application/octet-stream"}),
+            }
+        else:
+            body = {"files": {"file": (path, data)}, "headers": self._headers()}
         await self.api.request(
             "POST",
             self._url("/files"),
             operation=f"{self.provider}: envd write file",
             idempotent=True,
             params={"path": path, "username": "root"},
-            content=data,
-            headers=self._headers({"Content-Type": "application/octet-stream"}),
             timeout=_FILE_TIMEOUT,
+            deadline=transfer_deadline(len(data)),
+            **body,
         )
 
     @contextlib.asynccontextmanager
@@ -306,7 +352,8 @@ class Envd:
         response = await self._unary("process.Process/List", {}, idempotent=True)
         if response.status_code == 404:
             raise RemoteUnavailable(f"{self.provider}: envd List: HTTP 404")
-        processes = response.json().get("processes", [])
+        answer = json_answer(response, operation=f"{self.provider}: envd List", shape=dict)
+        processes = answer.get("processes", [])
         for process in processes if isinstance(processes, list) else []:
             if isinstance(process, dict) and process.get("tag") == tag:
                 pid = process.get("pid")

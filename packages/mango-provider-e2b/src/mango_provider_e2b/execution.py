@@ -49,9 +49,10 @@ from mango.provider.execution import ExecHandle
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, command_line, kill_tree_line, plan_command
+from mango.provider.tasks import cancel_and_settle
 from mango_provider_e2b.connect import Envelope
 from mango_provider_e2b.control import SandboxInfo
-from mango_provider_e2b.envd import Envd, exit_code_of
+from mango_provider_e2b.envd import CLOSE_STDIN_SINCE, Envd, at_least, exit_code_of
 from mango_provider_e2b.remote import Remote
 
 __all__ = [
@@ -79,8 +80,6 @@ KILL_SECONDS = 5.0
 """Bound on killing a command's tree after a timeout or cancellation."""
 DRAIN_SECONDS = 5.0
 """How long the output of a killed command is still read."""
-_CLOSE_STDIN_SINCE = (0, 5, 2)
-"""The envd version that has ``CloseStdin``; older ones get stdin inline in the line."""
 _EXIT_KILLED = 128 + signal.SIGKILL
 """A command killed by SIGKILL: its own doing (``kill -9``, OOM) or its sandbox's teardown."""
 
@@ -113,16 +112,6 @@ def unreachable(error: MangoError) -> bool:
     return isinstance(error, RemoteUnavailable) and error.status == 502
 
 
-def _version(text: str | None) -> tuple[int, ...]:
-    parts: list[int] = []
-    for piece in (text or "").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def _event(envelope: Envelope) -> tuple[str, dict[str, Any]]:
     event = envelope.payload.get("event")
     if isinstance(event, dict):
@@ -144,7 +133,7 @@ def _chunk(value: dict[str, Any]) -> tuple[OutputStream, bytes] | None:
 def _line(command: Command, envd_version: str | None) -> tuple[str, bool]:
     """The shell line of ``command``, and whether its stdin travels through ``SendInput``."""
     stdin = command.stdin
-    rpc_stdin = bool(stdin) and _version(envd_version) >= _CLOSE_STDIN_SINCE
+    rpc_stdin = bool(stdin) and at_least(envd_version, CLOSE_STDIN_SINCE)
     if stdin and not rpc_stdin:
         plan = plan_command(
             command.argv,
@@ -181,7 +170,7 @@ async def run_command(
     handle: ExecHandle,
 ) -> ExecResult:
     """Run ``command`` in ``sandbox``, feeding ``channel`` (see the module docstring)."""
-    line, rpc_stdin = _line(command, sandbox._info.envd_version)
+    line, rpc_stdin = _line(command, sandbox._envd.version)
     run = _Run(sandbox, channel, timeout, command.stdin if rpc_stdin else b"")
     server_ms = None if timeout is None else int((timeout + SERVER_GRACE_SECONDS) * 1000)
     opened = False
@@ -196,7 +185,7 @@ async def run_command(
                 timeout_ms=server_ms,
             ) as envelopes:
                 opened = True
-                return await run.consume(envelopes, lambda: handle.destroyed)
+                return await run.consume_unless_destroyed(envelopes, handle)
         except RemoteUnavailable as exc:
             if handle.destroyed:
                 return channel.result(exit_code=-1, cancelled=True)
@@ -317,6 +306,29 @@ class _Run:
                 await self._kill()
         return gone
 
+    async def consume_unless_destroyed(
+        self, envelopes: AsyncIterator[Envelope], handle: ExecHandle
+    ) -> ExecResult:
+        """:meth:`consume`, or ``cancelled=True`` as soon as this client destroys the sandbox.
+
+        E2B kills the sandbox's VM, but whether the stream is reset then or
+        only when a keep-alive notices is the network's affair: this client's
+        own destroy does not wait for it.
+        """
+        reading = asyncio.ensure_future(self.consume(envelopes, lambda: handle.destroyed))
+        destroyed = asyncio.ensure_future(handle.kill_requested.wait())
+        try:
+            await asyncio.wait({reading, destroyed}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await cancel_and_settle(reading)
+            raise
+        finally:
+            destroyed.cancel()
+        if not reading.done():
+            await cancel_and_settle(reading)
+            return self.channel.result(exit_code=-1, cancelled=True)
+        return reading.result()
+
     async def consume(
         self, envelopes: AsyncIterator[Envelope], destroyed: Callable[[], bool]
     ) -> ExecResult:
@@ -341,8 +353,10 @@ class _Run:
                 return self.channel.result(exit_code=-1, cancelled=True)
             raise
         except BaseException:
-            # Cancelled (or the consumer left): the whole tree dies before we re-raise.
-            await self._kill()
+            # Cancelled (or the consumer left): the whole tree dies before we re-raise,
+            # unless this client destroyed the sandbox (nothing is left to kill).
+            if not destroyed():
+                await self._kill()
             raise
         finally:
             if self.feeder is not None and not self.feeder.done():

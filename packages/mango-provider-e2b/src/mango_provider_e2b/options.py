@@ -109,6 +109,9 @@ class EnvdOptions:
     max_read_bytes: int = DEFAULT_MAX_READ_BYTES
     request_timeout: float = 30.0
     """httpx's per-operation timeout for control-plane calls and file transfers."""
+    pause_memory: bool = True
+    """E2B: an idle sandbox's auto-pause keeps memory and disk (``E2B_AUTO_PAUSE_MODE=full``);
+    ``False`` keeps the filesystem only and resuming cold-boots it (``filesystem``)."""
 
     @property
     def provider(self) -> str:

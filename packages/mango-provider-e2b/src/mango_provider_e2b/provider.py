@@ -88,7 +88,9 @@ class E2BProvider:
             secrets=options.secrets,
             transport=data_transport,
         )
-        self._control = ControlPlane(control_api, options.dialect)
+        self._control = ControlPlane(
+            control_api, options.dialect, pause_memory=options.pause_memory
+        )
         self._remote = Remote(
             name=options.provider,
             control=self._control,

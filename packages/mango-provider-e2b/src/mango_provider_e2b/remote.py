@@ -31,7 +31,16 @@ class Remote(ProviderView):
 
     def envd(self, info: SandboxInfo) -> Envd:
         """The envd client of the sandbox ``info`` describes (its current token and domain)."""
-        return Envd(self.data, self.address(info), self.name)
+        return Envd(self.data, self.address(info), self.name, self.envd_version(info))
+
+    def envd_version(self, info: SandboxInfo) -> str | None:
+        """The envd version to go by: the dialect's (Cube reports a constant) or the record's."""
+        return self.control.dialect.envd_version or info.envd_version
+
+    @property
+    def lifetime(self) -> bool:
+        """Whether the service keeps a lifetime per sandbox that mango must extend (E2B)."""
+        return self.control.dialect.lifetime
 
     async def presence(self, sandbox_id: str) -> Presence:
         """One ``GET /sandboxes/{id}``: paused is stopped; a 404 (SandboxNotFound) or a

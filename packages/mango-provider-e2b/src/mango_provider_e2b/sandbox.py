@@ -89,14 +89,33 @@ class E2BSandbox(RemoteSandbox):
         self._alive_until = started + idle
 
     async def _keep_for(self, seconds: float | None) -> None:
-        """Make sure the sandbox is not paused within ``seconds`` (plus a margin) from now."""
+        """Make sure the sandbox is not paused within ``seconds`` (plus a margin) from now.
+
+        A service without lifetimes (Cube) needs nothing. E2B's ``/timeout``
+        answers 404 for a paused sandbox as well as for a gone one: that
+        answer is confirmed by a ``GET`` (the kit's ``confirm_missing``)
+        before it means anything, and a paused sandbox is resumed with the
+        lifetime asked for.
+        """
+        if not self._provider.lifetime:
+            return
         idle = self._provider.idle_timeout
         needed = (seconds if seconds is not None else idle) + KEEP_MARGIN_SECONDS
         if time.monotonic() + needed <= self._alive_until:
             return
         lifetime = max(idle, needed)
         started = time.monotonic()
-        await self._provider.control.set_timeout(self.sandbox_id, lifetime)
+        control = self._provider.control
+        if not await control.set_timeout(self.sandbox_id, lifetime):
+            answer = RemoteUnavailable(
+                f"{self._provider.name}: extend sandbox timeout: HTTP 404 for sandbox "
+                f"{self.sandbox_id!r}, which E2B also answers for a paused sandbox",
+                status=404,
+            )
+            meaning = await self._provider.confirm_missing(self.sandbox_id, answer)
+            if not isinstance(meaning, SandboxNotRunning):
+                raise meaning from None
+            self._refresh(await control.connect(self.sandbox_id, timeout=lifetime))
         self._alive_until = started + lifetime
 
     # ------------------------------------------------------------ data-plane errors
@@ -110,7 +129,15 @@ class E2BSandbox(RemoteSandbox):
         """
         meaning = await self._provider.lost(self.sandbox_id, error)
         if resume and isinstance(meaning, SandboxNotRunning):
-            await self.keep_alive()
+            try:
+                await self.keep_alive()
+            except RemoteUnavailable as exc:
+                # The final error names the failure that started it, then the resume's.
+                raise type(exc)(
+                    f"{error}; resuming the paused sandbox failed too: {exc}",
+                    status=exc.status,
+                    retry_after=exc.retry_after,
+                ) from exc
             return
         if meaning is error:
             raise error
@@ -132,6 +159,9 @@ class E2BSandbox(RemoteSandbox):
     ) -> ExecResult:
         with self._provider.tracker.track(self.sandbox_id) as handle:
             await self._keep_for(timeout)
+            if command.cwd:
+                # envd refuses a cwd that does not exist: made as local and Docker make it.
+                await self._ensure_directory(command.cwd)
             return await run_command(self, command, channel, timeout, handle)
 
     # ------------------------------------------------------------ files (the kit's RemoteFiles)

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = [
     "API_KEY_ENV",
     "API_URL_ENV",
+    "AUTO_PAUSE_MODES",
+    "AUTO_PAUSE_MODE_ENV",
     "CONFORMANCE_TARGET",
     "DEFAULT_API_URL",
     "DEFAULT_DOMAIN",
@@ -57,6 +59,8 @@ API_URL_ENV = "E2B_API_URL"
 TEMPLATE_ENV = "E2B_TEMPLATE_ID"
 DOMAIN_ENV = "E2B_DOMAIN"
 IDLE_TIMEOUT_ENV = "E2B_IDLE_TIMEOUT"
+AUTO_PAUSE_MODE_ENV = "E2B_AUTO_PAUSE_MODE"
+AUTO_PAUSE_MODES = ("full", "filesystem")
 SANDBOX_URL_ENV = "E2B_SANDBOX_URL"
 DEFAULT_API_URL = "https://api.e2b.app"
 DEFAULT_TEMPLATE = "base"
@@ -81,6 +85,12 @@ SETTINGS = (
         env=IDLE_TIMEOUT_ENV,
         description="idle time after which a sandbox pauses (300, 90s, 5m, 1h)",
         default="5m",
+    ),
+    SettingSpec(
+        env=AUTO_PAUSE_MODE_ENV,
+        description="what an idle sandbox's pause keeps: full (memory and disk) or "
+        "filesystem (disk only; resuming cold-boots it)",
+        default="full",
     ),
     SettingSpec(
         env=SANDBOX_URL_ENV,
@@ -109,6 +119,12 @@ def read_e2b_options(environ: Mapping[str, str]) -> EnvdOptions:
             hint="create one in the E2B dashboard and export it; it is never printed",
         )
     sandbox_url = env.get(SANDBOX_URL_ENV, "").strip()
+    mode = env.get(AUTO_PAUSE_MODE_ENV, "").strip().lower() or "full"
+    if mode not in AUTO_PAUSE_MODES:
+        raise ConfigurationError(
+            f"{AUTO_PAUSE_MODE_ENV} must be full or filesystem, got {mode!r}",
+            hint="full keeps memory and disk across a pause; filesystem keeps the disk only",
+        )
     return EnvdOptions(
         dialect=E2B,
         api_url=api_url_setting(API_URL_ENV, env.get(API_URL_ENV, "") or DEFAULT_API_URL),
@@ -120,6 +136,7 @@ def read_e2b_options(environ: Mapping[str, str]) -> EnvdOptions:
         idle_timeout=parse_duration(IDLE_TIMEOUT_ENV, env.get(IDLE_TIMEOUT_ENV, "") or "5m"),
         max_output_bytes=max_output_bytes(env),
         max_read_bytes=max_read_bytes(env),
+        pause_memory=mode == "full",
     )
 
 

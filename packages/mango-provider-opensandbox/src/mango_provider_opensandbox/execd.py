@@ -16,6 +16,7 @@ outage.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -24,8 +25,14 @@ from typing import Any, NoReturn
 import attrs
 import httpx
 
-from mango.provider import Entry, EntryKind, MangoError, ProviderUnavailable, file_not_found
-from mango.provider.http import ApiClient, RemoteUnavailable, check_response
+from mango.provider import (
+    Entry,
+    EntryKind,
+    MangoError,
+    ProviderUnavailable,
+    file_not_found,
+)
+from mango.provider.http import ApiClient, RetryPolicy, json_answer, transfer_deadline
 from mango.provider.remote import ProviderView
 from mango_provider_opensandbox.lifecycle import Endpoint
 
@@ -86,7 +93,7 @@ class DataPlane:
     async def gone(self, response: httpx.Response, operation: str) -> NoReturn:
         """Raise for a 404: :class:`SandboxNotFound` if the sandbox is gone, else the mapped 404."""
         try:
-            check_response(response, operation=operation)
+            self.client.check(response, operation=operation)
         except MangoError as exc:
             await self.view.fail(self.sandbox_id, exc)
         raise AssertionError("unreachable: a 404 was not mapped")  # pragma: no cover
@@ -139,6 +146,37 @@ class Execd:
         """``GET /ping``: execd answers."""
         await self.plane.request("GET", "/ping", operation="execd ping")
 
+    async def wait_ready(self, seconds: float) -> None:
+        """Poll ``GET /ping`` until execd answers, at most ``seconds`` (as the SDK does).
+
+        A sandbox is ``Running`` when its container runs; execd inside it may
+        not listen yet (a 502 from the proxy, a refused connection). Each probe
+        is one attempt; the last failure is raised when the time is up.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        pause = 0.05
+        once = RetryPolicy(attempts=1)
+        while True:
+            try:
+                await self.plane.client.request(
+                    "GET",
+                    self.plane.url("/ping"),
+                    operation="execd ping",
+                    headers=self.plane.headers,
+                    retry=once,
+                )
+            except ProviderUnavailable as exc:
+                if loop.time() + pause > deadline:
+                    raise ProviderUnavailable(
+                        f"OpenSandbox sandbox {self.plane.sandbox_id} is running but its execd "
+                        f"did not answer within {seconds:.0f}s: {exc}"
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            else:
+                return
+
     async def stat(self, path: str) -> Entry | None:
         """``GET /files/info``: the entry at ``path`` (links not followed), or None if missing."""
         response = await self.plane.request(
@@ -148,8 +186,8 @@ class Execd:
             if _file_missing(response):
                 return None
             await self.plane.gone(response, "file info")
-        body = response.json()
-        info = body.get(path) if isinstance(body, dict) else None
+        body = json_answer(response, operation="file info", shape=dict)
+        info = body.get(path)
         if not isinstance(info, dict):
             # execd keys the answer by the path asked; a missing key means missing.
             return None
@@ -182,6 +220,7 @@ class Execd:
                 ("file", (path.rsplit("/", 1)[-1] or "file", data, "application/octet-stream")),
             ],
             idempotent=True,
+            deadline=transfer_deadline(len(data)),
         )
 
     async def delete_file(self, path: str) -> None:
@@ -248,9 +287,7 @@ class Egress:
     async def policy(self) -> dict[str, Any] | None:
         """``GET /policy``: the enforced policy (``None`` if the sidecar reports none)."""
         response = await self.plane.request("GET", "/policy", operation="get egress policy")
-        body = response.json()
-        if not isinstance(body, dict):
-            raise RemoteUnavailable("get egress policy: the answer is not an object")
+        body = json_answer(response, operation="get egress policy", shape=dict)
         policy = body.get("policy")
         return policy if isinstance(policy, dict) else None
 

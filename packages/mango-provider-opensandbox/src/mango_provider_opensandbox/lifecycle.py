@@ -3,7 +3,18 @@
 One :class:`LifecycleApi` per provider: list by metadata (every page),
 create, get, delete, endpoint resolution. Errors come from the kit's map
 (:mod:`mango.provider.http`): a 404 on a sandbox is :class:`SandboxNotFound`,
-401/403 a :class:`ConfigurationError` that never repeats the key.
+401/403 a :class:`ConfigurationError` that never repeats the key. Every
+answer must be the JSON the API specifies (a sandbox record carries the id
+asked for): anything else is a :class:`ProtocolError`, never a loss and never
+"unmanaged".
+
+A create that the server refuses for its configuration is classified by the
+server's error code (``{"code", "message"}``, alibaba/OpenSandbox
+``server/opensandbox_server/services/constants.py``), not by its status: a
+500 ``DOCKER::SANDBOX_IMAGE_PULL_FAILED`` (the image cannot be pulled) or a
+400 asking for ``egress.image`` (no egress sidecar configured for a
+``networkPolicy``) is a :class:`ConfigurationError` with a hint, which no
+retry fixes; other 5xx stay retryable.
 """
 
 from __future__ import annotations
@@ -13,18 +24,39 @@ from typing import Any
 from urllib.parse import urlencode
 
 import attrs
+import httpx
 
-from mango.provider import ProviderUnavailable
-from mango.provider.http import ApiClient, RemoteUnavailable
+from mango.provider import ConfigurationError, ProtocolError
+from mango.provider.http import ApiClient, json_answer
 from mango_provider_opensandbox.layout import API_PREFIX
 
-__all__ = ["GONE_STATES", "MAX_PAGES", "PAGE_SIZE", "Endpoint", "LifecycleApi", "state_of"]
+__all__ = [
+    "CONFIGURATION_CODES",
+    "GONE_STATES",
+    "MAX_PAGES",
+    "PAGE_SIZE",
+    "Endpoint",
+    "LifecycleApi",
+    "state_of",
+]
 
 PAGE_SIZE = 100
 MAX_PAGES = 1000
 """A bound on one listing (100 000 sandboxes); a server that pages on forever is an error."""
 GONE_STATES = frozenset({"Stopping", "Terminated"})
 """States of a sandbox that is going or gone: its workspace is lost."""
+IMAGE_PULL_FAILED = "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
+CONFIGURATION_CODES = frozenset(
+    {
+        IMAGE_PULL_FAILED,
+        "DOCKER::INVALID_ENTRYPOINT",
+        "DOCKER::INVALID_PORT",
+        "SANDBOX::INVALID_PARAMETER",
+        "SANDBOX::INVALID_METADATA_LABEL",
+        "SANDBOX::API_NOT_SUPPORTED",
+    }
+)
+"""Error codes of a create that the server's or the spec's configuration causes."""
 
 
 def state_of(sandbox: Mapping[str, Any]) -> str:
@@ -44,10 +76,53 @@ class Endpoint:
 
 def _object(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise RemoteUnavailable(
-            f"{what}: the server answered {type(value).__name__}, not an object"
-        )
+        raise ProtocolError(f"{what}: the server answered {type(value).__name__}, not an object")
     return value
+
+
+def _sandbox(value: object, what: str, sandbox_id: str | None = None) -> dict[str, Any]:
+    """A sandbox record: an object with a string ``id`` (the one asked for, if any)."""
+    record = _object(value, what)
+    found = record.get("id")
+    if not isinstance(found, str) or not found:
+        raise ProtocolError(f"{what}: the server's answer is not a sandbox record")
+    if sandbox_id is not None and found != sandbox_id:
+        raise ProtocolError(f"{what}: asked for sandbox {sandbox_id!r}, the answer is {found!r}'s")
+    return record
+
+
+def _error_code(response: httpx.Response) -> tuple[str, str]:
+    try:
+        body = response.json()
+    except ValueError:
+        return "", ""
+    if not isinstance(body, dict):
+        return "", ""
+    code, message = body.get("code"), body.get("message")
+    return (code if isinstance(code, str) else ""), (message if isinstance(message, str) else "")
+
+
+def _create_refusal(response: httpx.Response) -> ConfigurationError | None:
+    """The configuration error a refused create means, or ``None`` (the kit's map decides)."""
+    code, message = _error_code(response)
+    shown = "".join(ch if ch.isprintable() else " " for ch in message)[:240]
+    if code == IMAGE_PULL_FAILED:
+        return ConfigurationError(
+            f"create sandbox: the OpenSandbox server cannot pull the image: {shown}",
+            hint="check OPEN_SANDBOX_IMAGE (or the spec's image) and that the server "
+            "can reach its registry",
+        )
+    if "egress.image" in message:
+        return ConfigurationError(
+            f"create sandbox: {shown}",
+            hint="network=none and limited need the server's egress sidecar: set egress.image "
+            "in the OpenSandbox server's configuration (or use network=bridge)",
+        )
+    if code in CONFIGURATION_CODES:
+        return ConfigurationError(
+            f"create sandbox: the OpenSandbox server refused the sandbox ({code}): {shown}"
+        )
+    return None
 
 
 @attrs.define(eq=False)
@@ -61,7 +136,7 @@ class LifecycleApi:
     async def list(self, metadata: Mapping[str, str]) -> list[dict[str, Any]]:
         """Every sandbox whose metadata has all of ``metadata``, over every page.
 
-        Raises :class:`RemoteUnavailable` on a pagination that does not advance.
+        Raises :class:`ProtocolError` on a pagination that does not advance.
         """
         found: list[dict[str, Any]] = []
         for page in range(1, MAX_PAGES + 1):
@@ -71,12 +146,12 @@ class LifecycleApi:
                 operation="list sandboxes",
                 params={"metadata": urlencode(dict(metadata)), "page": page, "pageSize": PAGE_SIZE},
             )
-            body = _object(response.json(), "list sandboxes")
+            body = json_answer(response, operation="list sandboxes", shape=dict)
             items = body.get("items")
             pagination = body.get("pagination")
             if not isinstance(items, list) or not isinstance(pagination, dict):
-                raise RemoteUnavailable("list sandboxes: the answer lacks items or pagination")
-            found.extend(_object(item, "list sandboxes") for item in items)
+                raise ProtocolError("list sandboxes: the answer lacks items or pagination")
+            found.extend(_sandbox(item, "list sandboxes") for item in items)
             if not pagination.get("hasNextPage"):
                 return found
             total = pagination.get("totalPages")
@@ -85,30 +160,39 @@ class LifecycleApi:
                 or pagination.get("page") != page
                 or (isinstance(total, int) and page >= total)
             ):
-                raise RemoteUnavailable(
-                    f"list sandboxes: pagination does not advance at page {page}"
-                )
-        raise RemoteUnavailable(f"list sandboxes: more than {MAX_PAGES} pages")
+                raise ProtocolError(f"list sandboxes: pagination does not advance at page {page}")
+        raise ProtocolError(f"list sandboxes: more than {MAX_PAGES} pages")
 
     async def get(self, sandbox_id: str) -> dict[str, Any]:
-        """The sandbox document; :class:`SandboxNotFound` if it does not exist."""
+        """The sandbox document; :class:`SandboxNotFound` if it does not exist (a confirmed
+        not-found: the server's own lookup), :class:`ProtocolError` for any other answer."""
         response = await self.client.request(
             "GET",
             f"{API_PREFIX}/sandboxes/{sandbox_id}",
             operation="get sandbox",
             sandbox_id=sandbox_id,
         )
-        return _object(response.json(), "get sandbox")
+        return _sandbox(json_answer(response, operation="get sandbox"), "get sandbox", sandbox_id)
 
     async def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /sandboxes`` once (never retried: the caller recovers by listing)."""
+        """``POST /sandboxes`` once (never retried: the caller recovers by listing).
+
+        A refusal the server's error code blames on configuration is a
+        :class:`ConfigurationError` with a hint (see the module docstring).
+        """
         response = await self.client.request(
-            "POST", f"{API_PREFIX}/sandboxes", operation="create sandbox", json=dict(body)
+            "POST",
+            f"{API_PREFIX}/sandboxes",
+            operation="create sandbox",
+            json=dict(body),
+            expected=(400, 500),
         )
-        created = _object(response.json(), "create sandbox")
-        if not isinstance(created.get("id"), str) or not created["id"]:
-            raise RemoteUnavailable("create sandbox: the answer has no sandbox id")
-        return created
+        if response.status_code in (400, 500):
+            refusal = _create_refusal(response)
+            if refusal is not None:
+                raise refusal
+            self.client.check(response, operation="create sandbox")
+        return _sandbox(json_answer(response, operation="create sandbox"), "create sandbox")
 
     async def resume(self, sandbox_id: str) -> None:
         """``POST /sandboxes/{id}/resume`` (a paused sandbox comes back)."""
@@ -139,10 +223,10 @@ class LifecycleApi:
             sandbox_id=sandbox_id,
             params={"use_server_proxy": "true" if server_proxy else "false"},
         )
-        body = _object(response.json(), "resolve sandbox endpoint")
+        body = json_answer(response, operation="resolve sandbox endpoint", shape=dict)
         raw = body.get("endpoint")
         if not isinstance(raw, str) or not raw.strip():
-            raise RemoteUnavailable("resolve sandbox endpoint: the answer has no endpoint")
+            raise ProtocolError("resolve sandbox endpoint: the answer has no endpoint")
         url = raw.strip().rstrip("/")
         if "://" not in url:
             url = f"{self.protocol}://{url}"
@@ -150,7 +234,7 @@ class LifecycleApi:
         if not isinstance(headers, dict) or not all(
             isinstance(key, str) and isinstance(value, str) for key, value in headers.items()
         ):
-            raise RemoteUnavailable("resolve sandbox endpoint: headers are not strings")
+            raise ProtocolError("resolve sandbox endpoint: headers are not strings")
         return Endpoint(url, dict(headers))
 
     async def count(self) -> int:
@@ -161,9 +245,9 @@ class LifecycleApi:
             operation="health check",
             params={"page": 1, "pageSize": 1},
         )
-        body = _object(response.json(), "health check")
+        body = json_answer(response, operation="health check", shape=dict)
         pagination = body.get("pagination")
         total = pagination.get("totalItems") if isinstance(pagination, dict) else None
         if not isinstance(total, int):
-            raise ProviderUnavailable("health check: the server's answer is not a sandbox listing")
+            raise ProtocolError("health check: the server's answer is not a sandbox listing")
         return total

@@ -156,7 +156,7 @@ class OpenSandboxProvider:
                     raise
             else:
                 found = await self._wait_running(created)
-        return await self._open(session_key, found, spec)
+        return await self._open(session_key, found, spec, started=True)
 
     def _create_body(self, labels: Mapping[str, str], spec: SandboxSpec) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -219,10 +219,12 @@ class OpenSandboxProvider:
         self._check_owner(sandbox, session_key, ref.external_id)
         if state_of(sandbox) in GONE_STATES:
             raise SandboxNotFound(f"OpenSandbox sandbox {ref.external_id} is {state_of(sandbox)}")
+        started = False
         if state_of(sandbox) in PAUSED_STATES:
             await self._lifecycle.resume(ref.external_id)
             sandbox = await self._wait_running(await self._lifecycle.get(ref.external_id))
-        return await self._open(session_key, sandbox, spec, ensure_root=False)
+            started = True
+        return await self._open(session_key, sandbox, spec, ensure_root=False, started=started)
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The sandbox carrying ``session_key``'s metadata in this namespace, or None."""
@@ -302,10 +304,15 @@ class OpenSandboxProvider:
         spec: SandboxSpec,
         *,
         ensure_root: bool = True,
+        started: bool = False,
     ) -> OpenSandboxSandbox:
         sandbox_id = str(sandbox["id"])
         self._check_owner(sandbox, session_key, sandbox_id)
         execd = await self._remote.execd(sandbox_id)
+        if started:
+            # Running means the container runs; execd in it may not listen yet (the SDK
+            # waits for its /ping as well).
+            await execd.wait_ready(READY_SECONDS)
         if ensure_root:
             await execd.make_dirs({ROOT: 0o755})
         metadata = sandbox.get("metadata") or {}

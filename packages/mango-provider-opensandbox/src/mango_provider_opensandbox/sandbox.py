@@ -38,6 +38,7 @@ from mango_provider_opensandbox.wire import (
     WRAPPER_OVERHEAD,
     ExecEnd,
     FrameDecoder,
+    bounded_lines,
     exit_code_of,
     sse_events,
     wrap,
@@ -106,6 +107,9 @@ class OpenSandboxSandbox(RemoteSandbox):
             max_inline_line_bytes=MAX_INLINE_LINE_BYTES - WRAPPER_OVERHEAD,
         )
         with self._provider.tracker.track(self.sandbox_id) as handle:
+            if command.cwd:
+                # execd's shell cannot enter a cwd that does not exist: made as local makes it.
+                await self._ensure_directory(command.cwd)
             if plan.stdin.staged and plan.stdin.path is not None:
                 await self._execd.make_dirs({STDIN_DIR: 0o700})
                 await self._execd.upload(plan.stdin.path, plan.stdin.data, mode=0o600)
@@ -141,7 +145,7 @@ class OpenSandboxSandbox(RemoteSandbox):
     async def _stream(self, body: dict[str, object], channel: ExecChannel, state: _Run) -> int:
         async with self._execd.command(body, timeout=self._provider.request_timeout) as response:
             state.opened = True
-            async for event in sse_events(response.aiter_lines()):
+            async for event in sse_events(bounded_lines(response.aiter_bytes())):
                 kind = event.get("type")
                 stream = STREAMS.get(str(kind))
                 if stream is not None:

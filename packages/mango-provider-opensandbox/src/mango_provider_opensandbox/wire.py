@@ -33,7 +33,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from mango.provider import OutputStream
+from mango.provider import OutputStream, ProtocolError
 from mango.provider.http import RemoteUnavailable
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "WRAPPER_OVERHEAD",
     "ExecEnd",
     "FrameDecoder",
+    "bounded_lines",
     "exit_code_of",
     "sse_events",
     "wrap",
@@ -121,6 +122,30 @@ def exit_code_of(event: dict[str, Any]) -> int | None:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return None
+
+
+async def bounded_lines(
+    chunks: AsyncIterable[bytes], limit: int = MAX_FRAME_CHARS
+) -> AsyncIterator[str]:
+    """The lines of a byte stream (``\\n`` or ``\\r\\n``), none longer than ``limit`` bytes.
+
+    httpx's ``aiter_lines`` buffers a line until its end arrives, however
+    long: a server that never sends a newline would fill the worker's memory.
+    Past ``limit`` bytes without one this raises :class:`ProtocolError`.
+    """
+    buffer = bytearray()
+    async for chunk in chunks:
+        start = len(buffer)
+        buffer += chunk
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            start = 0
+            yield line.removesuffix(b"\r").decode("utf-8", "replace")
+        if len(buffer) > limit:
+            raise ProtocolError(f"execd sent a line longer than {limit} bytes")
+    if buffer:
+        yield bytes(buffer).removesuffix(b"\r").decode("utf-8", "replace")
 
 
 async def sse_events(lines: AsyncIterable[str]) -> AsyncIterator[dict[str, Any]]:

@@ -64,7 +64,9 @@ class _MangoGroup(click.Group):
 
 
 @click.group(cls=_MangoGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Log progress to stderr.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log progress, and the libraries' own logs, to stderr."
+)
 @click.version_option(package_name="mango-core", prog_name="mango")
 def cli(verbose: bool) -> None:
     """mango: one durable sandbox per AI-agent Session, on any backend.
@@ -73,11 +75,19 @@ def cli(verbose: bool) -> None:
     MANGO_DATABASE_URL, a private PostgreSQL is started under the state
     directory (MANGO_STATE_DIR).
     """
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        # mango's own warnings only (a retry's one line: what, why, attempt n of m), never a
+        # library's (stamina's "retry_scheduled", httpx's requests): those take -v.
+        handler.addFilter(_mango_only)
+        handler.setFormatter(logging.Formatter("mango: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+
+
+def _mango_only(record: logging.LogRecord) -> bool:
+    return record.name == "mango" or record.name.startswith("mango.")
 
 
 for _command in (providers, exec_, files, sessions, reconcile, gc, doctor, embedded, worker, store):

@@ -10,6 +10,7 @@ message text::
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
     │   ├── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
     │   ├── RemoteUnavailable      a remote API failed transiently (5xx, 429, timeout); has status
+    │   │   └── ProtocolError      it answered something that is not its protocol (not JSON, ...)
     │   └── FileStoreUnavailable   the Files store (a directory, an S3 endpoint) failed (retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
@@ -79,6 +80,7 @@ __all__ = [
     "PathEscapeError",
     "PermanentError",
     "PreconditionFailed",
+    "ProtocolError",
     "ProviderUnavailable",
     "ProvisioningBlocked",
     "RemoteRejected",
@@ -210,6 +212,24 @@ class RemoteUnavailable(ProviderUnavailable):
         super().__init__(message, hint=hint)
         self.status = status
         self.retry_after = retry_after
+
+
+class ProtocolError(RemoteUnavailable):
+    """A remote API answered something that is not its protocol.
+
+    A 200 whose body is not JSON, truncated JSON, JSON of the wrong shape, a
+    record without the id that was asked for, a body past the bound mango
+    reads: a proxy or a server that is not the vendor's API answered, or the
+    vendor's answer broke on the way. It never means the sandbox is gone, so
+    it never records a loss, and it says so instead of blaming ownership.
+
+    Retryable, as every :class:`ProviderUnavailable` (the binding is kept and
+    a later attempt may meet the real service again), but not retried inside
+    one call: the same server answers the same way a second later. ``status``
+    is the HTTP status of the answer that broke the protocol.
+    """
+
+    permanent = False
 
 
 class FileStoreUnavailable(ProviderUnavailable):

@@ -43,7 +43,7 @@ not import it.
 from __future__ import annotations
 
 from mango.fakes.beacons import Beacon, open_beacon
-from mango.fakes.faults import Faults, RecordedRequest
+from mango.fakes.faults import Faults, Hostile, RecordedRequest
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
     MAX_REQUEST_BYTES,
@@ -52,6 +52,7 @@ from mango.fakes.service import (
     Announce,
     FakeService,
     RoutesFactory,
+    Servable,
     run_standalone,
     serve,
 )
@@ -67,10 +68,12 @@ __all__ = [
     "FakeSandboxes",
     "FakeService",
     "Faults",
+    "Hostile",
     "RecordedRequest",
     "RoutesFactory",
     "SandboxPaused",
     "SandboxState",
+    "Servable",
     "cut_connection",
     "is_string_map",
     "open_beacon",

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import attrs
 from aiohttp import web
@@ -26,6 +26,7 @@ __all__ = [
     "Announce",
     "FakeService",
     "RoutesFactory",
+    "Servable",
     "run_standalone",
     "serve",
 ]
@@ -43,6 +44,25 @@ RoutesFactory = Callable[["FakeService"], Iterable[web.AbstractRouteDef]]
 """Builds a vendor fake's routes; the handlers close over the service they get."""
 Announce = Callable[[str], Iterable[str]]
 """The lines a standalone fake prints after its URL (given the URL), such as its settings."""
+
+
+class Servable(Protocol):
+    """What :func:`serve` runs: a :class:`FakeService`, or a fake built around one."""
+
+    @property
+    def url(self) -> str:
+        """Where it listens, once started."""
+
+    async def __aenter__(self) -> object:
+        """Start serving."""
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop serving."""
 
 
 @attrs.define(eq=False)
@@ -140,7 +160,7 @@ class FakeService:
 
 
 async def serve(
-    service: FakeService, *, out: TextIO = sys.stdout, announce: Announce | None = None
+    service: Servable, *, out: TextIO = sys.stdout, announce: Announce | None = None
 ) -> None:
     """Run ``service`` until SIGTERM or SIGINT, printing its URL on one line first.
 
@@ -164,7 +184,7 @@ async def serve(
 
 
 def run_standalone(
-    build: Callable[[Path], FakeService],
+    build: Callable[[Path], Servable],
     scratch: str | Path | None = None,
     *,
     prefix: str = "mango-fake-",

@@ -15,7 +15,10 @@ port's three file methods from them, the same way for every provider:
 * ``write_file(path, data)``: ``data`` must be bytes (:class:`InvalidInput`
   otherwise, before anything is sent: no provider ever writes ``bytes(5)``
   for a ``5``), the policy's write resolution, the missing parents made, then
-  the upload (which creates or truncates).
+  the upload (which creates or truncates);
+* ``_ensure_directory(path)``: a command's working directory made as the
+  local and Docker providers make it (missing components created, a symlink
+  anywhere refused), for a provider whose exec API cannot do it itself.
 
 A call of the API that fails with a retryable :class:`MangoError` goes
 through the sandbox's ``_lost`` hook, which a remote sandbox points at its
@@ -168,6 +171,25 @@ class RemoteFiles:
         :meth:`read_file`, without the bound); leaving the block closes it.
         """
         return self._opened(path, None)
+
+    async def _ensure_directory(self, path: str) -> None:
+        """Create the workspace-relative directory ``path`` and its missing parents.
+
+        A command's working directory, entered as every provider enters it:
+        each component is classified as for a write, so a symlink anywhere is
+        :class:`~mango.provider.PathEscapeError` and a file in the way a
+        :class:`~mango.provider.PermanentError`; what is missing is created.
+        """
+        try:
+            policy = self._path_policy
+            location = policy.locate(path, write=True, directory=True)
+            await checkpoint()
+            stat = await self._stat_for(location)
+            resolved = await policy.resolve_directory(path, stat, create=True)
+            if resolved.missing_dirs:
+                await self._make_dirs(resolved.missing_dirs)
+        except MangoError as exc:
+            await self._fail(exc)
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate ``path`` with ``data``, creating missing parent directories.

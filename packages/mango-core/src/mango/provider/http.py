@@ -31,6 +31,17 @@ total time, backoff with jitter, ``Retry-After`` honoured): only
 the caller says otherwise. Its names, and :class:`PinnedTransport`
 (:mod:`mango.provider.transports`), are re-exported here.
 
+Every answer mango parses is read with a bound (:data:`MAX_ANSWER_BYTES`
+unless the call gives its own ``max_bytes``): past it the answer is a
+:class:`ProtocolError`, and no gigabyte body ever lands in memory.
+:func:`json_answer` parses one: a body that is not JSON, or not the JSON
+shape asked for, is a :class:`ProtocolError` too, never a raw ``ValueError``.
+Every attempt also has an overall deadline (``deadline``, by default twice
+the client's ``timeout``): httpx's timeouts bound each read, so a server that
+trickles one byte at a time would hold a call for ever without it. A
+streamed call's deadline covers its headers; its body is the caller's to
+bound.
+
 Prefer header authentication: httpx's own INFO log line prints the request
 URL, query string included, so a key carried in a query parameter reaches
 logs whenever the ``httpx`` logger is at INFO.
@@ -41,6 +52,9 @@ This module imports httpx and stamina (the ``remote`` extra of mango-core);
 
 from __future__ import annotations
 
+import asyncio
+import json
+import math
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -50,6 +64,7 @@ import httpx
 
 from mango.domain.errors import (
     ConfigurationError,
+    ProtocolError,
     RemoteRejected,
     RemoteUnavailable,
     ResourceConflict,
@@ -61,19 +76,29 @@ from mango.provider.transports import PinnedTransport
 __all__ = [
     "DEFAULT_RETRY_POLICY",
     "IDEMPOTENT_METHODS",
+    "MAX_ANSWER_BYTES",
     "ApiClient",
     "PinnedTransport",
+    "ProtocolError",
     "RemoteRejected",
     "RemoteUnavailable",
     "RetryPolicy",
     "check_response",
+    "json_answer",
     "map_httpx_exceptions",
     "parse_retry_after",
     "retrying",
+    "transfer_deadline",
 ]
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 """Methods retried by default (RFC 9110 §9.2.2); POST and PATCH only on request."""
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+"""Bound of a buffered answer: control-plane and daemon JSON documents are a few KiB."""
+_ERROR_BODY_BYTES = 64 * 1024
+_DROPPED_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+_TRANSFER_RATE = 1024 * 1024
+"""Bytes per second an upload is granted at least by :func:`transfer_deadline`."""
 
 _EXCERPT_CHARS = 200
 _REDACTED = "***"
@@ -207,6 +232,60 @@ def _may_retry(method: str, idempotent: bool | None, kwargs: Mapping[str, Any]) 
     return method.upper() in IDEMPOTENT_METHODS if idempotent is None else idempotent
 
 
+def json_answer(
+    response: httpx.Response,
+    *,
+    operation: str,
+    shape: type[dict[Any, Any]] | type[list[Any]] | None = None,
+) -> Any:
+    """The JSON document of a read ``response``; :class:`ProtocolError` if it is not one.
+
+    ``shape`` (``dict`` or ``list``) is the top-level type the API promises;
+    another one is a protocol error as well. The message names the operation
+    and the status, and quotes a short, printable start of the body.
+    """
+    try:
+        value = json.loads(response.content) if response.content else None
+    except ValueError:
+        value = _NOT_JSON
+    except httpx.ResponseNotRead:  # pragma: no cover - a streamed answer must be read first
+        raise ProtocolError(f"{operation}: the answer was not read") from None
+    if value is _NOT_JSON or value is None:
+        start = response.content[:60].decode("utf-8", "replace")
+        start = "".join(ch if ch.isprintable() else " " for ch in start).strip()
+        shown = f": {start!r}" if start else " (an empty body)"
+        raise ProtocolError(
+            f"{operation}: the answer is not JSON (HTTP {response.status_code}){shown}",
+            status=response.status_code,
+        )
+    if shape is not None and not isinstance(value, shape):
+        raise ProtocolError(
+            f"{operation}: the answer is a JSON {type(value).__name__}, not a JSON "
+            f"{'object' if shape is dict else 'array'} (HTTP {response.status_code})",
+            status=response.status_code,
+        )
+    return value
+
+
+_NOT_JSON = object()
+
+
+def transfer_deadline(size: int, *, base: float = 60.0) -> float:
+    """An overall deadline for moving ``size`` bytes: ``base`` plus one second per MiB."""
+    return base + max(0, size) / _TRANSFER_RATE
+
+
+def _plain_headers(
+    response: httpx.Response, *, only: frozenset[str] | None = None
+) -> list[tuple[str, str]]:
+    # The body is handed on decoded: its encoding and framing headers no longer apply.
+    return [
+        (key, value)
+        for key, value in response.headers.multi_items()
+        if key.lower() not in _DROPPED_HEADERS and (only is None or key.lower() in only)
+    ]
+
+
 async def _read_error(response: httpx.Response, limit: int) -> httpx.Response:
     """A streamed error answer as a read one: at most ``limit`` bytes of its body, then closed."""
     try:
@@ -218,11 +297,38 @@ async def _read_error(response: httpx.Response, limit: int) -> httpx.Response:
     finally:
         await response.aclose()
     # Only what the error map reads: the status, Retry-After, the (decoded) body.
-    headers = {
-        key: value for key, value in response.headers.items() if key.lower() == "retry-after"
-    }
     return httpx.Response(
-        response.status_code, headers=headers, content=bytes(body), request=response.request
+        response.status_code,
+        headers=_plain_headers(response, only=frozenset({"retry-after"})),
+        content=bytes(body[:limit]),
+        request=response.request,
+    )
+
+
+async def _read_bounded(response: httpx.Response, limit: int, operation: str) -> httpx.Response:
+    """A streamed answer read whole, if it is at most ``limit`` bytes; else a ProtocolError."""
+    where = _where(response.request)
+    too_large = ProtocolError(
+        f"{operation}: the answer is larger than {limit} bytes ({where}), "
+        "more than this call ever reads",
+        status=response.status_code,
+    )
+    try:
+        declared = response.headers.get("content-length", "")
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise too_large
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+    finally:
+        await response.aclose()
+    return httpx.Response(
+        response.status_code,
+        headers=_plain_headers(response),
+        content=bytes(body),
+        request=response.request,
     )
 
 
@@ -236,7 +342,8 @@ class ApiClient:
     parameter, say). One instance per provider instance; close it with
     :meth:`aclose` (or ``async with``).
 
-    ``timeout`` is httpx's per-operation timeout in seconds; ``retry`` the
+    ``timeout`` is httpx's per-operation timeout in seconds; ``deadline`` the
+    overall bound of one attempt (default: twice ``timeout``); ``retry`` the
     budget for idempotent calls. ``transport`` is for tests and proxies.
     """
 
@@ -247,6 +354,7 @@ class ApiClient:
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
     secrets: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple, repr=False)
     transport: httpx.AsyncBaseTransport | None = attrs.field(default=None, repr=False)
+    deadline: float | None = None
     _client: httpx.AsyncClient = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -264,6 +372,20 @@ class ApiClient:
         values += [value.split(" ", 1)[1] for value in values if " " in value.strip()]
         return tuple(sorted(set(values), key=len, reverse=True))
 
+    def check(
+        self, response: httpx.Response, *, operation: str, sandbox_id: str | None = None
+    ) -> httpx.Response:
+        """:func:`check_response` with this client's secrets blanked: for an ``expected``
+        answer the caller looked at and decided to map after all."""
+        return check_response(
+            response, operation=operation, sandbox_id=sandbox_id, secrets=self._secrets
+        )
+
+    @property
+    def default_deadline(self) -> float:
+        """The overall bound of one attempt when a call names none (seconds)."""
+        return self.deadline if self.deadline is not None else 2 * self.timeout
+
     async def request(
         self,
         method: str,
@@ -274,9 +396,11 @@ class ApiClient:
         idempotent: bool | None = None,
         retry: RetryPolicy | None = None,
         expected: Iterable[int] = (),
+        max_bytes: int = MAX_ANSWER_BYTES,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        """Send one request (retried if idempotent) and return the successful response.
+        """Send one request (retried if idempotent) and return the successful, read response.
 
         ``kwargs`` go to :meth:`httpx.AsyncClient.request` (``params``, ``json``,
         ``content``, ``headers``, ``timeout``). ``idempotent`` defaults by
@@ -284,7 +408,10 @@ class ApiClient:
         makes safe to repeat. A streamed ``content`` (an iterator) is never
         retried: it cannot be replayed. Errors as in :func:`check_response`,
         except for the ``expected`` statuses, which are returned as answers
-        (a 404 that means "no such file", say).
+        (a 404 that means "no such file", say). The body is read with the
+        bound ``max_bytes`` (:class:`ProtocolError` past it) within
+        ``deadline`` seconds (default :attr:`default_deadline`; ``math.inf``
+        only for a call that legitimately runs as long as a command).
         """
         return await self._send(
             method,
@@ -295,6 +422,8 @@ class ApiClient:
             retry=retry,
             expected=expected,
             stream=False,
+            max_bytes=max_bytes,
+            deadline=deadline,
             kwargs=kwargs,
         )
 
@@ -308,18 +437,20 @@ class ApiClient:
         sandbox_id: str | None = None,
         idempotent: bool | None = None,
         retry: RetryPolicy | None = None,
-        error_body_limit: int = 64 * 1024,
+        error_body_limit: int = _ERROR_BODY_BYTES,
         expected: Iterable[int] = (),
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[httpx.Response]:
         """Open a streamed response (``async with client.stream(...) as response``).
 
-        Opening is retried like :meth:`request`; once the block has the
-        response nothing is retried, and transport errors while reading the
-        body raise :class:`RemoteUnavailable`. An error status is read (at
-        most ``error_body_limit`` bytes) and mapped before the block runs,
-        except for the ``expected`` statuses, which the block receives.
-        The response is closed when the block ends.
+        Opening is retried like :meth:`request` and bounded by ``deadline``
+        (the headers must arrive by then); once the block has the response
+        nothing is retried, and transport errors while reading the body raise
+        :class:`RemoteUnavailable`. An error status is read (at most
+        ``error_body_limit`` bytes) and mapped before the block runs, except
+        for the ``expected`` statuses, which the block receives. The response
+        is closed when the block ends.
         """
         response = await self._send(
             method,
@@ -330,7 +461,8 @@ class ApiClient:
             retry=retry,
             expected=expected,
             stream=True,
-            error_body_limit=error_body_limit,
+            max_bytes=error_body_limit,
+            deadline=deadline,
             kwargs=kwargs,
         )
         try:
@@ -350,28 +482,44 @@ class ApiClient:
         retry: RetryPolicy | None,
         expected: Iterable[int],
         stream: bool,
-        error_body_limit: int = 0,
+        max_bytes: int,
+        deadline: float | None,
         kwargs: Mapping[str, Any],
     ) -> httpx.Response:
         """One request, retried within the policy if it may be: the answer, or the mapped error.
 
-        A streamed error answer is read (at most ``error_body_limit`` bytes)
-        and closed before it is mapped; a streamed success is returned open.
+        Every answer is read from a stream: an error (at most
+        :data:`_ERROR_BODY_BYTES`, or ``max_bytes`` for a streamed call) and a
+        buffered success or expected answer (at most ``max_bytes``, else a
+        :class:`ProtocolError`) are read and closed here; a streamed success
+        is returned open. Each attempt ends within ``deadline``.
         """
         secrets = self._secrets
         answers = frozenset(expected)
+        bound = self.default_deadline if deadline is None else deadline
+
+        async def attempt(request: httpx.Request) -> httpx.Response:
+            with map_httpx_exceptions(operation, secrets=secrets):
+                response = await self._client.send(request, stream=True)
+                if response.is_success or response.status_code in answers:
+                    if stream:
+                        return response
+                    return await _read_bounded(response, max_bytes, operation)
+                response = await _read_error(response, max_bytes if stream else _ERROR_BODY_BYTES)
+            return check_response(
+                response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
+            )
 
         async def once() -> httpx.Response:
             with map_httpx_exceptions(operation, secrets=secrets):
                 request = self._client.build_request(method, path, **kwargs)
-                response = await self._client.send(request, stream=stream)
-                if response.is_success or response.status_code in answers:
-                    return response
-                if stream:
-                    response = await _read_error(response, error_body_limit)
-            return check_response(
-                response, operation=operation, sandbox_id=sandbox_id, secrets=secrets
-            )
+            try:
+                async with asyncio.timeout(None if math.isinf(bound) else bound):
+                    return await attempt(request)
+            except TimeoutError:
+                raise RemoteUnavailable(
+                    f"{operation}: no complete answer within {bound:g} s ({_where(request)})"
+                ) from None
 
         return await retrying(
             once, policy=retry or self.retry, retry=_may_retry(method, idempotent, kwargs)

@@ -18,6 +18,10 @@ provider asks it the same way:
   egress call, a command that never started): :class:`SandboxNotFound` if the
   sandbox is gone, :class:`SandboxNotRunning` if it is paused or stopped,
   else the failure itself;
+* :meth:`ProviderView.confirm_missing` -- after a call that answered "not
+  found" but cannot tell a paused sandbox from a gone one (E2B's
+  ``/timeout`` sees running sandboxes only, a daemon's 404 sees only its own
+  host): the same question, whose answer alone decides;
 * :meth:`ProviderView.torn_down` -- after a **command** ended the way a
   teardown ends one: the kit's :func:`~mango.provider.execution.torn_down`
   over the same question, so files and exec agree on what "gone" means;
@@ -28,6 +32,15 @@ provider asks it the same way:
   methods (:class:`~mango.provider.files.RemoteFiles`), ``ref``, ``spec``,
   ``root`` and ``destroy``, and its caps, all from its ref, spec, path policy
   and provider view.
+
+**Only a confirmed not-found records a loss.** SessionManager marks a
+Session lost, irreversibly, when a provider raises :class:`SandboxNotFound`,
+so a provider raises it only when its control plane's own lookup of the
+sandbox answered "no such sandbox" (a ``GET`` that sees paused sandboxes as
+well as running ones, or a record in a deleted state). Every other
+not-found goes through :meth:`ProviderView.confirm_missing` first, and a
+malformed answer of the control plane (no record, another id, the wrong
+types) is a :class:`ProtocolError`: retryable, the binding kept, never a loss.
 
 Only failures cost a control-plane call; a call that succeeds asks nothing.
 Stdlib and attrs only.
@@ -45,6 +58,7 @@ from mango.domain.errors import (
     FileTooLarge,
     InvalidInput,
     MangoError,
+    ProviderUnavailable,
     SandboxNotFound,
     SandboxNotRunning,
 )
@@ -100,9 +114,13 @@ class ProviderView:
     async def presence(self, sandbox_id: str) -> Presence:
         """One control-plane question about ``sandbox_id``: running, stopped or gone.
 
-        Raising :class:`SandboxNotFound` means :attr:`Presence.GONE`; any other
-        :class:`MangoError` (an outage, refused credentials) means it cannot
-        tell, and the callers keep the error they had.
+        Raising :class:`SandboxNotFound` means :attr:`Presence.GONE`: raise it
+        (or answer ``GONE``) only for a confirmed not-found, the control
+        plane's own lookup of this sandbox (see the module docstring). An
+        answer that is not a record of this sandbox is a :class:`ProtocolError`.
+        Any other :class:`MangoError` (an outage, refused credentials, a
+        protocol error) means it cannot tell, and the callers keep the error
+        they had.
         """
         raise NotImplementedError
 
@@ -152,6 +170,36 @@ class ProviderView:
                 "the next acquire resumes it"
             )
         return error
+
+    async def confirm_missing(self, sandbox_id: str, error: MangoError) -> MangoError:
+        """What a not-found from a call that cannot tell paused from gone means.
+
+        The control plane is asked (:meth:`presence`): gone is
+        :class:`SandboxNotFound` (confirmed), paused or stopped is
+        :class:`SandboxNotRunning` (the caller may resume it and repeat the
+        call), running is a :class:`ProviderUnavailable` (the service
+        contradicted itself; a retry decides). If the control plane cannot
+        answer, the result is a :class:`ProviderUnavailable` naming ``error``:
+        never a loss on an unconfirmed word.
+        """
+        try:
+            presence = await self.presence(sandbox_id)
+        except SandboxNotFound:
+            return self.not_found(sandbox_id)
+        except MangoError as exc:
+            return ProviderUnavailable(
+                f"{error}; and {self.name} could not confirm whether sandbox {sandbox_id!r} "
+                f"is gone: {exc}"
+            )
+        if presence is Presence.GONE:
+            return self.not_found(sandbox_id)
+        if presence is Presence.STOPPED:
+            return SandboxNotRunning(
+                f"{self.name}: sandbox {sandbox_id!r} is paused or stopped ({error})"
+            )
+        return ProviderUnavailable(
+            f"{error}; but {self.name} shows sandbox {sandbox_id!r} running (retry)"
+        )
 
     async def fail(self, sandbox_id: str, error: MangoError) -> NoReturn:
         """Raise what :meth:`lost` makes of ``error``: ``error`` itself, or the new one from it."""

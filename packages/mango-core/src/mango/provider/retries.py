@@ -5,7 +5,15 @@ backoff with jitter) and honour ``Retry-After`` (seconds or an HTTP date,
 capped by :attr:`RetryPolicy.retry_after_max` and by the time left in the
 budget). Only :class:`ProviderUnavailable` is retried, and only for
 idempotent calls unless the caller says otherwise (the choice is
-:class:`~mango.provider.http.ApiClient`'s).
+:class:`~mango.provider.http.ApiClient`'s); a :class:`ProtocolError` is not
+retried within the call (the same server gives the same answer a moment
+later), though it stays retryable for the caller.
+
+Each retry is announced as one line on the logger ``mango.provider.retries``
+(at WARNING): what failed and why (the error's own message, which names the
+operation), and the attempt that comes next, ``attempt n of m``. stamina's
+own log line (logger ``stamina``) says only that a retry was scheduled; the
+command line shows mango's line instead (see ``mango -v``).
 
 This module imports stamina (the ``remote`` extra of mango-core);
 :mod:`mango.provider.http` re-exports its names.
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -22,12 +31,13 @@ from typing import TypeVar
 import attrs
 import stamina
 
-from mango.domain.errors import ProviderUnavailable
+from mango.domain.errors import ProtocolError, ProviderUnavailable
 from mango.domain.validators import non_negative_number, positive_int, positive_number
 
 __all__ = ["DEFAULT_RETRY_POLICY", "RetryPolicy", "parse_retry_after", "retrying"]
 
 T = TypeVar("T")
+_LOG = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -77,16 +87,28 @@ def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> f
 
 
 def _backoff_hook(policy: RetryPolicy, deadline: float) -> Callable[[Exception], bool | float]:
+    failures = 0
+
+    def announce(exc: Exception, wait: float | None) -> None:
+        when = "" if wait is None else f" in {wait:.1f}s"
+        _LOG.warning("%s; retrying%s (attempt %d of %d)", exc, when, failures + 1, policy.attempts)
+
     def hook(exc: Exception) -> bool | float:
-        if not isinstance(exc, ProviderUnavailable):
+        nonlocal failures
+        failures += 1
+        if not isinstance(exc, ProviderUnavailable) or isinstance(exc, ProtocolError):
             return False
+        if failures >= policy.attempts:
+            return True  # stamina stops here; nothing is announced
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is None:
+            announce(exc, None)
             return True
         wait = min(float(retry_after), policy.retry_after_max)
         if time.monotonic() + wait >= deadline:
             # Sleeping past the budget only to give up would waste the caller's time.
             return False
+        announce(exc, wait)
         return wait
 
     return hook

@@ -6,6 +6,12 @@ rule, so quoting is proven once (reference: remote-protocols.md §1.4):
 
 * each argv element is single-quoted (``'`` becomes ``'"'"'``, the empty
   string ``''``), joined by spaces and prefixed by ``exec``;
+* the program is looked up first, as the local provider's ``execvp`` and
+  Docker's wrapper look it up: one that cannot be run is reported the same
+  way on every provider (``mango: NAME: command not found`` and 127,
+  ``mango: PATH: No such file or directory`` and 127, ``mango: PATH:
+  Permission denied`` and 126), never with the shell's own words (``exec:
+  NAME: not found``) or ``setsid``'s (``failed to execute NAME``);
 * the working directory is entered first: ``cd '<dir>' &&``;
 * the extra environment is exported before the program runs:
   ``export NAME='value' ... &&`` (names validated as POSIX names);
@@ -93,13 +99,35 @@ def quote(arg: str) -> str:
 _SETSID_PROBE = "{ command -v setsid >/dev/null 2>&1 && mango_setsid=setsid || mango_setsid=; }; "
 
 
+# The program lookup of execvp (and of Docker's wrapper), in POSIX sh builtins only:
+# a name with a slash must exist and be an executable file, a bare name must be an
+# executable file in a directory of $PATH (an empty entry is the working directory).
+_PROGRAM_CHECK = (
+    "mango_p={program}; case $mango_p in "
+    '*/*) if [ ! -e "$mango_p" ]; then '
+    "printf 'mango: %s: No such file or directory\\n' \"$mango_p\" >&2; exit 127; fi; "
+    'if [ -d "$mango_p" ] || [ ! -x "$mango_p" ]; then '
+    "printf 'mango: %s: Permission denied\\n' \"$mango_p\" >&2; exit 126; fi;; "
+    "*) mango_f=; mango_i=$IFS; IFS=:; set -f; "
+    "for mango_d in $PATH; do "
+    'if [ -f "${{mango_d:-.}}/$mango_p" ] && [ -x "${{mango_d:-.}}/$mango_p" ]; then '
+    "mango_f=1; break; fi; done; "
+    "IFS=$mango_i; set +f; "
+    'if [ -z "$mango_f" ]; then '
+    "printf 'mango: %s: command not found\\n' \"$mango_p\" >&2; exit 127; fi;; "
+    "esac; unset mango_p mango_f mango_i mango_d; "
+)
+
+
 def _exec_words(argv: Sequence[str], *, new_session: bool = False) -> str:
     if isinstance(argv, str | bytes) or not argv:
         raise InvalidInput("argv must be a non-empty sequence of strings")
     if not argv[0]:
         raise InvalidInput("argv[0] (the program) is empty")
     launcher = "$mango_setsid " if new_session else ""
-    return "exec " + launcher + " ".join(quote(arg) for arg in argv)
+    check = _PROGRAM_CHECK.format(program=quote(argv[0]))
+    # Braces: the words may follow a pipe (inline stdin), where they run in a subshell.
+    return "{ " + check + "exec " + launcher + " ".join(quote(arg) for arg in argv) + "; }"
 
 
 def kill_tree_line(pid: int) -> str:

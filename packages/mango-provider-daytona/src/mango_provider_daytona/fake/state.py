@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from http import HTTPStatus
 
@@ -9,6 +10,7 @@ import attrs
 from aiohttp import web
 
 from mango.fakes import FakeSandbox, FakeService, SandboxState
+from mango.provider import ExecResult
 
 __all__ = ["FAKE_API_KEY", "FAKE_MAX_OUTPUT_BYTES", "FAKE_ORGANIZATION", "DaytonaState", "error"]
 
@@ -41,6 +43,12 @@ class DaytonaState:
     api_key: str = FAKE_API_KEY
     start_polls: int = 0
     """After a start, how many GETs still report ``starting`` (0: started at once)."""
+    legacy_daemon: bool = False
+    """Answer bulk downloads as daemons before their typed errors did: file parts without
+    ``Content-Length``, errors as ``text/plain`` parts."""
+    executions: list[asyncio.Future[ExecResult]] = attrs.field(factory=list, init=False)
+    """Every ``/process/execute`` command started, in order (each runs detached from its
+    request, as the daemon's does: a cut request does not stop it)."""
     service: FakeService | None = attrs.field(default=None, init=False)
     _names: dict[str, str] = attrs.field(factory=dict, init=False)
     _pending_polls: dict[str, int] = attrs.field(factory=dict, init=False)

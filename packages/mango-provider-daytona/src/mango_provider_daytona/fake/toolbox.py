@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from http import HTTPStatus
@@ -65,7 +66,11 @@ class ToolboxRoutes(DaytonaState):
             stdin=line.encode(),
             timeout=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
         )
-        result = await record.local.exec(command)
+        # The daemon runs the command with exec.Command, not bound to the request: a client
+        # that goes away (a reset, a proxy's 502) leaves it running.
+        run = asyncio.ensure_future(record.local.exec(command))
+        self.executions.append(run)
+        result = await asyncio.shield(run)
         if result.timed_out:
             return error(408, "command execution timeout")
         if result.cancelled:
@@ -200,6 +205,17 @@ class ToolboxRoutes(DaytonaState):
         elif target.is_dir():
             status, message = 400, f"invalid file path: path points to a directory: {path}"
         quoted = path.replace('"', '\\"')
+        if (status is not None or target is None) and self.legacy_daemon:
+            # Before the typed errors: a text part, "not found or invalid" for a directory too.
+            await response.write(
+                (
+                    f"\r\n--{_DOWNLOAD_BOUNDARY}\r\n"
+                    f'Content-Disposition: form-data; name="error"; filename="{quoted}"\r\n'
+                    "Content-Type: text/plain; charset=utf-8\r\n\r\n"
+                    f"file not found or invalid: {path}"
+                ).encode()
+            )
+            return
         if status is not None or target is None:
             payload = json.dumps(
                 {"statusCode": status, "message": message, "code": "FILE_NOT_FOUND", "path": path}
@@ -215,12 +231,12 @@ class ToolboxRoutes(DaytonaState):
             return
         with target.open("rb") as handle:  # follows symlinks, as os.Open does
             size = os.fstat(handle.fileno()).st_size
+            length = "" if self.legacy_daemon else f"Content-Length: {size}\r\n"
             await response.write(
                 (
                     f"\r\n--{_DOWNLOAD_BOUNDARY}\r\n"
                     f'Content-Disposition: form-data; name="file"; filename="{quoted}"\r\n'
-                    "Content-Type: application/octet-stream\r\n"
-                    f"Content-Length: {size}\r\n\r\n"
+                    f"Content-Type: application/octet-stream\r\n{length}\r\n"
                 ).encode()
             )
             while chunk := handle.read(256 * 1024):

@@ -50,7 +50,7 @@ class ControlPlane(Routes):
             "sandboxID": record.id,
             "templateID": record.extra.get("template", "base"),
             "clientID": "fake",
-            "envdVersion": self.config.envd_version,
+            "envdVersion": self.config.reported_envd_version,
             "envdAccessToken": record.token,
         }
         if self.config.mode == CUBE_MODE:
@@ -84,19 +84,35 @@ class ControlPlane(Routes):
         timeout = body.get("timeout", self.config.default_timeout)
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
             raise api_error(400, "timeout must be a positive whole number of seconds")
-        lifecycle = as_object(body.get("lifecycle"))
-        auto_pause = bool(body.get("autoPause")) or lifecycle.get("onTimeout") == "pause"
+        cube = self.config.mode == CUBE_MODE
+        # Both vendors read the snake-case key only (E2B's API; CubeAPI's NewSandbox).
+        internet = body.get("allow_internet_access")
+        if cube:
+            # CubeAPI parses autoPause/autoResume/secure and acts on none of them, ignores
+            # autoPauseMemory and lifecycle, and CubeMaster keeps no lifetime: never expires.
+            auto_pause, pause_memory = False, True
+        else:
+            lifecycle = as_object(body.get("lifecycle"))
+            auto_pause = bool(body.get("autoPause")) or lifecycle.get("onTimeout") == "pause"
+            pause_memory = body.get("autoPauseMemory", True) is not False
+            if not pause_memory and not auto_pause:
+                raise api_error(400, "autoPauseMemory=false only applies when autoPause is true.")
         record = await self.service.sandboxes.create(
             metadata,
             extra={
                 "template": template,
                 "auto_pause": auto_pause,
-                "internet": body.get("allow_internet_access", body.get("allowInternetAccess")),
+                "pause_memory": pause_memory,
+                "internet": internet is not False,
                 "request": body,
+                "node": len(self.service.sandboxes.list(include_deleted=True))
+                % max(1, self.config.cube_nodes),
+                "cold_boots": 0,
                 PROCESSES: {},
             },
         )
-        self.service.arm_timeout(record, timeout)
+        if not cube:
+            self.service.arm_timeout(record, timeout)
         return web.json_response(self._sandbox_json(record), status=201)
 
     def _filtered(self, request: web.Request, states: set[str]) -> list[FakeSandbox]:
@@ -123,6 +139,11 @@ class ControlPlane(Routes):
             limit = int(request.query.get("limit", str(self.config.page_size)))
         except ValueError:
             raise api_error(400, "limit must be a number") from None
+        if self.config.mode == CUBE_MODE:
+            # CubeMaster lists the sandboxes of the first `limit` nodes; no paging at all.
+            nodes = max(1, limit)
+            listed = [r for r in records if r.extra.get("node", 0) < nodes]
+            return web.json_response([self._listed_json(r) for r in listed])
         limit = max(1, min(limit, self.config.page_size))
         start = 0
         token = request.query.get("nextToken", "")
@@ -161,8 +182,10 @@ class ControlPlane(Routes):
         timeout = body.get("timeout")
         resumed = record.state is SandboxState.PAUSED
         if resumed:
-            self.service.sandboxes.resume(record.id)
-        if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
+            self.service.resume_sandbox(record.id)
+        if self.config.mode == CUBE_MODE:
+            pass  # no lifetime to arm
+        elif isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
             end_at = record.extra.get("end_at")
             remaining = (end_at - datetime.now(UTC)).total_seconds() if end_at else 0.0
             # connect never shortens a running sandbox's life
@@ -174,12 +197,19 @@ class ControlPlane(Routes):
 
     async def set_timeout(self, request: web.Request) -> web.Response:
         self.authenticate(request)
+        if self.config.mode == CUBE_MODE:
+            # CubeAPI forwards to CubeMaster's /cube/sandbox/timeout, a route CubeMaster does
+            # not have (ret_code -1, "Not Found"), which CubeAPI turns into an internal error.
+            raise api_error(500, "internal error: CubeMaster: Not Found")
         record = self._record(request)
         timeout = (await self.json_body(request)).get("timeout")
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
             raise api_error(400, "timeout must be a positive whole number of seconds")
-        if record.state is SandboxState.RUNNING:
-            self.service.arm_timeout(record, timeout)
+        if record.state is not SandboxState.RUNNING:
+            # e2b-dev/infra: KeepAliveFor looks at running sandboxes only; a paused one is
+            # not in that store, so the answer is the same 404 as for a gone one.
+            raise api_error(404, f"sandbox {record.id!r} not found")
+        self.service.arm_timeout(record, timeout)
         return web.Response(status=204)
 
     async def pause(self, request: web.Request) -> web.Response:
@@ -195,7 +225,7 @@ class ControlPlane(Routes):
         record = self._record(request)
         if record.state is SandboxState.RUNNING:
             raise api_error(409, "sandbox is already running")
-        self.service.sandboxes.resume(record.id)
+        self.service.resume_sandbox(record.id)
         self.service.arm_timeout(record, self.config.default_timeout)
         return web.json_response(self._sandbox_json(record), status=201)
 

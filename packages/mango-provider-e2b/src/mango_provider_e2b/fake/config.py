@@ -7,7 +7,14 @@ import urllib.parse
 
 import attrs
 
-__all__ = ["CUBE_MODE", "E2B_MODE", "WORKSPACE", "FakeConfig", "mango_settings"]
+__all__ = [
+    "CUBE_MODE",
+    "CUBE_REPORTED_ENVD_VERSION",
+    "E2B_MODE",
+    "WORKSPACE",
+    "FakeConfig",
+    "mango_settings",
+]
 
 E2B_MODE = "e2b"
 CUBE_MODE = "cube"
@@ -15,9 +22,22 @@ WORKSPACE = "/workspace"
 """The one directory of a fake sandbox's file system."""
 
 
+CUBE_REPORTED_ENVD_VERSION = "0.2.0"
+"""What CubeAPI reports as every sandbox's ``envdVersion`` (a constant in its sources)."""
+
+
 @attrs.frozen
 class FakeConfig:
-    """How the fake behaves: vendor mode, credentials, domain, envd version, page size."""
+    """How the fake behaves: vendor mode, credentials, domain, envd version, page size.
+
+    ``envd_version`` is the version of the envd the fake's sandboxes run (its
+    behaviour follows it: no raw uploads before 0.5.7); E2B reports it,
+    CubeAPI always reports :data:`CUBE_REPORTED_ENVD_VERSION`. ``cube_nodes``
+    is how many nodes a Cube-mode fake spreads its sandboxes over (its list's
+    ``limit`` counts nodes, as CubeMaster's does). ``kill_resets_streams``:
+    a killed sandbox's process streams are reset at once (``False``: they
+    hang, as a connection to a vanished VM can, until the fake stops).
+    """
 
     mode: str = E2B_MODE
     api_key: str | None = attrs.field(default="e2b_fake_key", repr=False)
@@ -25,6 +45,13 @@ class FakeConfig:
     envd_version: str = "0.5.8"
     page_size: int = 100
     default_timeout: int = 300
+    cube_nodes: int = 1
+    kill_resets_streams: bool = True
+
+    @property
+    def reported_envd_version(self) -> str:
+        """The ``envdVersion`` the control plane answers."""
+        return CUBE_REPORTED_ENVD_VERSION if self.mode == CUBE_MODE else self.envd_version
 
 
 def mango_settings(url: str, config: FakeConfig) -> dict[str, str]:

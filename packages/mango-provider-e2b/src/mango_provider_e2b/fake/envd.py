@@ -133,6 +133,11 @@ class Envd(Routes):
                 data = {name: base64.b64encode(chunk).decode("ascii")}
                 await response.write(encode_envelope({"event": {"data": data}}))
             returncode = await process.wait()
+            if process.torn_down and not self.config.kill_resets_streams:
+                # The VM is gone but nothing resets the connection: it hangs.
+                await self.service.stopping.wait()
+                cut_connection(request)
+                return response
             if process.torn_down:
                 # The sandbox was deleted and envd with it: no end event, no end of stream.
                 # E2B's proxy aborts the response (Go's ErrAbortHandler), as done here.
@@ -280,6 +285,12 @@ class Envd(Routes):
             raise api_error(400, f"path '{sandbox_path}' is a directory")
         os.makedirs(os.path.dirname(host), exist_ok=True)
         content_type = request.headers.get("Content-Type", "")
+        if not content_type.startswith("multipart/") and _older(self.config.envd_version, "0.5.7"):
+            # envd before 0.5.7 (e2b-dev/infra upload.go) reads multipart only.
+            raise api_error(
+                500,
+                "error parsing multipart form: request Content-Type isn't multipart/form-data",
+            )
         with open(host, "wb") as handle:
             if content_type.startswith("multipart/form-data"):
                 reader = await request.multipart()
@@ -293,6 +304,13 @@ class Envd(Routes):
         return web.json_response(
             [{"name": posixpath.basename(sandbox_path), "type": "file", "path": sandbox_path}]
         )
+
+
+def _older(version: str, than: str) -> bool:
+    def parts(text: str) -> tuple[int, ...]:
+        return tuple(int(piece) for piece in text.split(".") if piece.isdigit())
+
+    return parts(version) < parts(than)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:

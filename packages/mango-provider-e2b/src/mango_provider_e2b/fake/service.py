@@ -32,6 +32,8 @@ class E2BFakeService(FakeService):
     _timers: dict[str, asyncio.TimerHandle] = attrs.field(factory=dict, init=False, repr=False)
     _deleting: set[asyncio.Future[Any]] = attrs.field(factory=set, init=False, repr=False)
     _changed: asyncio.Condition = attrs.field(factory=asyncio.Condition, init=False, repr=False)
+    stopping: asyncio.Event = attrs.field(factory=asyncio.Event, init=False, repr=False)
+    """Set when the service stops (a hung stream ends then)."""
 
     @classmethod
     def create(
@@ -59,11 +61,35 @@ class E2BFakeService(FakeService):
         self.notify_change()
         return deleted
 
-    def pause_sandbox(self, sandbox_id: str) -> None:
-        """Pause a sandbox now (as its idle timeout would)."""
+    def pause_sandbox(self, sandbox_id: str, *, memory: bool = True) -> None:
+        """Pause a sandbox now (as its idle timeout would).
+
+        ``memory=False`` is E2B's filesystem-only snapshot (``autoPauseMemory:
+        false``): the sandbox's processes die and its resume is a cold boot.
+        """
         self._cancel_timer(sandbox_id)
-        self.sandboxes.pause(sandbox_id)
+        record = self.sandboxes.pause(sandbox_id)
+        if not memory:
+            record.extra["cold_boot_due"] = True
+            for process in self.processes(sandbox_id).values():
+                process.kill_tree()
         self.notify_change()
+
+    def resume_sandbox(self, sandbox_id: str) -> None:
+        """Resume a paused sandbox (cold-booted if its pause kept the filesystem only)."""
+        record = self.sandboxes.resume(sandbox_id)
+        if record.extra.pop("cold_boot_due", False):
+            record.extra["cold_boots"] = record.extra.get("cold_boots", 0) + 1
+        self.notify_change()
+
+    def cold_boots(self, sandbox_id: str) -> int:
+        """How often the sandbox was resumed from a filesystem-only snapshot (memory lost)."""
+        record = self.sandboxes.find(sandbox_id)
+        return 0 if record is None else int(record.extra.get("cold_boots", 0))
+
+    def place(self, sandbox_id: str, node: int) -> None:
+        """Cube mode: move the sandbox's record to ``node`` (its list's ``limit`` counts nodes)."""
+        self.sandboxes.get(sandbox_id).extra["node"] = node
 
     def state(self, sandbox_id: str) -> str | None:
         """``running``, ``paused``, ``deleted`` or ``None`` (never existed)."""
@@ -102,6 +128,7 @@ class E2BFakeService(FakeService):
 
     async def stop(self) -> None:
         """Kill every process, then stop the kit's service."""
+        self.stopping.set()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -130,8 +157,7 @@ class E2BFakeService(FakeService):
         if record is None or record.state is not SandboxState.RUNNING:
             return
         if record.extra.get("auto_pause"):
-            self.sandboxes.pause(sandbox_id)
-            self.notify_change()
+            self.pause_sandbox(sandbox_id, memory=record.extra.get("pause_memory", True))
         else:
             task = asyncio.ensure_future(self.delete_sandbox(sandbox_id))
             self._deleting.add(task)

@@ -39,9 +39,33 @@ without bash), as execd runs them, with the sandbox's image first on their
 through the egress gateway (:mod:`.gateway`), which enforces the sandbox's
 policy. Package managers other than ``apt-get`` would run the host's
 programs: give the fake no ``pip``, ``npm``, ... plans.
+
+``python -m mango_provider_opensandbox.fake`` serves one alone (it needs
+aiohttp: the ``fake`` extra) and prints the settings that point mango at it.
 """
 
-from mango_provider_opensandbox.fake.execd import LineSplitter
-from mango_provider_opensandbox.fake.server import DEFAULT_FAKE_API_KEY, FakeOpenSandbox
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mango_provider_opensandbox.fake.execd import LineSplitter
+    from mango_provider_opensandbox.fake.server import DEFAULT_FAKE_API_KEY, FakeOpenSandbox
 
 __all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox", "LineSplitter"]
+
+_WHERE = {
+    "DEFAULT_FAKE_API_KEY": "mango_provider_opensandbox.fake.server",
+    "FakeOpenSandbox": "mango_provider_opensandbox.fake.server",
+    "LineSplitter": "mango_provider_opensandbox.fake.execd",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: ``python -m mango_provider_opensandbox.fake`` can then say
+    # which extra brings aiohttp instead of failing on the import.
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

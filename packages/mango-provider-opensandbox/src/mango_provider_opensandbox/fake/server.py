@@ -36,9 +36,11 @@ from mango_provider_opensandbox.layout import (
     EXECD_TOKEN_HEADER,
 )
 
-__all__ = ["DEFAULT_FAKE_API_KEY", "FakeOpenSandbox"]
+__all__ = ["DEFAULT_FAKE_API_KEY", "UNPULLABLE_PREFIX", "FakeOpenSandbox"]
 
 DEFAULT_FAKE_API_KEY = "fake-opensandbox-key"
+UNPULLABLE_PREFIX = "unpullable/"
+"""Images whose name starts so cannot be pulled (HTTP 500 ``DOCKER::SANDBOX_IMAGE_PULL_FAILED``)."""
 _HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -60,6 +62,11 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     ping_seconds: float = 3.0
     shell: str = attrs.field(factory=lambda: "bash" if shutil.which("bash") else "sh")
     apt_source: str | None = None
+    egress_image: bool = True
+    """Whether the server has an egress sidecar image (``egress.image``); without one a create
+    with a ``networkPolicy`` is refused (400), as the server refuses it."""
+    execd_boot_requests: int = 0
+    """How many data-plane requests of a fresh sandbox find execd not listening yet (502)."""
     service: FakeService = attrs.field(init=False)
     gateway: EgressGateway = attrs.field(init=False)
     """Where every sandbox's HTTP goes: its egress policy is enforced there."""
@@ -230,6 +237,22 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         problem = _create_problem(body)
         if problem is not None:
             return error(400, "INVALID_REQUEST", problem)
+        if body.get("networkPolicy") is not None and not self.egress_image:
+            # opensandbox_server.services.validators.ensure_egress_configured
+            return error(
+                400,
+                "SANDBOX::INVALID_PARAMETER",
+                "egress.image must be configured when networkPolicy is provided.",
+            )
+        uri = str(body["image"]["uri"])
+        if uri.startswith(UNPULLABLE_PREFIX):
+            # container_ops._pull_image: a DockerException is a 500 with this code.
+            return error(
+                500,
+                "DOCKER::SANDBOX_IMAGE_PULL_FAILED",
+                f"Failed to pull image {uri}: 404 Client Error: pull access denied for {uri}, "
+                "repository does not exist",
+            )
         policy = body.get("networkPolicy")
         if policy is not None:
             policy = {
@@ -244,6 +267,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
                 "resourceLimits": body.get("resourceLimits"),
                 "policy": policy,
                 "egress_token": secrets.token_urlsafe(16),
+                "execd_boot": self.execd_boot_requests,
             },
         )
         document = self._document(record, state="Pending")
@@ -336,6 +360,11 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
             return await self._egress(request, record, tail)
         if port != EXECD_PORT:
             return web.Response(status=502, text=f"nothing listens on port {port}")
+        booting = int(record.extra.get("execd_boot", 0))
+        if booting > 0:
+            # The container runs; execd inside it does not listen yet.
+            record.extra["execd_boot"] = booting - 1
+            return web.Response(status=502, text="execd is not listening yet")
         if not via_proxy and request.headers.get(EXECD_TOKEN_HEADER) != record.token:
             return web.Response(status=401, text="unauthorized")
         return await self._execd(request, record, tail)
