@@ -94,6 +94,7 @@ from mango.domain.paths import (
 from mango.domain.ports import (
     KeepAliveSandbox,
     LimitedNetworkSandbox,
+    PackageSetupSandbox,
     Provider,
     PurgingProvider,
     Sandbox,
@@ -183,6 +184,7 @@ __all__ = [
     "OwnedResource",
     "OwnershipError",
     "PackagePlan",
+    "PackageSetupSandbox",
     "PackageSource",
     "PathEscapeError",
     "PathPolicy",

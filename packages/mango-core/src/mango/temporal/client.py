@@ -35,8 +35,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError
 
+from mango.app.admission import admit_environment
 from mango.app.tools import parse_arguments
 from mango.config import PayloadKey
+from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
 from mango.domain.values import (
@@ -149,6 +151,10 @@ class Orchestrator:
     steps_per_run: int = 500
     require_worker: bool = True
     """Fail fast with an explanation when no worker polls the target queue."""
+    capabilities: Callable[[str], CapabilitySet] | None = None
+    """A provider's *declared* capabilities by name (``ProviderRegistry.capabilities``): a
+    step's spec is admitted for the Session's provider before anything is written. None:
+    only the worker admits (it always does, before it provisions)."""
 
     async def route(self, session_id: str) -> tuple[str, str]:
         """``(provider, task queue)`` that handle ``session_id``."""
@@ -187,10 +193,12 @@ class Orchestrator:
     ) -> WithStartWorkflowOperation[Any, Any]:
         """Route, check for a worker, then create the Session row; the start of its workflow.
 
-        The worker check comes first: a step that cannot run leaves no
-        Session row behind.
+        Admission and the worker check come first: a step that cannot run
+        leaves no Session row behind.
         """
         provider, task_queue = await self.route(session_id)
+        if self.capabilities is not None and spec is not None:
+            admit_environment(provider, self.capabilities(provider), spec)
         await self._check_worker(provider, task_queue, "run the step")
         record = await self.store.ensure_session(session_id)
         if record.deleting:
