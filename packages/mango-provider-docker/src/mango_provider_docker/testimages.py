@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import ipaddress
 import json
 import tarfile
 from collections.abc import Iterable, Mapping
@@ -84,13 +85,19 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
 
 
 async def bridge_gateway(engine: Engine) -> str:
-    """The host's address on the Engine's default bridge (what containers reach it by)."""
+    """The host's address on the Engine's default bridge (what containers reach it by).
+
+    The network's IPv4 ``Gateway`` if the Engine lists one, else the first
+    host address of its subnet (where dockerd puts the bridge by default).
+    """
     _, _, body = await engine.call("inspect the bridge network", "GET", "networks/bridge")
     for config in (json.loads(body).get("IPAM") or {}).get("Config") or []:
-        gateway = config.get("Gateway")
+        gateway, subnet = config.get("Gateway"), config.get("Subnet")
         if isinstance(gateway, str) and gateway.count(".") == 3:
             return gateway
-    raise ConfigurationError("the Docker Engine's bridge network has no IPv4 gateway")
+        if isinstance(subnet, str) and subnet.count(".") == 3:
+            return str(next(ipaddress.ip_network(subnet, strict=False).hosts()))
+    raise ConfigurationError("the Docker Engine's bridge network has no IPv4 subnet")
 
 
 async def derived_image(
