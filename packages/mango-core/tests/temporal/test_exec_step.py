@@ -136,6 +136,35 @@ async def test_an_unavailable_provider_is_reported_and_given_up(
         await provider.aclose()
 
 
+async def test_a_step_whose_worker_just_stopped_says_so_and_gives_up(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The stopped worker still counts as a recent poller: the client reports, then gives up.
+
+    The abandoned step never runs later, when a worker is back.
+    """
+    session = harness.sid("orphaned")
+    marker = tmp_path / "ran-late"
+    async with harness.worker():
+        await harness.orchestrator.exec(session, Command(("true",)))
+    heard: list[Waiting] = []
+    with pytest.raises(ProviderUnavailable, match="gave up after 5 s") as caught:
+        await harness.orchestrator.exec(
+            session, Command(("touch", str(marker))), max_wait=5.0, on_wait=heard.append
+        )
+    assert "no worker has picked up the step from task queue" in str(caught.value)
+    assert "mango worker" in (caught.value.hint or "")
+    assert heard, "nothing was reported while no worker picked the step up"
+    assert heard[0].unclaimed
+    assert heard[0].describe().startswith("waiting: no worker has picked up the step")
+    # Reported within a few seconds of the step being sent, well before giving up.
+    assert heard[0].give_up_in > 0
+    async with harness.worker():
+        after = await harness.orchestrator.exec(session, Command(("echo", "back")))
+    assert after.stdout == b"back\n"
+    assert not marker.exists(), "the abandoned step ran once a worker came back"
+
+
 async def test_no_worker_leaves_no_session_row(harness: Harness) -> None:
     """A durable call that fails for want of a worker creates nothing."""
     session = harness.sid("nobody")

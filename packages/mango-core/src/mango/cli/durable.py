@@ -105,6 +105,7 @@ async def exec_via_temporal(
             spec=spec or SandboxSpec(timeout=settings.exec_timeout),
             max_wait=settings.temporal_max_wait if max_wait is None else max_wait,
             on_wait=report,
+            on_progress=on_wait,
         )
 
 
