@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import posixpath
 import shutil
 import signal
 import sys
@@ -28,13 +27,12 @@ from pathlib import Path
 
 import attrs
 import pytest
-from aiohttp import web
 
 from mango.provider import PackagePlan, SandboxSpec
 from mango.provider.ownership import Ownership
 from mango_provider_docker import DockerProvider, Engine
 from mango_provider_docker.network import connected_networks
-from mango_provider_docker.repository import apt_repository, pip_repository
+from mango_provider_docker.packageserver import PackageServer
 from mango_provider_docker.testimages import (
     BASE_IMAGE,
     BASE_IMAGE_HINT,
@@ -62,67 +60,10 @@ MANAGERS_RUNNING = (
 """Prints the command line of every apt-get and dpkg process in the container."""
 
 
-@attrs.define(eq=False)
-class PackageServer:
-    """Serves ``files`` (path -> bytes) over HTTP; :meth:`hold` delays one path until released."""
-
-    files: dict[str, bytes]
-    host: str
-    port: int = 0
-    held: dict[str, tuple[asyncio.Event, asyncio.Event]] = attrs.field(factory=dict)
-    requests: list[str] = attrs.field(factory=list)
-    _runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://<bridge host>:<port>``."""
-        return f"http://{self.host}:{self.port}"
-
-    def hold(self, path: str) -> tuple[asyncio.Event, asyncio.Event]:
-        """``(arrived, release)``: ``arrived`` is set when ``path`` is asked for, which then
-        waits for ``release``."""
-        self.held[path] = (asyncio.Event(), asyncio.Event())
-        return self.held[path]
-
-    async def _get(self, request: web.Request) -> web.StreamResponse:
-        # apt asks for "apt/./Packages" (a flat repository's "./"), pip for "simple/NAME/".
-        path = posixpath.normpath(request.path).lstrip("/")
-        if request.path.endswith("/"):
-            path += "/index.html"
-        self.requests.append(path)
-        if path in self.held:
-            arrived, release = self.held[path]
-            arrived.set()
-            await release.wait()
-        data = self.files.get(path)
-        if data is None:
-            return web.Response(status=404)
-        kind = "text/html" if path.endswith(".html") else "application/octet-stream"
-        return web.Response(body=data, content_type=kind)
-
-    async def start(self) -> None:
-        """Listen on the bridge's host address, an ephemeral port."""
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", self._get)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, 0).start()
-        self.port = int(self._runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        """Release every hold and stop serving."""
-        for _, release in self.held.values():
-            release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-
 @pytest.fixture(scope="module")
 async def package_server(docker_engine: Engine) -> AsyncIterator[PackageServer]:
     """The repositories of :data:`APT` and :data:`PIP` on the Docker bridge."""
-    files = {f"apt/{path}": data for path, data in apt_repository(APT).items()}
-    files.update({f"pip/{path}": data for path, data in pip_repository(PIP).items()})
-    server = PackageServer(files, await bridge_gateway(docker_engine))
+    server = PackageServer.of(await bridge_gateway(docker_engine), apt=APT, pip=PIP)
     await server.start()
     try:
         yield server
