@@ -9,16 +9,24 @@ from pathlib import Path
 import attrs
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from mango.app import SessionManager
-from mango.domain import Command, ProviderUnavailable, SandboxSpec
+from mango.domain import (
+    CapabilityNotSupported,
+    Command,
+    PackagePlan,
+    ProviderUnavailable,
+    SandboxSpec,
+)
 from mango.local import LocalProvider
+from mango.plugins import load_plugins
 from mango.postgres import PostgresBindingStore
 from mango.temporal import MangoActivities, session_workflow_id
 from mango.temporal.activities import DEFAULT_BLOB_LIMIT
 from mango.temporal.client import Waiting
-from mango.temporal.messages import ExecStepInput
+from mango.temporal.messages import ExecStepInput, ToolCall
 from mango.temporal.payloads import data_converter
 
 from .support import FAST_POLICY, Harness, wait_until
@@ -163,6 +171,22 @@ async def test_a_step_whose_worker_just_stopped_says_so_and_gives_up(
         after = await harness.orchestrator.exec(session, Command(("echo", "back")))
     assert after.stdout == b"back\n"
     assert not marker.exists(), "the abandoned step ran once a worker came back"
+
+
+async def test_a_refused_spec_leaves_no_session_row_and_no_workflow(harness: Harness) -> None:
+    """The client admits by the routed provider's registration before it writes anything."""
+    registry = load_plugins(entry_points=False).providers()
+    orchestrator = harness.orchestrator_with(capabilities=registry.capabilities)
+    session = harness.sid("refused")
+    spec = SandboxSpec(packages=PackagePlan(pip=["attrs"]))
+    async with harness.worker():
+        with pytest.raises(CapabilityNotSupported, match="local does not support package"):
+            await orchestrator.exec(session, Command(("true",)), spec)
+        with pytest.raises(CapabilityNotSupported):
+            await orchestrator.run_tool(session, ToolCall("bash", {"command": "true"}), spec)
+    assert await harness.store.get_session(session) is None
+    with pytest.raises(RPCError):
+        await harness.client.get_workflow_handle(session_workflow_id(session)).describe()
 
 
 async def test_no_worker_leaves_no_session_row(harness: Harness) -> None:
