@@ -98,7 +98,11 @@ async def _run(sandbox: Sandbox, spec: SandboxSpec, manager: str, command: Comma
         if result.timed_out or result.cancelled:
             outcome = "timed out" if result.timed_out else "cancelled"
             raise PackageSetupInterrupted(f"install {manager} packages: {outcome}: {text}")
-        raise PackageSetupFailed(f"install {manager} packages: exit {result.exit_code}: {text}")
+        raise PackageSetupFailed(
+            f"install {manager} packages: exit {result.exit_code}: {text}",
+            hint="nothing was bound: run it again once the image or the package names are "
+            "fixed, or delete the session to start over with another package plan",
+        )
 
 
 async def _end_after_failure(setup: PackageSetupSandbox) -> None:
