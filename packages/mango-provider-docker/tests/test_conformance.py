@@ -11,6 +11,7 @@ from mango.domain.values import SandboxSpec
 from mango.plugins import load_plugins
 from mango_conformance import ProviderSuite, SuiteOptions, provider_target
 from mango_provider_docker import DEFAULT_MAX_OUTPUT_BYTES, DockerProvider
+from mango_provider_docker.settings import open_conformance_testbed
 
 from .conftest import make_provider
 
@@ -27,8 +28,14 @@ class TestDockerProvider(ProviderSuite):
 
         # A container target: the profile gives the lifecycle machine its container budget
         # (offline-ci: 20 examples of 40 steps). Deeper runs: --mango-max-examples 200.
+        # The package-setup checks use the registered target's testbed: the Debian image
+        # with apt and pip sources baked in.
         return provider_target(
-            "docker", factory, description="test daemon, busybox image", cost=TargetCost.CONTAINER
+            "docker",
+            factory,
+            description="test daemon, busybox image",
+            cost=TargetCost.CONTAINER,
+            testbed=open_conformance_testbed,
         )
 
     @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 import mango_provider_docker
 from mango.config import state_dir
-from mango.domain.capabilities import CapabilitySet
+from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
@@ -50,11 +50,11 @@ def test_public_names_are_sorted_and_exported() -> None:
         assert hasattr(mango_provider_docker, name)
 
 
-def test_registration_is_beta_with_no_capabilities() -> None:
-    """``docker`` registers through the entry point: beta, no optional capability."""
+def test_registration_is_available_with_package_setup() -> None:
+    """``docker`` registers through the entry point: available, with package setup only."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
-    assert registration.capabilities == CapabilitySet()
+    assert registration.capabilities == CapabilitySet.of(Capability.PACKAGE_SETUP)
     names = {setting.env for setting in registration.settings}
     assert {
         "MANGO_SANDBOX_IMAGE",

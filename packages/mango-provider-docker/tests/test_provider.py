@@ -97,10 +97,10 @@ async def test_network_is_none_by_default_and_bridge_on_request(
 async def test_undeclared_capabilities_are_rejected_before_anything_exists(
     provider: DockerProvider, docker_engine: Engine, session_key: str
 ) -> None:
-    """Limited network and package setup raise CapabilityNotSupported; no container is made."""
+    """Limited network raises CapabilityNotSupported; no container is made."""
     for spec in (
         SandboxSpec(network=NetworkMode.LIMITED, network_allowed_hosts=("example.com",)),
-        SandboxSpec(packages=PackagePlan(pip=("requests",))),
+        SandboxSpec(network=NetworkMode.LIMITED, packages=PackagePlan(pip=("requests",))),
     ):
         with pytest.raises(CapabilityNotSupported):
             await provider.create(session_key, spec)

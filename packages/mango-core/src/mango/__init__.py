@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "open_file_store",
     "open_session_manager",
+    "resolve_spec",
 ]
 
 _LAZY = {
@@ -37,10 +38,11 @@ _LAZY = {
     "StoredFiles": "mango.app.files",
     "open_file_store": "mango.api",
     "open_session_manager": "mango.api",
+    "resolve_spec": "mango.api",
 }
 
 if TYPE_CHECKING:
-    from mango.api import open_file_store, open_session_manager
+    from mango.api import open_file_store, open_session_manager, resolve_spec
     from mango.app import SessionManager
     from mango.app.files import StoredFiles
     from mango.config import Settings

@@ -42,16 +42,43 @@ Stored files (the Files store) open the same way, without a provider::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from mango.app import SessionManager
 from mango.app.files import StoredFiles
 from mango.config import Settings
+from mango.domain.values import SandboxSpec
 from mango.filestore import FileStoreSettings
 from mango.runtime import open_runtime, open_stored_files
+from mango.runtime import resolve_spec as _resolve_spec
 
-__all__ = ["open_file_store", "open_session_manager"]
+__all__ = ["open_file_store", "open_session_manager", "resolve_spec"]
+
+
+def resolve_spec(
+    profile: str | None = None,
+    *,
+    packages: Iterable[str] = (),
+    settings: Settings | None = None,
+    environ: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> SandboxSpec:
+    """The spec of an environment, admitted for the configured provider; nothing is opened.
+
+    ``profile`` names an environment profile (``MANGO_PROFILES_FILE``, or the
+    built-in ``cloud``); ``packages`` adds ``MANAGER:NAME`` texts
+    (``"pip:requests==2.32.3"``); ``fields`` override the profile's
+    (``network="bridge"``, ``network_allowed_hosts=[...]``, ...). The command
+    line's ``--profile`` and ``--package`` resolve the same way. Raises
+    :class:`~mango.domain.errors.AdmissionRejected` (or its subclass
+    :class:`~mango.domain.errors.CapabilityNotSupported`) listing every
+    reason the provider selected by ``MANGO_SANDBOX`` cannot run it; the
+    provider is not constructed and no credential is read.
+    """
+    resolved = settings if settings is not None else Settings.from_env(environ)
+    return _resolve_spec(resolved, profile, packages=packages, overrides=fields)
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -27,6 +28,9 @@ from mango.domain.limits import (
 from mango.domain.registry import SettingSpec, validate_namespace
 from mango.domain.validators import MAX_SETTING_SECONDS, number_setting
 from mango.domain.values import validate_host, validate_provider_name
+
+if TYPE_CHECKING:
+    from mango.app.profiles import Profiles
 
 __all__ = [
     "DEFAULT_EMBEDDED_IDLE_SECONDS",
@@ -47,6 +51,7 @@ __all__ = [
     "NAMESPACE_ENV",
     "PACKAGE_MANAGER_HOSTS_ENV",
     "PAYLOAD_KEYS_ENV",
+    "PROFILES_FILE_ENV",
     "ROOT_STATE_DIR",
     "PayloadKey",
     "Settings",
@@ -172,6 +177,7 @@ def max_read_bytes(env: Mapping[str, str] | None = None) -> int:
 
 
 PAYLOAD_KEYS_ENV = "MANGO_TEMPORAL_PAYLOAD_KEYS"
+PROFILES_FILE_ENV = "MANGO_PROFILES_FILE"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
 
@@ -267,6 +273,9 @@ class Settings:
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
+    profiles_file: Path | None = None
+    """``MANGO_PROFILES_FILE``: the TOML file of environment profiles (see
+    :mod:`mango.app.profiles`); None means the built-in profiles only."""
     environ: Mapping[str, str] = attrs.field(
         factory=_process_environ, converter=_snapshot, repr=False, hash=False
     )
@@ -326,12 +335,19 @@ class Settings:
             raise ConfigurationError(
                 f"MANGO_TELEMETRY_SESSION_IDS must be 0 or 1, got {session_ids[:20]!r}"
             )
+        profiles_text = env.get(PROFILES_FILE_ENV, "").strip()
+        profiles_file = Path(profiles_text).expanduser() if profiles_text else None
+        if profiles_file is not None and not profiles_file.is_absolute():
+            raise ConfigurationError(
+                f"{PROFILES_FILE_ENV} must be an absolute path, got {profiles_text!r}"
+            )
         return cls(
             state_dir=state_dir(env),
             metrics_port=None if metrics_port is None else int(metrics_port),
             metrics_host=env.get("MANGO_METRICS_HOST", "").strip() or "127.0.0.1",
             telemetry_session_ids=session_ids == "1",
             temporal_ui_port=None if ui_port is None else int(ui_port),
+            profiles_file=profiles_file,
             temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,
@@ -348,6 +364,13 @@ class Settings:
             package_manager_hosts=package_manager_hosts(env),
             environ=env,
         )
+
+    def profiles(self) -> Profiles:
+        """The environment profiles: the built-in ones and ``MANGO_PROFILES_FILE``'s (read now)."""
+        # Imported here: every provider plugin imports this module, and needs no profiles.
+        from mango.app.profiles import load_profiles
+
+        return load_profiles(self.profiles_file)
 
     @property
     def temporal_display(self) -> str:

@@ -8,15 +8,20 @@ database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import attrs
 
 from mango.app import SessionManager
+from mango.app.admission import admit_environment
 from mango.app.files import StoredFiles
 from mango.app.instrumented import instrument
+from mango.app.profiles import environment_fields
 from mango.config import Settings
+from mango.domain.capabilities import Capability
+from mango.domain.environments import SpecFields
 from mango.domain.ports import BindingStore, Provider
 from mango.domain.registry import ProviderContext, ProviderRegistration, ProviderRegistry
 from mango.domain.values import SandboxSpec
@@ -29,9 +34,11 @@ __all__ = [
     "Runtime",
     "database_display",
     "deployment_context",
+    "environment_of",
     "open_database",
     "open_runtime",
     "open_stored_files",
+    "resolve_spec",
     "select_provider",
 ]
 
@@ -78,6 +85,44 @@ def select_provider(
     """
     registry = (host or load_plugins(environ=settings.environ)).providers()
     return registry, registry.get(settings.sandbox)
+
+
+def environment_of(
+    settings: Settings,
+    profile: str | None = None,
+    *,
+    packages: Iterable[str] = (),
+    overrides: SpecFields | None = None,
+) -> dict[str, Any]:
+    """The environment a Session asks for: ``MANGO_EXEC_TIMEOUT``, the profile, the rest.
+
+    The one way the command line, the Python API and the worker resolve a
+    profile (:func:`mango.app.profiles.environment_fields`).
+    """
+    defaults = {} if settings.exec_timeout is None else {"timeout": settings.exec_timeout}
+    return environment_fields(
+        settings.profiles(), profile, defaults=defaults, packages=packages, overrides=overrides
+    )
+
+
+def resolve_spec(
+    settings: Settings,
+    profile: str | None = None,
+    *,
+    packages: Iterable[str] = (),
+    overrides: SpecFields | None = None,
+    resources: Iterable[Capability] = (),
+    host: PluginHost | None = None,
+) -> SandboxSpec:
+    """The admitted spec of an environment for ``MANGO_SANDBOX``; nothing is opened or written.
+
+    Admission reads the selected provider's registration only (no factory,
+    no credentials) and raises :class:`~mango.domain.errors.AdmissionRejected`
+    with every reason (:func:`mango.app.admission.admit_environment`).
+    """
+    _, registration = select_provider(settings, host)
+    fields = environment_of(settings, profile, packages=packages, overrides=overrides)
+    return admit_environment(registration.name, registration.capabilities, fields, resources)
 
 
 async def deployment_context(settings: Settings, store: BindingStore) -> ProviderContext:

@@ -70,6 +70,35 @@ def test_exec_persists_files_between_calls(run, tmp_path: Path) -> None:  # type
     assert piped.stdout == b"\x00\xffbin"
 
 
+def test_a_refused_environment_exits_2_and_leaves_nothing(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Packages and a bad host on local: every reason, exit 2, no Session; --via-temporal too."""
+    args = ("--package", "pip:requests==2.32.3", "--package", "apt:jq", "--allow-host", "a b")
+    for path in ("--direct", "--via-temporal"):
+        # No Temporal server runs: admission must refuse before anything is contacted.
+        refused = run("exec", path, "--session", "refused", *args, "--", "true")
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.decode().splitlines()
+        assert lines[0] == (
+            "error: provider 'local' cannot run this sandbox: network_allowed_hosts: allowlist "
+            "host 'a b' is not a host name: labels are 1-63 letters, digits or '-', not starting "
+            "or ending with '-'; network allowlists need network 'limited', not 'none'; local "
+            "does not support package installation"
+        )
+        assert lines[1].startswith("hint: choose a provider that declares it")
+    listed = run("sessions", "list", "--json")
+    assert json.loads(listed.stdout) == []
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text('[profiles.tools]\npackages = { apt = ["jq"] }\n')
+    extra = {"MANGO_PROFILES_FILE": str(profiles)}
+    by_profile = run("exec", "--session", "p", "--profile", "tools", "--", "true", extra=extra)
+    assert by_profile.returncode == 2
+    assert b"local does not support package installation" in by_profile.stderr
+    unknown = run("exec", "--session", "p", "--profile", "gpu", "--", "true", extra=extra)
+    assert unknown.stderr.startswith(b"error: no environment profile 'gpu' in ")
+    cloud = run("exec", "--session", "c", "--profile", "cloud", "--", "echo", "ok")
+    assert (cloud.returncode, cloud.stdout) == (0, b"ok\n"), cloud.stderr
+
+
 def test_exec_timeout_exits_124(run) -> None:  # type: ignore[no-untyped-def]
     """A command past its timeout is terminated and the CLI exits 124."""
     result = run("exec", "--session", "t", "--timeout", "0.3", "--", "sleep", "60")

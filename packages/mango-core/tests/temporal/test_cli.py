@@ -14,7 +14,8 @@ from temporalio.service import RPCError
 from mango.cli import cli
 from mango.cli.doctor import temporal_checks
 from mango.config import Settings
-from mango.domain import ConfigurationError
+from mango.domain import ConfigurationError, SandboxSpec, spec_hash
+from mango.domain.values import ProvisioningIntent
 from mango.local import LocalProvider
 from mango.temporal import session_workflow_id
 from mango.temporal.faults import FaultPoint, fault_point_from_env, inject_faults
@@ -170,3 +171,38 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+async def test_doctor_fails_for_a_provider_sessions_use_without_a_worker(
+    harness: Harness, worker_env: WorkerEnv, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """An intent of provider docker with only a local worker running: doctor names docker."""
+    worker = spawn_worker()
+    await worker.wait_ready()
+    env = worker_env.environ()
+    session = harness.sid("docker-intent")
+    await harness.store.ensure_session(session)
+    intent = ProvisioningIntent(
+        session_id=session,
+        provider="docker",
+        spec=SandboxSpec(),
+        spec_hash=spec_hash(SandboxSpec()),
+    )
+    await harness.store.put_intent(intent)
+    try:
+        code, out, err = await mango(env, "doctor")
+        assert code == 2, out + err
+        lines = out.splitlines()
+        assert f"[ok  ] worker {harness.queue_prefix}-local: " in "\n".join(lines)
+        failing = [line for line in lines if line.startswith("[FAIL]")]
+        assert len(failing) == 1, out
+        assert failing[0].startswith(
+            f"[FAIL] worker {harness.queue_prefix}-docker: provider docker "
+            "(sessions in the database use it): no worker for provider 'docker'"
+        )
+        assert "hint: start one: MANGO_SANDBOX=docker mango worker" in out
+    finally:
+        await harness.store.delete_intent(intent)
+        await harness.store.fence_session(session)
+        await harness.store.delete_session(session)
+        worker.stop()

@@ -9,16 +9,24 @@ from pathlib import Path
 import attrs
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from mango.app import SessionManager
-from mango.domain import Command, ProviderUnavailable, SandboxSpec
+from mango.domain import (
+    CapabilityNotSupported,
+    Command,
+    PackagePlan,
+    ProviderUnavailable,
+    SandboxSpec,
+)
 from mango.local import LocalProvider
+from mango.plugins import load_plugins
 from mango.postgres import PostgresBindingStore
 from mango.temporal import MangoActivities, session_workflow_id
 from mango.temporal.activities import DEFAULT_BLOB_LIMIT
 from mango.temporal.client import Waiting
-from mango.temporal.messages import ExecStepInput
+from mango.temporal.messages import ExecStepInput, ToolCall
 from mango.temporal.payloads import data_converter
 
 from .support import FAST_POLICY, Harness, wait_until
@@ -134,6 +142,51 @@ async def test_an_unavailable_provider_is_reported_and_given_up(
             assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
     finally:
         await provider.aclose()
+
+
+async def test_a_step_whose_worker_just_stopped_says_so_and_gives_up(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The stopped worker still counts as a recent poller: the client reports, then gives up.
+
+    The abandoned step never runs later, when a worker is back.
+    """
+    session = harness.sid("orphaned")
+    marker = tmp_path / "ran-late"
+    async with harness.worker():
+        await harness.orchestrator.exec(session, Command(("true",)))
+    heard: list[Waiting] = []
+    with pytest.raises(ProviderUnavailable, match="gave up after 5 s") as caught:
+        await harness.orchestrator.exec(
+            session, Command(("touch", str(marker))), max_wait=5.0, on_wait=heard.append
+        )
+    assert "no worker has picked up the step from task queue" in str(caught.value)
+    assert "mango worker" in (caught.value.hint or "")
+    assert heard, "nothing was reported while no worker picked the step up"
+    assert heard[0].unclaimed
+    assert heard[0].describe().startswith("waiting: no worker has picked up the step")
+    # Reported within a few seconds of the step being sent, well before giving up.
+    assert heard[0].give_up_in > 0
+    async with harness.worker():
+        after = await harness.orchestrator.exec(session, Command(("echo", "back")))
+    assert after.stdout == b"back\n"
+    assert not marker.exists(), "the abandoned step ran once a worker came back"
+
+
+async def test_a_refused_spec_leaves_no_session_row_and_no_workflow(harness: Harness) -> None:
+    """The client admits by the routed provider's registration before it writes anything."""
+    registry = load_plugins(entry_points=False).providers()
+    orchestrator = harness.orchestrator_with(capabilities=registry.capabilities)
+    session = harness.sid("refused")
+    spec = SandboxSpec(packages=PackagePlan(pip=["attrs"]))
+    async with harness.worker():
+        with pytest.raises(CapabilityNotSupported, match="local does not support package"):
+            await orchestrator.exec(session, Command(("true",)), spec)
+        with pytest.raises(CapabilityNotSupported):
+            await orchestrator.run_tool(session, ToolCall("bash", {"command": "true"}), spec)
+    assert await harness.store.get_session(session) is None
+    with pytest.raises(RPCError):
+        await harness.client.get_workflow_handle(session_workflow_id(session)).describe()
 
 
 async def test_no_worker_leaves_no_session_row(harness: Harness) -> None:

@@ -5,7 +5,9 @@ Every sandbox container:
 * runs an idle ``/bin/sh`` loop as its main process, under the Engine's init
   (``HostConfig.Init``: docker-init/tini as PID 1 reaps orphaned zombies);
 * has ``/workspace`` as its working directory (the daemon creates it);
-* has no network (``NetworkMode=none``) unless the spec asks for ``bridge``;
+* has no network (``NetworkMode=none``) unless the spec asks for ``bridge``,
+  or has packages to install: then the bridge only until they are
+  installed (:mod:`mango_provider_docker.network`);
 * has memory, CPU and pids limits: the spec's values, else the provider's
   defaults (``0`` in a default means "no limit");
 * carries the ownership labels of :mod:`mango_provider_docker.layout`.
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mango.provider import NetworkMode, SandboxSpec
+from mango.provider import SandboxSpec
 from mango_provider_docker.commands import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.limits import (
@@ -36,6 +38,7 @@ from mango_provider_docker.limits import (
     check_pids_limit,
     parse_memory,
 )
+from mango_provider_docker.network import creation_labels, creation_mode, network_problems
 
 __all__ = [
     "IDLE_SCRIPT",
@@ -91,7 +94,7 @@ def container_config(
     """The body of ``POST /containers/create`` for one sandbox."""
     host_config: dict[str, Any] = {
         "Init": True,
-        "NetworkMode": "bridge" if spec.network is NetworkMode.BRIDGE else "none",
+        "NetworkMode": creation_mode(spec),
         "RestartPolicy": {"Name": "no"},
     }
     if limits.memory_bytes is not None:
@@ -107,7 +110,7 @@ def container_config(
         "Cmd": [SHELL, "-c", IDLE_SCRIPT],
         "WorkingDir": WORKSPACE,
         "Env": [f"PATH={SAFE_PATH}", f"HOME={WORKSPACE}"],
-        "Labels": dict(labels),
+        "Labels": {**labels, **creation_labels(spec)},
         "AttachStdin": False,
         "AttachStdout": False,
         "AttachStderr": False,
@@ -120,21 +123,6 @@ def container_config(
 def _limit(value: object) -> int:
     """A limit from an inspect document: 0 for none (Docker reports none as null, 0 or -1)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _network_problems(
-    inspect: Mapping[str, Any], host: Mapping[str, Any], expected: str
-) -> list[str]:
-    problems = []
-    mode = host.get("NetworkMode")
-    if mode != expected:
-        problems.append(f"network mode {mode!r} where the spec asks for {expected!r}")
-    settings = inspect.get("NetworkSettings")
-    networks = settings.get("Networks") if isinstance(settings, Mapping) else None
-    extra = sorted(set(networks or {}) - {expected}) if isinstance(networks, Mapping) else []
-    if extra:
-        problems.append(f"attached to the networks {extra}")
-    return problems
 
 
 def _isolation_problems(host: Mapping[str, Any]) -> list[str]:
@@ -185,7 +173,8 @@ def configuration_problems(
 
     Labels can be forged by anyone who can reach the daemon, so create and
     attach also check the configuration before adopting a container: its
-    network (the spec's: ``none`` unless ``bridge``), an init process, no
+    network (the spec's, see :func:`~mango_provider_docker.network.network_problems`),
+    an init process, no
     privilege, added capabilities, mounts, devices, security options or
     shared host namespaces, the spec's image if it names one, and limits (see
     :func:`_limit_problems`). An empty list means nothing mango would refuse.
@@ -194,8 +183,7 @@ def configuration_problems(
     config = inspect.get("Config")
     if not isinstance(host, Mapping) or not isinstance(config, Mapping):
         return ["no configuration in its inspect document"]
-    expected_network = "bridge" if spec.network is NetworkMode.BRIDGE else "none"
-    problems = _network_problems(inspect, host, expected_network)
+    problems = network_problems(inspect, spec)
     problems += _isolation_problems(host)
     if spec.image is not None and config.get("Image") != spec.image:
         problems.append(f"image {config.get('Image')!r} where the spec asks for {spec.image!r}")

@@ -26,12 +26,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mango.provider import InvalidInput, OwnershipError, ProviderUnavailable
+from mango.provider import (
+    Capability,
+    CapabilitySet,
+    InvalidInput,
+    OwnershipError,
+    ProviderUnavailable,
+)
 from mango.provider.hostdirs import ensure_private_dir
 from mango.provider.ownership import Ownership
 
 __all__ = [
     "API_VERSION_ENV",
+    "CAPABILITIES",
     "CONTAINER_ID",
     "DEFAULT_CPUS",
     "DEFAULT_IMAGE",
@@ -48,6 +55,8 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "docker"
+CAPABILITIES = CapabilitySet.of(Capability.PACKAGE_SETUP)
+"""What the provider declares and reports: package setup (through exec, on its own network)."""
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"

@@ -36,6 +36,7 @@ from mango_provider_docker.container import (
 )
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import (
+    CAPABILITIES,
     CONTAINER_ID,
     DEFAULT_CPUS,
     DEFAULT_IMAGE,
@@ -55,6 +56,7 @@ from mango_provider_docker.lifecycle import (
     ensure_image,
     start_new,
 )
+from mango_provider_docker.network import NETWORK_LABEL, enforce
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
 
 __all__ = [
@@ -81,7 +83,7 @@ def _as_path(value: str | os.PathLike[str]) -> Path:
 
 def _labels(value: Mapping[str, str]) -> dict[str, str]:
     labels = dict(value)
-    clash = Ownership.reserved(labels)
+    clash = Ownership.reserved(labels) | ({NETWORK_LABEL} & labels.keys())
     if clash:
         raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
     return labels
@@ -152,8 +154,8 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None of the optional capabilities yet (refused at admission)."""
-        return CapabilitySet()
+        """``package-setup``: SessionManager installs packages through ``exec``."""
+        return CAPABILITIES
 
     @property
     def ownership(self) -> Ownership:
@@ -193,7 +195,7 @@ class DockerProvider:
         that name that mango does not own, or did not configure so for
         ``spec``, raises :class:`OwnershipError`. Raises
         :class:`InvalidInput` for an invalid key or limit, and
-        :class:`CapabilityNotSupported` for package setup or limited network.
+        :class:`CapabilityNotSupported` for limited network.
         """
         key = validate_session_id(session_key)
         spec = _check_spec(spec)
@@ -249,6 +251,8 @@ class DockerProvider:
             raise SandboxNotFound(f"docker container {container_id} no longer exists")
         adopt(inspect, self.ownership, key, spec, self._defaults)
         await ensure_running(self._engine, container_id, inspect)
+        # A bound sandbox never keeps its setup network, whoever connected it.
+        await enforce(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec)
 
     async def find(self, session_key: str) -> SandboxRef | None:

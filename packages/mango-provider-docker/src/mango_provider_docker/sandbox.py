@@ -32,6 +32,7 @@ from mango_provider_docker.files import (
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
+from mango_provider_docker.network import begin_setup, end_setup
 
 __all__ = ["DockerSandbox", "ensure_running"]
 
@@ -62,6 +63,8 @@ class DockerSandbox(StreamedExec):
     raises :class:`PathEscapeError`. A stopped or paused container is started
     again first; :class:`SandboxNotFound` if the container is gone.
     Files move through the archive API (see :mod:`mango_provider_docker.files`).
+    Package setup has its own network when the spec has none
+    (:mod:`mango_provider_docker.network`).
     The sandbox keeps the spec it was created or attached with; its
     ``timeout`` is the default for commands that give none.
     """
@@ -161,6 +164,17 @@ class DockerSandbox(StreamedExec):
         payload = file_bytes(data)
         await asyncio.sleep(0)
         await write_workspace_file(self._engine, self.container_id, path, payload)
+
+    async def begin_package_setup(self) -> None:
+        """Connect a ``network="none"`` sandbox with packages to the bridge for its setup.
+
+        A no-op for every other sandbox (``bridge`` has its network already).
+        """
+        await begin_setup(self._engine, self.container_id)
+
+    async def end_package_setup(self) -> None:
+        """Disconnect it again: afterwards it has loopback only, as its spec says."""
+        await end_setup(self._engine, self.container_id)
 
     async def destroy(self) -> None:
         """Kill the container, remove the host directory, then the container (and its volumes).

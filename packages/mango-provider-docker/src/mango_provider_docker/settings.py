@@ -15,9 +15,9 @@ from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
-    CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
+    ConformanceTestbed,
     InvalidInput,
     ProviderContext,
     ProviderRegistration,
@@ -32,6 +32,7 @@ from mango.provider import (
 from mango.provider.hostdirs import absolute_dir_setting
 from mango_provider_docker.layout import (
     API_VERSION_ENV,
+    CAPABILITIES,
     DEFAULT_CPUS,
     DEFAULT_IMAGE,
     DEFAULT_MEMORY,
@@ -72,6 +73,8 @@ __all__ = [
     "STATE_DIR_ENV",
     "DockerSettings",
     "StderrProgress",
+    "open_conformance_provider",
+    "open_conformance_testbed",
     "open_docker_provider",
     "read_docker_settings",
 ]
@@ -258,21 +261,31 @@ def open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[
     return open_target(scratch_dir)
 
 
+def open_conformance_testbed(scratch_dir: Path) -> AbstractAsyncContextManager[ConformanceTestbed]:
+    """The target's testbed: the package image (see :mod:`mango_provider_docker.conformance`)."""
+    from mango_provider_docker.conformance import open_conformance_testbed as open_testbed
+
+    return open_testbed(scratch_dir)
+
+
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CAPABILITIES,
     support_level=SupportLevel.AVAILABLE,
     settings=SETTINGS,
     factory=open_docker_provider,
     description="one container per Session on a Docker Engine (aiodocker, no CLI)",
 )
-"""``docker``: core contract only (no optional capabilities yet)."""
+"""``docker``: the core contract and ``package-setup``."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=open_conformance_provider,
-    description="local Docker Engine, image mango-test-busybox:latest, never pulls",
+    description="local Docker Engine, image mango-test-busybox:latest (packages: an image "
+    "made from mango-test-debian:latest with apt and pip sources baked in), never pulls",
     # Each container operation costs tens of milliseconds: the profiles' container budget.
     cost=TargetCost.CONTAINER,
+    testbed=open_conformance_testbed,
 )
-"""The offline target: the local Docker Engine with the busybox test image."""
+"""The offline target: the local Docker Engine with the busybox test image, and a Debian
+image with offline apt and pip sources for the package-setup checks."""

@@ -23,6 +23,12 @@ binding) is its own contract, tested in mango-core with any provider; the
 provider's part, checked here, is what makes it possible: an honest failure
 and a sandbox left in place.
 
+A sandbox that needs something for the setup alone implements
+:class:`~mango.provider.PackageSetupSandbox` (the step begins and ends it);
+with the spec's ``network="none"`` it must then have no network interface
+but loopback once the step is over, also after a fresh provider's attach
+(Docker lends such a sandbox the bridge for its package managers only).
+
 With ``limited-network`` also declared, the sandbox is created limited and
 the source's hosts are its setup allowlist, replaced by the (empty) final
 list afterwards, as SessionManager does; a source reached over the network
@@ -42,6 +48,7 @@ from mango.provider import (
     LimitedNetworkSandbox,
     NetworkMode,
     PackagePlan,
+    PackageSetupSandbox,
     PackageSource,
     Sandbox,
     SandboxSpec,
@@ -52,7 +59,7 @@ from mango_conformance.checks import mark_checks
 from mango_conformance.checks.capabilities import declared_capabilities, no_testbed
 from mango_conformance.harness import Harness
 
-__all__ = ["INSTALLED", "PackageChecks", "package_spec"]
+__all__ = ["INSTALLED", "INTERFACES", "PackageChecks", "package_spec"]
 
 INSTALLED = (
     'for p in "$@"; do '
@@ -60,6 +67,9 @@ INSTALLED = (
     'else printf "%s=missing\\n" "$p"; fi; done'
 )
 """For each package name: ``NAME=<what its program prints>``, or ``NAME=missing``."""
+
+INTERFACES = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+"""The sandbox's network interfaces, one name a line (``lo`` alone: no network)."""
 
 _SETUP = Capability.PACKAGE_SETUP
 
@@ -110,6 +120,19 @@ def _expect_installed(harness: Harness, sandbox: Sandbox, source: PackageSource,
     assert not wrong, f"{when}: packages not installed or not working ({listed})"
 
 
+def _expect_no_network(harness: Harness, sandbox: Sandbox, spec: SandboxSpec, when: str) -> None:
+    """A set-up sandbox whose spec says ``none`` keeps no network from its setup."""
+    if spec.network is not NetworkMode.NONE or not isinstance(sandbox, PackageSetupSandbox):
+        return
+    result = harness.sh(sandbox, INTERFACES)
+    interfaces = sorted(set(result.stdout.decode("utf-8", "replace").split()) - {"lo"})
+    assert result.exit_code == 0, f"{when}: cannot list the network interfaces: {result}"
+    assert not interfaces, (
+        f"{when}: the sandbox's spec says network 'none' but it has the interfaces "
+        f"{interfaces}: end_package_setup() must take the setup's network away"
+    )
+
+
 class PackageChecks:
     """The ``package-setup`` checks; they run where the capability is declared."""
 
@@ -128,9 +151,11 @@ class PackageChecks:
                 "order, each after the one before it ended, in one sandbox"
             )
         _expect_installed(conformance, sandbox, source, "after the package step")
+        _expect_no_network(conformance, sandbox, spec, "after the package step")
         provider = conformance.open_provider()
         attached = conformance.attach(key, sandbox.ref, provider, spec=spec)
         _expect_installed(conformance, attached, source, "after a fresh provider's attach")
+        _expect_no_network(conformance, attached, spec, "after a fresh provider's attach")
         again = conformance.create(key, conformance.open_provider(), spec=spec)
         assert again.ref == sandbox.ref, (
             f"a re-create after setup returned {again.ref}, not {sandbox.ref}"

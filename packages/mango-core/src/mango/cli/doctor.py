@@ -2,8 +2,11 @@
 
 The checks run in order and a failing one never stops the ones after it:
 configuration, plugins, database, the selected provider (a real round trip
-to its backend), then Temporal and a worker of the provider, when Temporal is
-in use. The database driver, the plugins and Temporal are imported by the
+to its backend), the environment profiles (each admitted for the selected
+provider), then Temporal and a live worker for the selected provider and for
+every other provider a binding or an intent in the database names, when
+Temporal is in use (a Session of a provider without a worker can never be
+finished or deleted). The database driver, the plugins and Temporal are imported by the
 checks that use them.
 """
 
@@ -13,7 +16,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
@@ -24,7 +27,10 @@ from mango.config import Settings
 from mango.domain.errors import MangoError, ProviderUnavailable
 from mango.domain.registry import ProviderContext, ProviderRegistry
 
-__all__ = ["Check", "doctor", "run_doctor", "temporal_checks"]
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+__all__ = ["Check", "doctor", "profiles_check", "run_doctor", "temporal_checks"]
 
 _PROBE_NAMESPACE = "doctor-probe"
 
@@ -100,12 +106,14 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
     from mango.runtime import database_display, open_database
 
     namespace = settings.namespace
+    referenced: tuple[str, ...] = ()
     try:
         async with open_database(settings, linger=True) as url:
             store = await open_store(url, min_size=1, max_size=1)
             try:
                 await store.list_sessions(1)
                 namespace = namespace or await store.deployment_namespace()
+                referenced = await store.referenced_providers()
             finally:
                 await store.aclose()
         checks.append(
@@ -115,13 +123,44 @@ async def run_doctor(env: Mapping[str, str]) -> list[Check]:
         checks.append(Check("database", False, f"{database_display(settings)}: {exc}", exc.hint))
 
     checks.append(await _provider_check(env, settings, registry, namespace))
+    checks.append(profiles_check(settings, registry))
 
-    checks.extend(await temporal_checks(settings))
+    checks.extend(await temporal_checks(settings, providers=referenced))
     return checks
 
 
-async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Check]:
-    """Doctor checks: is Temporal reachable, and does a worker of MANGO_SANDBOX answer?"""
+def profiles_check(settings: Settings, registry: ProviderRegistry) -> Check:
+    """Every environment profile builds and the selected provider admits it (declared only)."""
+    from mango.app.admission import admit_environment
+    from mango.runtime import environment_of
+
+    try:
+        profiles = settings.profiles()
+        registration = registry.get(settings.sandbox)
+    except MangoError as exc:
+        return Check("profiles", False, str(exc), exc.hint)
+    refused = []
+    for name in profiles.names():
+        try:
+            fields = environment_of(settings, name)
+            admit_environment(registration.name, registration.capabilities, fields)
+        except MangoError as exc:
+            refused.append(f"{name}: {exc}")
+    if refused:
+        return Check(
+            "profiles",
+            False,
+            f"{settings.sandbox} cannot run: " + "; ".join(refused),
+            "fix the profile, or select a provider that declares what it needs",
+        )
+    return Check("profiles", True, f"{', '.join(profiles.names())} ({profiles.source})")
+
+
+async def temporal_checks(
+    settings: Settings, timeout: float = 20.0, *, providers: tuple[str, ...] = ()
+) -> list[Check]:
+    """Doctor checks: is Temporal reachable, does a worker of MANGO_SANDBOX answer, and one of
+    each provider in ``providers`` (those the database's bindings and intents name)?"""
     from mango.embedded.temporal import running_address
 
     address = settings.temporal_address or running_address(settings.state_dir)
@@ -134,8 +173,7 @@ async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Che
                 f"under {settings.state_dir / 'temporal'} ('mango worker' starts one)",
             )
         ]
-    from mango.temporal.client import connect, worker_health
-    from mango.temporal.routing import task_queue_for
+    from mango.temporal.client import connect
 
     try:
         async with asyncio.timeout(timeout):
@@ -151,17 +189,31 @@ async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Che
     checks = [
         Check("temporal", True, f"reachable at {address}, namespace {settings.temporal_namespace}")
     ]
-    queue = task_queue_for(settings.sandbox, settings.task_queue_prefix)
+    for provider in sorted({settings.sandbox, *providers}):
+        used = provider in providers
+        checks.append(await _worker_check(client, settings, provider, timeout, used=used))
+    return checks
+
+
+async def _worker_check(
+    client: Client, settings: Settings, provider: str, timeout: float, *, used: bool
+) -> Check:
+    """A live worker of ``provider`` answers the health workflow on its queue."""
+    from mango.temporal.client import worker_health
+    from mango.temporal.routing import task_queue_for
+
+    queue = task_queue_for(provider, settings.task_queue_prefix)
     name = f"worker {queue}"
+    why = " (sessions in the database use it)" if used else ""
     try:
         async with asyncio.timeout(timeout + 5):
-            health = await worker_health(
-                client, settings.sandbox, settings.task_queue_prefix, timeout
-            )
+            health = await worker_health(client, provider, settings.task_queue_prefix, timeout)
     except MangoError as exc:
-        return [*checks, Check(name, False, str(exc), exc.hint)]
+        return Check(name, False, f"provider {provider}{why}: {exc}", exc.hint)
     except TimeoutError:
-        return [*checks, Check(name, False, f"no worker answered within {timeout:g} s")]
+        return Check(
+            name, False, f"provider {provider}{why}: no worker answered within {timeout:g} s"
+        )
     parts = [f"{health.worker}: provider {health.provider} {health.detail}"]
     if health.support_level:
         parts.append(f"support level {health.support_level}")
@@ -175,7 +227,7 @@ async def temporal_checks(settings: Settings, timeout: float = 20.0) -> list[Che
         hint = "set them in the worker's environment and restart it"
     elif not health.reachable:
         hint = "check the provider's endpoint and credentials on the worker host"
-    return [*checks, Check(name, health.ok, "; ".join(parts), hint)]
+    return Check(name, health.ok, "; ".join(parts), hint)
 
 
 @click.command()

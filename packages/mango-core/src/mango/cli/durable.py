@@ -17,7 +17,7 @@ from mango.domain.errors import ConfigurationError
 from mango.domain.values import Command, ExecResult, SandboxSpec
 from mango.embedded.temporal import embedded_temporal, running_address
 from mango.postgres import PostgresBindingStore, open_store
-from mango.runtime import open_database
+from mango.runtime import open_database, select_provider
 from mango.temporal.client import Orchestrator, connect
 from mango.temporal.metrics import TemporalTelemetry
 
@@ -74,6 +74,8 @@ async def open_temporal(
 
 @asynccontextmanager
 async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
+    # Admission reads the routed provider's registration: plugins, no provider, no credential.
+    registry, _ = select_provider(settings)
     async with (
         open_temporal(settings, start_embedded=False) as client,
         open_database(settings, linger=True) as url,
@@ -81,7 +83,11 @@ async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
         store: PostgresBindingStore = await open_store(url, min_size=1, max_size=2)
         try:
             yield Orchestrator(
-                client, store, settings.sandbox, task_queue_prefix=settings.task_queue_prefix
+                client,
+                store,
+                settings.sandbox,
+                task_queue_prefix=settings.task_queue_prefix,
+                capabilities=registry.capabilities,
             )
         finally:
             await store.aclose()
@@ -92,6 +98,7 @@ async def exec_via_temporal(
     session_id: str,
     command: Command,
     *,
+    spec: SandboxSpec | None = None,
     max_wait: float | None = None,
     on_wait: Callable[[str], None] | None = None,
 ) -> ExecResult:
@@ -99,19 +106,22 @@ async def exec_via_temporal(
 
     The worker runs it through the ``ExecCommand`` activity: the same
     sandbox call as the direct path, so the same output cap, truncation
-    flags and byte-exact stdin. While the provider is unavailable,
-    ``on_wait`` hears why; after ``max_wait`` seconds (default
-    ``MANGO_TEMPORAL_MAX_WAIT``) the step is cancelled and
-    :class:`ProviderUnavailable` raised.
+    flags and byte-exact stdin. ``spec`` (default: ``MANGO_EXEC_TIMEOUT``
+    only) is admitted for the Session's provider before anything is
+    written. While the provider is unavailable, or no worker picks the step
+    up, ``on_wait`` hears why, and it hears what a package setup installs;
+    after ``max_wait`` seconds (default ``MANGO_TEMPORAL_MAX_WAIT``) of
+    waiting the step is cancelled and :class:`ProviderUnavailable` raised.
     """
     report = (lambda waiting: on_wait(waiting.describe())) if on_wait is not None else None
     async with _orchestrator(settings) as orchestrator:
         return await orchestrator.exec(
             session_id,
             command,
-            spec=SandboxSpec(timeout=settings.exec_timeout),
+            spec=spec or SandboxSpec(timeout=settings.exec_timeout),
             max_wait=settings.temporal_max_wait if max_wait is None else max_wait,
             on_wait=report,
+            on_progress=on_wait,
         )
 
 

@@ -17,7 +17,9 @@ from mango.cli.common import (
     use_temporal,
     with_runtime,
 )
+from mango.cli.environment import environment_options, resolve_environment
 from mango.domain.errors import MangoError, PermanentError
+from mango.domain.progress import progress_scope
 from mango.domain.values import Command, ExecResult, OutputChunk, OutputStream
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     help="With --via-temporal: how long to wait while the provider is unavailable (attempts "
     "fail and are retried) before giving up. Default: MANGO_TEMPORAL_MAX_WAIT, else 120.",
 )
+@environment_options
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(  # noqa: PLR0917 - click passes every option as an argument
     session_id: str,
@@ -72,6 +75,10 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     use_stdin: bool,
     via_temporal: bool | None,
     max_wait: float | None,
+    profile: str | None,
+    packages: tuple[str, ...],
+    network: str | None,
+    allow_hosts: tuple[str, ...],
     argv: tuple[str, ...],
 ) -> None:
     """Run ARGV in the Session's sandbox and exit with its exit code.
@@ -79,10 +86,16 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     Output is written as it arrives (with --via-temporal: when the command has
     finished). Interrupting mango (Ctrl-C, SIGTERM) kills the command.
 
+    The environment options (--profile, --package, --network, --allow-host)
+    shape the sandbox made on the Session's first use; a provider that cannot
+    run it refuses before anything is written (exit 2, every reason listed).
+    Packages install before the command runs, and mango says what it installs.
+
     \b
     Example:
       mango exec --session demo -- sh -c 'echo hello > note.txt'
       mango exec --session demo -- cat note.txt
+      mango exec --session py --package pip:requests==2.32.3 --package apt:jq -- jq --version
     """
     session_id = session_id_arg(session_id)
     stdin = sys.stdin.buffer.read() if use_stdin else b""
@@ -90,28 +103,29 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
         command = Command(argv, stdin=stdin, env=_parse_env(env_pairs), cwd=cwd, timeout=timeout)
     except MangoError as exc:
         raise click.BadParameter(str(exc)) from None
+    settings = load_settings()
+    spec = resolve_environment(settings, profile, packages, network, allow_hosts)
+
+    def report(line: str) -> None:
+        click.echo(f"mango: {line}", err=True)
 
     if use_temporal(via_temporal):
         from mango.cli.durable import exec_via_temporal
-
-        settings = load_settings()
-
-        def report(line: str) -> None:
-            click.echo(f"mango: {line}", err=True)
 
         sys.exit(
             _emit(
                 run_async(
                     lambda: exec_via_temporal(
-                        settings, session_id, command, max_wait=max_wait, on_wait=report
+                        settings, session_id, command, spec=spec, max_wait=max_wait, on_wait=report
                     )
                 )
             )
         )
 
     async def run(rt: Runtime) -> int:
-        await rt.manager.ensure_session(session_id)
-        sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        await rt.manager.ensure_session(session_id, spec)
+        with progress_scope(report):
+            sandbox = await rt.manager.acquire(session_id, spec)
         return _emit(await _stream(sandbox, command))
 
     sys.exit(with_runtime(run))

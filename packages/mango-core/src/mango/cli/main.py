@@ -35,6 +35,7 @@ from mango.cli.common import (
     Wiring,
     fail,
 )
+from mango.cli.devenv import dev_env
 from mango.cli.doctor import doctor
 from mango.cli.embedded import embedded
 from mango.cli.execute import exec_
@@ -90,7 +91,19 @@ def _mango_only(record: logging.LogRecord) -> bool:
     return record.name == "mango" or record.name.startswith("mango.")
 
 
-for _command in (providers, exec_, files, sessions, reconcile, gc, doctor, embedded, worker, store):
+for _command in (
+    providers,
+    exec_,
+    files,
+    sessions,
+    reconcile,
+    gc,
+    doctor,
+    embedded,
+    worker,
+    store,
+    dev_env,
+):
     cli.add_command(_command)
 
 

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 import click
 
 from mango.config import Settings, max_read_bytes
+from mango.domain.errors import MangoError
 
 if TYPE_CHECKING:
+    from mango.domain.registry import ProviderRegistration
     from mango.runtime import PortsWrapper
     from mango.temporal.messages import ReconcilerInput
     from mango.temporal.metrics import TemporalTelemetry
@@ -38,6 +40,25 @@ READY_MESSAGE = "mango worker ready"
 """Printed to stderr once the worker polls its task queue (scripts may wait for it)."""
 
 _LOG = logging.getLogger("mango.worker")
+
+
+def _check_profiles(settings: Settings, registration: ProviderRegistration) -> None:
+    """Resolve every environment profile as clients do; log those this provider cannot run.
+
+    A profile file that cannot be read fails the start (ConfigurationError), as
+    it would fail every client that names a profile.
+    """
+    from mango.app.admission import admit_environment
+    from mango.runtime import environment_of
+
+    profiles = settings.profiles()
+    for name in profiles.names():
+        try:
+            admit_environment(
+                registration.name, registration.capabilities, environment_of(settings, name)
+            )
+        except MangoError as exc:
+            _LOG.warning("profile %s: %s", name, exc)
 
 
 async def run_worker(
@@ -62,6 +83,7 @@ async def run_worker(
 
     host = load_plugins()
     _, registration = select_provider(settings, host)  # unknown provider: fail before starting
+    _check_profiles(settings, registration)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main = asyncio.current_task()

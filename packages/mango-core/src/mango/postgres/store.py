@@ -202,6 +202,15 @@ class PostgresBindingStore:
                 SessionRecord,
             )
 
+    async def referenced_providers(self) -> tuple[str, ...]:
+        """Every provider a binding or an intent names, sorted: each needs a worker."""
+        async with self._connection("listing the providers sessions use") as conn:
+            cursor = await conn.execute(
+                "SELECT provider FROM mango_sandbox_bindings"
+                " UNION SELECT provider FROM mango_sandbox_provisioning_intents ORDER BY 1"
+            )
+            return tuple(str(row[0]) for row in await cursor.fetchall())
+
     # --------------------------------------------------------------- intents
 
     async def get_intent(self, session_id: str) -> ProvisioningIntent | None:

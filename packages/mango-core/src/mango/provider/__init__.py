@@ -95,6 +95,7 @@ from mango.domain.paths import (
 from mango.domain.ports import (
     KeepAliveSandbox,
     LimitedNetworkSandbox,
+    PackageSetupSandbox,
     Provider,
     PurgingProvider,
     Sandbox,
@@ -184,6 +185,7 @@ __all__ = [
     "OwnedResource",
     "OwnershipError",
     "PackagePlan",
+    "PackageSetupSandbox",
     "PackageSource",
     "PathEscapeError",
     "PathPolicy",

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from mango.domain.deadline import deadline_in
 from mango.domain.errors import MangoError
+from mango.domain.progress import progress_scope
 from mango.temporal.failures import to_application_error
 
 __all__ = ["activity_deadline", "boundary", "heartbeating"]
@@ -74,10 +75,15 @@ def activity_deadline() -> float | None:
 async def heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
     """Run ``work`` while heartbeating; if we are cancelled, cancel it and wait for it.
 
-    A local activity does not heartbeat (it has no heartbeat timeout: the
-    workflow task it runs in is what times out if the worker dies).
+    The latest progress line ``work`` reports (:func:`mango.domain.progress.report_progress`:
+    what a package setup installs) is the heartbeat's detail, which a client
+    watching the step prints. A local activity does not heartbeat (it has no
+    heartbeat timeout: the workflow task it runs in is what times out if the
+    worker dies).
     """
-    task = asyncio.ensure_future(work)
+    progress: list[str] = []
+    with progress_scope(progress.append):  # the task takes the scope with its context
+        task = asyncio.ensure_future(work)
     beat = not activity.info().is_local
     try:
         while True:
@@ -85,7 +91,8 @@ async def heartbeating(work: Coroutine[Any, Any, _T], interval: float) -> _T:
             if done:
                 return task.result()
             if beat:
-                activity.heartbeat()
+                activity.heartbeat(*progress[-1:])
+                del progress[:-1]
     finally:
         if not task.done():
             task.cancel()

@@ -35,8 +35,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError
 
+from mango.app.admission import admit_environment
 from mango.app.tools import parse_arguments
 from mango.config import PayloadKey
+from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
 from mango.domain.values import (
@@ -159,6 +161,10 @@ class Orchestrator:
     steps_per_run: int = 500
     require_worker: bool = True
     """Fail fast with an explanation when no worker polls the target queue."""
+    capabilities: Callable[[str], CapabilitySet] | None = None
+    """A provider's *declared* capabilities by name (``ProviderRegistry.capabilities``): a
+    step's spec is admitted for the Session's provider before anything is written. None:
+    only the worker admits (it always does, before it provisions)."""
 
     async def route(self, session_id: str) -> tuple[str, str]:
         """``(provider, task queue)`` that handle ``session_id``."""
@@ -197,10 +203,12 @@ class Orchestrator:
     ) -> WithStartWorkflowOperation[Any, Any]:
         """Route, check for a worker, then create the Session row; the start of its workflow.
 
-        The worker check comes first: a step that cannot run leaves no
-        Session row behind.
+        Admission and the worker check come first: a step that cannot run
+        leaves no Session row behind.
         """
         provider, task_queue = await self.route(session_id)
+        if self.capabilities is not None and spec is not None:
+            admit_environment(provider, self.capabilities(provider), spec)
         await self._check_worker(provider, task_queue, "run the step")
         record = await self.store.ensure_session(session_id)
         if record.deleting:
@@ -230,14 +238,18 @@ class Orchestrator:
         *,
         max_wait: float = 120.0,
         on_wait: Callable[[Waiting], None] | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> ExecResult:
         """Run ``command`` in the Session's sandbox through its workflow; the provider's result.
 
         The same result as calling the sandbox directly (output cap,
         truncation flags, exit status; stdin passed as bytes). While an
         activity of the step fails and is retried (the provider is
-        unavailable), ``on_wait`` hears why; after ``max_wait`` seconds of
-        that, the step is cancelled and :class:`ProviderUnavailable` raised.
+        unavailable), or no worker picks the step up (its worker just
+        stopped), ``on_wait`` hears why within a few seconds; after
+        ``max_wait`` seconds of that, the step is cancelled and
+        :class:`ProviderUnavailable` raised. ``on_progress`` hears what a
+        running activity reports (the packages it installs).
         The workflow itself keeps its retry policy for every other step.
         Cancelling this coroutine cancels the step too (its command is
         killed) before it re-raises, so no work outlives the caller.
@@ -264,13 +276,23 @@ class Orchestrator:
 
         update = asyncio.ensure_future(run())
         try:
-            reason = await watch(self.client, handle, update, max_wait, on_wait)
+            reason = await watch(
+                self.client, handle, update, max_wait, on_wait, on_progress=on_progress
+            )
         except BaseException:
             await cancel_step(handle, step.step_id, update)
             raise
         if reason is None:
             return update.result()
-        await cancel_step(handle, step.step_id, update)
+        unclaimed = reason.startswith("no worker")
+        await cancel_step(handle, step.step_id, update, grace=0.0 if unclaimed else 30.0)
+        _forget_start(start)
+        if unclaimed:
+            provider, _ = await self.route(session_id)
+            raise ProviderUnavailable(
+                f"gave up after {max_wait:g} s in session {session_id!r}: {reason}",
+                hint=f"{_start_worker_hint(provider)}; the step was cancelled",
+            )
         raise ProviderUnavailable(
             f"gave up after {max_wait:g} s of failed attempts in session {session_id!r}: {reason}",
             hint="fix what the error names (the provider is unavailable to the worker), or "
@@ -308,6 +330,18 @@ class Orchestrator:
         return await worker_health(
             self.client, provider or self.default_provider, self.task_queue_prefix, timeout
         )
+
+
+def _forget_start(start: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Read the start's outcome that the SDK keeps for a cancelled update-with-start.
+
+    Cancelled before the server answered (no worker took the step), the SDK
+    stores the cancellation on the start operation, and asyncio would log it
+    as never retrieved: read here, since nobody else will.
+    """
+    outcome = start._workflow_handle  # private: no public way to ask whether it is set
+    if outcome.done() and not outcome.cancelled():
+        outcome.exception()
 
 
 def _start_worker_hint(provider: str) -> str:

@@ -72,6 +72,8 @@ __all__ = [
     "SessionWorkflow",
 ]
 
+_ABANDONED_KEPT = 64
+"""How many cancelled-before-they-came step ids a Session workflow remembers."""
 _STEP_CANCELLED = "ToolStepCancelled"
 _R = TypeVar("_R")
 
@@ -94,6 +96,9 @@ class SessionWorkflow:
         self._running: list[workflow.ActivityHandle[Any]] = []
         self._pending_steps: set[str] = set()  # Exec steps accepted, not finished
         self._cancelled_steps: set[str] = set()
+        # Steps cancelled before they came (their client gave up while no worker ran): an
+        # update still queued at the server for one of them is refused, never run late.
+        self._abandoned: list[str] = []
         self._current_step: str | None = None
 
     @workflow.run
@@ -195,12 +200,20 @@ class SessionWorkflow:
             raise ApplicationError(
                 f"step {step.step_id!r} is already pending", type="InvalidInput", non_retryable=True
             )
+        if step.step_id in self._abandoned:
+            raise ApplicationError(
+                "the step was cancelled by its client before it started",
+                type=_STEP_CANCELLED,
+                non_retryable=True,
+            )
 
     @workflow.signal(name=CANCEL_STEP_SIGNAL)
     def cancel_step(self, step_id: str) -> None:
         """Cancel one ``Exec`` step: drop it if it still waits, kill its command if it runs."""
         if step_id not in self._pending_steps:
-            return  # finished already (or never came): nothing to do, nothing to remember
+            # Finished already, or not come yet: remember it (a few), so it never starts late.
+            self._abandoned = [*self._abandoned[-(_ABANDONED_KEPT - 1) :], step_id]
+            return
         self._cancelled_steps.add(step_id)
         if self._current_step == step_id:
             for handle in self._running:

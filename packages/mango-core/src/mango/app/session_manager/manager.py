@@ -23,6 +23,7 @@ from typing import NoReturn
 import attrs
 
 from mango.app import telemetry
+from mango.app.admission import admit_environment
 from mango.app.session_manager.clients import ClientCache, SessionLocks
 from mango.app.session_manager.context import (
     Facts,
@@ -39,7 +40,7 @@ from mango.app.session_manager.reconcile import (
     reconcile_provisioning,
 )
 from mango.app.session_manager.registry import Handlers, default_handlers
-from mango.domain.capabilities import Capability, CapabilitySet, admit
+from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
     InvalidTransition,
@@ -128,9 +129,16 @@ class SessionManager:
 
     # ------------------------------------------------------------------ public API
 
-    async def ensure_session(self, session_id: str) -> None:
-        """Create the Session row if absent; a fenced Session raises :class:`SessionDeleting`."""
-        record = await self.store.ensure_session(validate_session_id(session_id))
+    async def ensure_session(self, session_id: str, spec: SandboxSpec | None = None) -> None:
+        """Create the Session row if absent; a fenced Session raises :class:`SessionDeleting`.
+
+        With ``spec``, admission comes first: a spec this provider cannot run
+        raises :class:`AdmissionRejected` (every reason) and writes nothing.
+        """
+        validate_session_id(session_id)
+        if spec is not None:
+            self.admit(spec)
+        record = await self.store.ensure_session(session_id)
         if record.deleting:
             raise SessionDeleting(
                 f"session {session_id!r} is being deleted",
@@ -138,8 +146,12 @@ class SessionManager:
             )
 
     def admit(self, spec: SandboxSpec, resources: tuple[Capability, ...] = ()) -> None:
-        """Raise if ``spec`` cannot run on this provider (every reason listed)."""
-        admit(self.provider.name, self._declared, spec, resources)
+        """Raise if ``spec`` cannot run on this provider (every reason listed).
+
+        The one admission function of every path
+        (:func:`mango.app.admission.admit_environment`), on the declared capabilities.
+        """
+        admit_environment(self.provider.name, self._declared, spec, resources)
 
     async def observe(self, session_id: str) -> LifecycleState:
         """The Session's lifecycle state as the store records it (no provider call)."""
