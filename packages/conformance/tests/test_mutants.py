@@ -64,7 +64,7 @@ CAUGHT_BY: dict[str, set[str]] = {
     "stream-leaves-orphans": {"test_leaving_the_stream_early_kills_the_tree"},
     "exec-ignores-exit-codes": {
         "test_l02d_non_zero_exit_is_data",
-        "test_missing_program_exits_127",
+        "test_missing_program_reports_command_not_found",
         "test_stream_parity_non_zero_exit",
         MACHINE,
     },
