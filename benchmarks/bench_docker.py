@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiodocker
+from figures import report
 
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.domain import Command, SandboxSpec
@@ -119,6 +120,18 @@ async def bench_exec(
     mango, bare, cli_time = medians.values()
     _verdict("ratio mango/aiodocker", mango / bare, 1.05)
     _verdict("ratio mango/docker-cli", mango / cli_time, 0.5)
+    report(
+        "Docker exec true: warm SessionManager / bare aiodocker",
+        mango=mango * 1e3,
+        baseline=bare * 1e3,
+        unit="ms",
+    )
+    report(
+        "Docker exec true: warm SessionManager / `docker exec` CLI",
+        mango=mango * 1e3,
+        baseline=cli_time * 1e3,
+        unit="ms",
+    )
     await manager.delete_session("bench-exec")
 
 
@@ -165,6 +178,12 @@ async def bench_create(provider: DockerProvider, cli: str, rounds: int) -> None:
     _line("mango: provider.create + exec true", mango, rounds)
     _line("docker run -d + docker exec (CLI)", cli_time, rounds)
     print(f"  ratio mango/docker-cli: {mango / cli_time:.3f}")
+    report(
+        "Docker create to first exec / `docker run -d` + `docker exec`",
+        mango=mango * 1e3,
+        baseline=cli_time * 1e3,
+        unit="ms",
+    )
 
 
 async def bench_attach(
@@ -204,6 +223,12 @@ async def bench_attach(
     attach, cold, warm = medians.values()
     _verdict("ratio attach/inspect (new client)", attach / cold, 1.5)
     print(f"  ratio attach/inspect (warm client): {attach / warm:.3f}")
+    report(
+        "Docker attach after restart / new aiodocker client + one inspect",
+        mango=attach * 1e3,
+        baseline=cold * 1e3,
+        unit="ms",
+    )
     await sandbox.destroy()
 
 
@@ -231,6 +256,12 @@ async def bench_concurrency(provider: DockerProvider, sessions: int) -> None:
         print(f"  sequential: {sequential * 1e3:8.1f} ms total ({each:.1f} ms each)")
         speedup = sequential / concurrent
         print(f"  concurrent: {concurrent * 1e3:8.1f} ms total ({speedup:.2f}x faster)")
+        report(
+            f"Docker {sessions} Sessions exec true: concurrent / one after another",
+            mango=concurrent * 1e3,
+            baseline=sequential * 1e3,
+            unit="ms",
+        )
     finally:
         await asyncio.gather(*(box.destroy() for box in boxes))
 
