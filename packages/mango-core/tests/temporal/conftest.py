@@ -34,6 +34,7 @@ from .support import (
     WorkerEnv,
     WorkerFactory,
     WorkerProcess,
+    stop_all,
 )
 
 
@@ -197,5 +198,4 @@ def spawn_worker(worker_env: WorkerEnv, tmp_path: Path) -> Iterator[Callable[...
         return worker
 
     yield spawn
-    for worker in started:
-        worker.stop()
+    stop_all(started)
