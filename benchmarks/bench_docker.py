@@ -37,7 +37,7 @@ from figures import report
 
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.domain import Command, SandboxSpec
-from mango_provider_docker import DockerProvider, DockerSandbox
+from mango_provider_docker import DockerProvider
 
 IMAGE = "mango-test-busybox:latest"
 LABELS = {"io.mango.benchmark": uuid.uuid4().hex[:12]}
@@ -90,8 +90,9 @@ async def bench_exec(
     await manager.ensure_session("bench-exec")
     spec = SandboxSpec()
     sandbox = await manager.acquire("bench-exec", spec)
-    assert isinstance(sandbox, DockerSandbox)
-    container = docker.containers.container(sandbox.container_id)
+    # SessionManager hands out a wrapper; the reference names the container.
+    container_id = sandbox.ref.external_id
+    container = docker.containers.container(container_id)
 
     async def via_mango() -> None:
         box = await manager.acquire("bench-exec", spec)
@@ -107,7 +108,7 @@ async def bench_exec(
         assert info["ExitCode"] == 0
 
     async def via_cli() -> None:
-        await _cli(cli, "exec", sandbox.container_id, "true")
+        await _cli(cli, "exec", container_id, "true")
 
     medians = await _interleaved(
         {
