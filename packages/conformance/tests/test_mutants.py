@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # each runs the suite (or part of it) against a mutant
 
 MUTANT_MODULE = """
 import pytest
