@@ -9,12 +9,17 @@ Prints, in one run (figures are reported, not asserted):
   of the client process (target < 32 MiB), and the SDK's for contrast (the
   fake daemon buffers up to 64 MiB of output, as a real daemon buffers all);
 * create-to-first-exec: ``provider.create`` + ``exec true`` against the SDK's
-  ``create`` + ``process.exec``.
+  ``create`` + ``process.exec``;
+* attach after a restart: a fresh provider's ``attach`` + ``exec true``
+  against a fresh SDK client's ``get`` + ``process.exec``.
+
+``--flood-mib`` sets the flood's size (1 GiB by default); the SDK has no
+streaming exec, so its figure is the buffered one, for contrast.
 
 The fake runs in its own process (``python -m mango_provider_daytona.fake``),
 so the clients' memory is measured alone; each RSS figure comes from a fresh
 client process. Needs no network and no account.
-Run: ``uv run python benchmarks/bench_daytona.py``.
+Run: ``uv run python benchmarks/bench_daytona.py [--runs N] [--create-runs N] [--flood-mib N]``.
 """
 
 from __future__ import annotations
@@ -31,13 +36,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+from figures import ratio_at_most, report, value_below
+
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import Command, SandboxSpec
 from mango_provider_daytona import DaytonaProvider
 from mango_provider_daytona.fake import FAKE_API_KEY
 
 TRUE = Command(("true",))
-GIB_SCRIPT = "head -c 1073741824 /dev/zero"
+MIB = 1 << 20
 
 
 def _rss_mib() -> float:
@@ -92,36 +99,52 @@ async def exec_true(url: str, runs: int) -> dict[str, float]:
 
 
 async def create_to_first_exec(url: str, runs: int) -> dict[str, float]:
-    """Medians of create + first exec: mango's provider and the SDK."""
+    """Medians of create + first exec, and of attach after a restart + exec: mango and SDK."""
     provider = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
-    mango_times, sdk_times = [], []
+    mango_times, sdk_times, mango_attach, sdk_attach = [], [], [], []
     async with _sdk(url) as sdk:  # type: ignore[attr-defined]
         for index in range(runs):
+            key = f"bench-create-{uuid.uuid4().hex[:8]}-{index}"
             started = time.perf_counter()
-            sandbox = await provider.create(
-                f"bench-create-{uuid.uuid4().hex[:8]}-{index}", SandboxSpec()
-            )
+            sandbox = await provider.create(key, SandboxSpec())
             await sandbox.exec(TRUE)
             mango_times.append(time.perf_counter() - started)
+            restarted = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
+            started = time.perf_counter()
+            again = await restarted.attach(key, sandbox.ref, SandboxSpec())
+            await again.exec(TRUE)
+            mango_attach.append(time.perf_counter() - started)
+            await restarted.aclose()
             await sandbox.destroy()
             started = time.perf_counter()
             theirs = await sdk.create(timeout=60)
             await theirs.process.exec("true")
             sdk_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            async with _sdk(url) as fresh:  # type: ignore[attr-defined]
+                found = await fresh.get(theirs.id)
+                await found.process.exec("true")
+                sdk_attach.append(time.perf_counter() - started)
             await sdk.delete(theirs)
     await provider.aclose()
-    return {"mango": statistics.median(mango_times), "sdk": statistics.median(sdk_times)}
+    return {
+        "mango": statistics.median(mango_times),
+        "sdk": statistics.median(sdk_times),
+        "mango_attach": statistics.median(mango_attach),
+        "sdk_attach": statistics.median(sdk_attach),
+    }
 
 
-async def flood(url: str, client: str) -> dict[str, float]:
-    """Peak RSS growth of this process while a command prints 1 GiB (run in a fresh process)."""
+async def flood(url: str, client: str, mib: int) -> dict[str, float]:
+    """Peak RSS growth of this process while a command prints ``mib`` MiB (in a fresh process)."""
+    script = f"head -c {mib * MIB} /dev/zero"
     if client == "mango":
         provider = DaytonaProvider(url, FAKE_API_KEY, namespace="bench")
         sandbox = await provider.create(f"bench-flood-{uuid.uuid4().hex[:8]}", SandboxSpec())
         await sandbox.exec(TRUE)
         before = _rss_mib()
         started = time.perf_counter()
-        result = await sandbox.exec(Command(("sh", "-c", GIB_SCRIPT), timeout=600))
+        result = await sandbox.exec(Command(("sh", "-c", script), timeout=600))
         elapsed = time.perf_counter() - started
         kept, truncated = len(result.stdout), result.stdout_truncated
         await sandbox.destroy()
@@ -132,7 +155,7 @@ async def flood(url: str, client: str) -> dict[str, float]:
             await theirs.process.exec("true")
             before = _rss_mib()
             started = time.perf_counter()
-            response = await theirs.process.exec(GIB_SCRIPT, timeout=600)
+            response = await theirs.process.exec(script, timeout=600)
             elapsed = time.perf_counter() - started
             kept, truncated = len(response.result.encode()), False
             await sdk.delete(theirs)
@@ -159,11 +182,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--create-runs", type=int, default=10)
+    parser.add_argument("--flood-mib", type=int, default=1024)
     parser.add_argument("--flood", choices=["mango", "sdk"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.flood:
-        print(json.dumps(asyncio.run(flood(args.url, args.flood))))
+        print(json.dumps(asyncio.run(flood(args.url, args.flood, args.flood_mib))))
         return
     fake, url = _start_fake()
     try:
@@ -174,24 +198,63 @@ def main() -> None:
             f"exec true: mango {times['mango'] * 1e3:.2f} ms, SDK {times['sdk'] * 1e3:.2f} ms, "
             f"ratio {ratio:.2f} (target <= 1.0 {'✔' if ratio <= 1.0 else '✘'})"
         )
+        report(
+            "Daytona exec true / daytona SDK",
+            mango=times["mango"] * 1e3,
+            baseline=times["sdk"] * 1e3,
+            unit="ms",
+            goal=ratio_at_most(1.0),
+        )
+        floods = {}
         for client in ("mango", "sdk"):
+            argv = ["--flood", client, "--url", url, "--flood-mib", str(args.flood_mib)]
             output = subprocess.run(
-                [sys.executable, __file__, "--flood", client, "--url", url],
+                [sys.executable, __file__, *argv],
                 check=True,
                 capture_output=True,
                 text=True,
             ).stdout
-            figures = json.loads(output.strip().splitlines()[-1])
+            figures = floods[client] = json.loads(output.strip().splitlines()[-1])
             print(
-                f"1 GiB stdout, {client}: peak RSS growth {figures['growth_mib']:.1f} MiB, "
+                f"{args.flood_mib} MiB stdout, {client}: "
+                f"peak RSS growth {figures['growth_mib']:.1f} MiB, "
                 f"{figures['seconds']:.1f} s, kept {figures['kept']} bytes, "
                 f"truncated {figures['truncated']}"
             )
+        report(
+            f"Daytona {args.flood_mib} MiB stdout drained / daytona SDK (buffered: it cannot "
+            "stream)",
+            mango=floods["mango"]["seconds"],
+            baseline=floods["sdk"]["seconds"],
+            unit="s",
+        )
+        report(
+            f"Daytona {args.flood_mib} MiB stdout drained: mango peak RSS growth (SDK: "
+            f"{floods['sdk']['growth_mib']:.0f} MiB)",
+            mango=floods["mango"]["growth_mib"],
+            unit="MiB",
+            goal=value_below(32),
+        )
         created = asyncio.run(create_to_first_exec(url, args.create_runs))
         print(
             f"create to first exec: mango {created['mango'] * 1e3:.1f} ms, "
             f"SDK {created['sdk'] * 1e3:.1f} ms, ratio {created['mango'] / created['sdk']:.2f}"
         )
+        print(
+            f"attach after restart + exec: mango {created['mango_attach'] * 1e3:.1f} ms, "
+            f"SDK {created['sdk_attach'] * 1e3:.1f} ms"
+        )
+        for label, mine, sdk, goal in (
+            ("create to first exec", "mango", "sdk", ratio_at_most(1.0)),
+            ("attach after restart + exec", "mango_attach", "sdk_attach", ratio_at_most(1.2)),
+        ):
+            report(
+                f"Daytona {label} / daytona SDK",
+                mango=created[mine] * 1e3,
+                baseline=created[sdk] * 1e3,
+                unit="ms",
+                goal=goal,
+            )
     finally:
         fake.terminate()
         fake.wait(30)

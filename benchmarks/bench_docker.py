@@ -33,10 +33,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiodocker
+from figures import report
 
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.domain import Command, SandboxSpec
-from mango_provider_docker import DockerProvider, DockerSandbox
+from mango_provider_docker import DockerProvider
 
 IMAGE = "mango-test-busybox:latest"
 LABELS = {"io.mango.benchmark": uuid.uuid4().hex[:12]}
@@ -89,8 +90,9 @@ async def bench_exec(
     await manager.ensure_session("bench-exec")
     spec = SandboxSpec()
     sandbox = await manager.acquire("bench-exec", spec)
-    assert isinstance(sandbox, DockerSandbox)
-    container = docker.containers.container(sandbox.container_id)
+    # SessionManager hands out a wrapper; the reference names the container.
+    container_id = sandbox.ref.external_id
+    container = docker.containers.container(container_id)
 
     async def via_mango() -> None:
         box = await manager.acquire("bench-exec", spec)
@@ -106,7 +108,7 @@ async def bench_exec(
         assert info["ExitCode"] == 0
 
     async def via_cli() -> None:
-        await _cli(cli, "exec", sandbox.container_id, "true")
+        await _cli(cli, "exec", container_id, "true")
 
     medians = await _interleaved(
         {
@@ -119,6 +121,18 @@ async def bench_exec(
     mango, bare, cli_time = medians.values()
     _verdict("ratio mango/aiodocker", mango / bare, 1.05)
     _verdict("ratio mango/docker-cli", mango / cli_time, 0.5)
+    report(
+        "Docker exec true: warm SessionManager / bare aiodocker",
+        mango=mango * 1e3,
+        baseline=bare * 1e3,
+        unit="ms",
+    )
+    report(
+        "Docker exec true: warm SessionManager / `docker exec` CLI",
+        mango=mango * 1e3,
+        baseline=cli_time * 1e3,
+        unit="ms",
+    )
     await manager.delete_session("bench-exec")
 
 
@@ -165,6 +179,12 @@ async def bench_create(provider: DockerProvider, cli: str, rounds: int) -> None:
     _line("mango: provider.create + exec true", mango, rounds)
     _line("docker run -d + docker exec (CLI)", cli_time, rounds)
     print(f"  ratio mango/docker-cli: {mango / cli_time:.3f}")
+    report(
+        "Docker create to first exec / `docker run -d` + `docker exec`",
+        mango=mango * 1e3,
+        baseline=cli_time * 1e3,
+        unit="ms",
+    )
 
 
 async def bench_attach(
@@ -204,6 +224,12 @@ async def bench_attach(
     attach, cold, warm = medians.values()
     _verdict("ratio attach/inspect (new client)", attach / cold, 1.5)
     print(f"  ratio attach/inspect (warm client): {attach / warm:.3f}")
+    report(
+        "Docker attach after restart / new aiodocker client + one inspect",
+        mango=attach * 1e3,
+        baseline=cold * 1e3,
+        unit="ms",
+    )
     await sandbox.destroy()
 
 
@@ -231,6 +257,12 @@ async def bench_concurrency(provider: DockerProvider, sessions: int) -> None:
         print(f"  sequential: {sequential * 1e3:8.1f} ms total ({each:.1f} ms each)")
         speedup = sequential / concurrent
         print(f"  concurrent: {concurrent * 1e3:8.1f} ms total ({speedup:.2f}x faster)")
+        report(
+            f"Docker {sessions} Sessions exec true: concurrent / one after another",
+            mango=concurrent * 1e3,
+            baseline=sequential * 1e3,
+            unit="ms",
+        )
     finally:
         await asyncio.gather(*(box.destroy() for box in boxes))
 

@@ -1,12 +1,14 @@
 """mango's e2b provider against the official e2b SDK, on the same fake E2B service.
 
-Run: ``uv run python benchmarks/bench_e2b.py`` (no credentials, no network).
+Run: ``uv run python benchmarks/bench_e2b.py [--rounds N] [--create-rounds N] [--flood-mib N]``
+(no credentials, no network).
 
 * exec of ``true``: mango ``sandbox.exec`` vs the SDK's ``AsyncSandbox.commands.run``,
   interleaved rounds on one warm sandbox each, medians;
-* 1 GiB of stdout: the client's peak RSS growth (``ru_maxrss``) while a command
-  prints 1 GiB, mango under its 1 MiB cap vs the SDK (``retain_output=False``,
-  output consumed by a callback, and its default, which keeps everything);
+* 1 GiB of stdout (``--flood-mib``): the time to drain it and the client's
+  peak RSS growth (``ru_maxrss``) while a command prints it, mango under its
+  1 MiB cap vs the SDK (``retain_output=False``, output consumed by a
+  callback, and its default, which keeps everything);
   each client runs in its own process against a fake in yet another process;
 * create-to-first-exec and attach-after-restart (a fresh provider / a fresh
   ``AsyncSandbox.connect``) followed by one exec.
@@ -14,7 +16,9 @@ Run: ``uv run python benchmarks/bench_e2b.py`` (no credentials, no network).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import resource
 import statistics
@@ -25,16 +29,20 @@ import time
 import uuid
 from pathlib import Path
 
-ROUNDS = 60
-GIB = 1 << 30
-FLOOD = f"head -c {GIB} /dev/zero"
+from figures import ratio_at_most, report, value_below
+
+MIB = 1 << 20
+
+
+def _flood_script(mib: int) -> str:
+    return f"head -c {mib * MIB} /dev/zero"
 
 
 def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-async def _latency() -> None:  # noqa: PLR0915 - one scripted scenario
+async def _latency(rounds: int, create_rounds: int) -> None:  # noqa: PLR0915 - one scripted scenario
     from e2b import AsyncSandbox
 
     from mango.provider import Command, SandboxSpec
@@ -62,7 +70,7 @@ async def _latency() -> None:  # noqa: PLR0915 - one scripted scenario
                 await sdk.commands.run("true")
             ours: list[float] = []
             theirs: list[float] = []
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 start = time.perf_counter()
                 assert (await sandbox.exec(true)).exit_code == 0
                 ours.append(time.perf_counter() - start)
@@ -71,12 +79,19 @@ async def _latency() -> None:  # noqa: PLR0915 - one scripted scenario
                 theirs.append(time.perf_counter() - start)
             mine, sdks = _median_ms(ours), _median_ms(theirs)
             print(f"exec true: mango {mine:.2f} ms, SDK {sdks:.2f} ms, ratio {mine / sdks:.3f}")
+            report(
+                "E2B exec true / e2b SDK",
+                mango=mine,
+                baseline=sdks,
+                unit="ms",
+                goal=ratio_at_most(1.0),
+            )
 
             creates: list[float] = []
             attaches: list[float] = []
             sdk_creates: list[float] = []
             sdk_attaches: list[float] = []
-            for _ in range(10):
+            for _ in range(create_rounds):
                 key = f"bench-{uuid.uuid4().hex[:8]}"
                 start = time.perf_counter()
                 made = await mango.create(key, spec)
@@ -107,6 +122,20 @@ async def _latency() -> None:  # noqa: PLR0915 - one scripted scenario
                 f"attach after restart + exec: mango {_median_ms(attaches):.1f} ms, "
                 f"SDK {_median_ms(sdk_attaches):.1f} ms"
             )
+            report(
+                "E2B create to first exec / e2b SDK",
+                mango=_median_ms(creates),
+                baseline=_median_ms(sdk_creates),
+                unit="ms",
+                goal=ratio_at_most(1.0),
+            )
+            report(
+                "E2B attach after restart + exec / e2b SDK",
+                mango=_median_ms(attaches),
+                baseline=_median_ms(sdk_attaches),
+                unit="ms",
+                goal=ratio_at_most(1.2),
+            )
             await sandbox.destroy()
             await sdk.kill()
             await mango.aclose()
@@ -116,8 +145,8 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def _flood_client(kind: str, url: str) -> None:
-    """One client in its own process: print the peak RSS growth of a 1 GiB exec."""
+async def _flood_client(kind: str, url: str, mib: int) -> None:
+    """One client in its own process: print the peak RSS growth of a big exec (then as JSON)."""
     os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY="e2b_fake_key")
     from e2b import AsyncSandbox
 
@@ -126,16 +155,17 @@ async def _flood_client(kind: str, url: str) -> None:
     from mango_provider_e2b.conformance import e2b_fake_options
     from mango_provider_e2b.fake import FakeConfig
 
+    flood = _flood_script(mib)
     if kind == "mango":
         provider = E2BProvider(e2b_fake_options(url, FakeConfig()), namespace="bench")
         sandbox = await provider.create(f"flood-{uuid.uuid4().hex[:8]}", SandboxSpec(timeout=600))
         await sandbox.exec(Command(("true",)))
         before = _rss_mib()
         start = time.perf_counter()
-        result = await sandbox.exec(Command(("sh", "-c", FLOOD)))
+        result = await sandbox.exec(Command(("sh", "-c", flood)))
         took = time.perf_counter() - start
-        assert len(result.stdout) == 1 << 20
-        assert result.stdout_truncated
+        assert len(result.stdout) == min(mib, 1) * MIB
+        assert result.stdout_truncated == (mib > 1)
         await sandbox.destroy()
         await provider.aclose()
     else:
@@ -150,16 +180,18 @@ async def _flood_client(kind: str, url: str) -> None:
         before = _rss_mib()
         start = time.perf_counter()
         if kind == "sdk-streaming":
-            await box.commands.run(FLOOD, on_stdout=count, retain_output=False, timeout=600)
+            await box.commands.run(flood, on_stdout=count, retain_output=False, timeout=600)
         else:
-            result = await box.commands.run(FLOOD, timeout=600)
+            result = await box.commands.run(flood, timeout=600)
             seen = len(result.stdout)
         took = time.perf_counter() - start
         await box.kill()
-    print(f"{kind}: peak RSS growth {_rss_mib() - before:.1f} MiB in {took:.1f} s")
+    growth = _rss_mib() - before
+    print(f"{kind}: peak RSS growth {growth:.1f} MiB in {took:.1f} s")
+    print(json.dumps({"seconds": took, "growth_mib": growth}))
 
 
-def _memory() -> None:
+def _memory(mib: int) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         fake = subprocess.Popen(
             [sys.executable, "-m", "mango_provider_e2b.fake", "--scratch", scratch],
@@ -169,12 +201,34 @@ def _memory() -> None:
         try:
             assert fake.stdout is not None
             url = fake.stdout.readline().strip()
+            runs = {}
             for kind in ("mango", "sdk-streaming", "sdk-default"):
-                subprocess.run(
-                    [sys.executable, __file__, "--flood-client", kind, url],
-                    check=False,
+                argv = ["--flood-client", kind, "--url", url, "--flood-mib", str(mib)]
+                done = subprocess.run(
+                    [sys.executable, __file__, *argv],
+                    check=True,
+                    capture_output=True,
+                    text=True,
                     timeout=900,
                 )
+                lines = done.stdout.strip().splitlines()
+                print(lines[0])
+                runs[kind] = json.loads(lines[-1])
+            report(
+                f"E2B {mib} MiB stdout drained / e2b SDK streaming (retain_output=False)",
+                mango=runs["mango"]["seconds"],
+                baseline=runs["sdk-streaming"]["seconds"],
+                unit="s",
+                goal=ratio_at_most(1.0),
+            )
+            report(
+                f"E2B {mib} MiB stdout drained: mango peak RSS growth (SDK streaming: "
+                f"{runs['sdk-streaming']['growth_mib']:.0f} MiB, SDK default: "
+                f"{runs['sdk-default']['growth_mib']:.0f} MiB)",
+                mango=runs["mango"]["growth_mib"],
+                unit="MiB",
+                goal=value_below(32),
+            )
         finally:
             fake.terminate()
             fake.wait(30)
@@ -182,11 +236,18 @@ def _memory() -> None:
 
 def main() -> None:
     """Run every measurement and print the figures."""
-    if len(sys.argv) == 4 and sys.argv[1] == "--flood-client":
-        asyncio.run(_flood_client(sys.argv[2], sys.argv[3]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--create-rounds", type=int, default=10)
+    parser.add_argument("--flood-mib", type=int, default=1024)
+    parser.add_argument("--flood-client", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.flood_client:
+        asyncio.run(_flood_client(args.flood_client, args.url, args.flood_mib))
         return
-    asyncio.run(_latency())
-    _memory()
+    asyncio.run(_latency(args.rounds, args.create_rounds))
+    _memory(args.flood_mib)
 
 
 if __name__ == "__main__":

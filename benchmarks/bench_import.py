@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from figures import report
+
 HEAVY = ("temporalio", "psycopg", "psycopg_pool", "click", "httpx", "aiohttp", "aiodocker")
 MODULES = ("mango.provider", "mango.provider.http", "mango_provider_docker.plugin")
 
@@ -51,6 +53,12 @@ def main() -> None:
         print(
             f"import {module}: {median * 1000:.1f} ms, "
             f"+{(median - base) * 1000:.1f} ms over bare python; heavy libraries: {heavy}"
+        )
+        report(
+            f"import {module} (fresh interpreter; heavy libraries: {heavy})",
+            mango=median * 1000,
+            baseline=base * 1000,
+            unit="ms",
         )
 
 

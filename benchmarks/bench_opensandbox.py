@@ -6,7 +6,9 @@ The fake runs in a child process, so the RSS figures are the client's alone.
    fake's execd grace period at 1 s (as the real server) and at 0 (protocol cost only);
 2. peak RSS growth of the client while a command prints 1 GiB under mango's 1 MiB
    cap, and the SDK's for contrast on a smaller flood (it keeps every line);
-3. create-to-first-exec, mango vs the SDK.
+3. create-to-first-exec, mango vs the SDK;
+4. attach after a restart + one exec: a fresh provider's ``attach`` vs the SDK's
+   ``SandboxSync.connect`` on a fresh connection config.
 
 Run: ``uv run python benchmarks/bench_opensandbox.py [--flood-mib 1024] [--rounds 20]``.
 """
@@ -24,6 +26,8 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+
+from figures import ratio_at_most, report, value_below
 
 from mango.provider import Command, SandboxSpec
 from mango_provider_opensandbox import OpenSandboxProvider
@@ -65,16 +69,21 @@ class Fake:
         self.process.wait(timeout=30)
 
 
-def _sdk(url: str) -> object:
+def _sdk_config(url: str) -> object:
     from opensandbox.config.connection_sync import ConnectionConfigSync
-    from opensandbox.sync.sandbox import SandboxSync
 
-    config = ConnectionConfigSync(
+    return ConnectionConfigSync(
         domain=url.removeprefix("http://"),
         api_key="fake-opensandbox-key",
         disable_metrics=True,
         request_timeout=timedelta(seconds=120),
     )
+
+
+def _sdk(url: str) -> object:
+    from opensandbox.sync.sandbox import SandboxSync
+
+    config = _sdk_config(url)
     return SandboxSync.create(
         "python:3.12-slim",
         entrypoint=["tail", "-f", "/dev/null"],
@@ -162,6 +171,39 @@ async def create_to_first_exec(url: str, rounds: int) -> tuple[float, float]:
     return mango_ms, sdk_ms
 
 
+async def attach_and_exec(url: str, rounds: int) -> tuple[float, float]:
+    """Medians (ms) of a restarted client's attach + exec true: mango and the SDK."""
+    from opensandbox.sync.sandbox import SandboxSync
+
+    provider = OpenSandboxProvider(url, api_key="fake-opensandbox-key")
+    spec = SandboxSpec(timeout=60)
+    sandbox = await provider.create("bench-attach", spec)
+    await sandbox.exec(Command(("true",)))
+    theirs = await asyncio.to_thread(_sdk, url)
+    sandbox_id = theirs.id  # type: ignore[attr-defined]
+
+    async def mango_once() -> None:
+        fresh = OpenSandboxProvider(url, api_key="fake-opensandbox-key")
+        try:
+            again = await fresh.attach("bench-attach", sandbox.ref, spec)
+            await again.exec(Command(("true",)))
+        finally:
+            await fresh.aclose()
+
+    def sdk_once() -> None:
+        connected = SandboxSync.connect(sandbox_id, connection_config=_sdk_config(url))
+        connected.commands.run("true")  # type: ignore[attr-defined]
+
+    try:
+        mango_ms = await _median(rounds, mango_once)
+        sdk_ms = await _median(rounds, lambda: asyncio.to_thread(sdk_once))
+    finally:
+        await asyncio.to_thread(theirs.kill)  # type: ignore[attr-defined]
+        await sandbox.destroy()
+        await provider.aclose()
+    return mango_ms, sdk_ms
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
@@ -177,6 +219,14 @@ async def main() -> None:
                     f"exec true, execd grace {grace:.0f}s: mango {mango_ms:.1f} ms, "
                     f"SDK {sdk_ms:.1f} ms, ratio {mango_ms / sdk_ms:.2f}"
                 )
+                report(
+                    f"OpenSandbox exec true / opensandbox SDK (execd grace {grace:g} s"
+                    + (", as the real server)" if grace else ": protocol cost only)"),
+                    mango=mango_ms,
+                    baseline=sdk_ms,
+                    unit="ms",
+                    goal=ratio_at_most(1.0),
+                )
                 if grace == 0.0:
                     mango_ms, sdk_ms = await create_to_first_exec(
                         fake.url, max(5, args.rounds // 4)
@@ -185,18 +235,50 @@ async def main() -> None:
                         f"create-to-first-exec: mango {mango_ms:.1f} ms, SDK {sdk_ms:.1f} ms, "
                         f"ratio {mango_ms / sdk_ms:.2f}"
                     )
+                    report(
+                        "OpenSandbox create to first exec / opensandbox SDK (grace 0)",
+                        mango=mango_ms,
+                        baseline=sdk_ms,
+                        unit="ms",
+                        goal=ratio_at_most(1.0),
+                    )
+                    mango_ms, sdk_ms = await attach_and_exec(fake.url, max(5, args.rounds // 4))
+                    print(
+                        f"attach after restart + exec: mango {mango_ms:.1f} ms, "
+                        f"SDK {sdk_ms:.1f} ms, ratio {mango_ms / sdk_ms:.2f}"
+                    )
+                    report(
+                        "OpenSandbox attach after restart + exec / opensandbox SDK (grace 0)",
+                        mango=mango_ms,
+                        baseline=sdk_ms,
+                        unit="ms",
+                        goal=ratio_at_most(1.2),
+                    )
                     growth, seconds, truncated, kept = await flood(fake.url, args.flood_mib)
                     print(
                         f"{args.flood_mib} MiB stdout under a 1 MiB cap: mango RSS growth "
                         f"{growth:.1f} MiB in {seconds:.1f} s (kept {kept} bytes, "
                         f"truncated={truncated})"
                     )
-                    growth, seconds = await asyncio.to_thread(
+                    sdk_growth, sdk_seconds = await asyncio.to_thread(
                         sdk_flood, fake.url, args.sdk_flood_mib
                     )
                     print(
                         f"{args.sdk_flood_mib} MiB stdout through the SDK: RSS growth "
-                        f"{growth:.1f} MiB in {seconds:.1f} s"
+                        f"{sdk_growth:.1f} MiB in {sdk_seconds:.1f} s"
+                    )
+                    report(
+                        f"OpenSandbox {args.flood_mib} MiB stdout drained: seconds (the SDK "
+                        f"keeps every line: {args.sdk_flood_mib} MiB took {sdk_seconds:.1f} s)",
+                        mango=seconds,
+                        unit="s",
+                    )
+                    report(
+                        f"OpenSandbox {args.flood_mib} MiB stdout drained: mango peak RSS growth "
+                        f"(SDK, {args.sdk_flood_mib} MiB: {sdk_growth:.0f} MiB)",
+                        mango=growth,
+                        unit="MiB",
+                        goal=value_below(32),
                     )
             finally:
                 fake.stop()

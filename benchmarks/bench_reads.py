@@ -28,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
+from figures import report, value_below
+
 from mango.domain import Command, FileTooLarge, SandboxSpec
 
 IMAGE = "mango-test-busybox:latest"
@@ -100,6 +102,7 @@ def _run(provider_name: str, mode: str, size: int) -> None:
     )
     if completed.returncode != 0:
         print(f"  {provider_name:<6} {mode:<9} FAILED: {completed.stderr.strip()[-400:]}")
+        report(f"{provider_name} {mode} of a sparse file: FAILED", mango=None, unit="MiB")
         return
     figures = json.loads(completed.stdout.strip().splitlines()[-1])
     mib = 1024 * 1024
@@ -113,6 +116,13 @@ def _run(provider_name: str, mode: str, size: int) -> None:
         f"(before the read {before / mib:5.1f} MiB, growth {(after - before) / mib:5.1f} MiB) "
         f"in {float(figures['seconds']):7.2f} s{rate}; {figures['outcome']} "
         f"[target < 64 MiB: {verdict}]"
+    )
+    report(
+        f"{provider_name} {mode} of a {size / 1024**3:g} GiB sparse file: peak RSS "
+        f"({figures['outcome']})",
+        mango=after / mib,
+        unit="MiB",
+        goal=value_below(64),
     )
 
 

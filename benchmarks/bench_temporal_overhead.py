@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from figures import ratio_at_most, report
 from temporal_floor import Floor, noop_activity
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
@@ -205,6 +206,33 @@ async def main(root: Path, rounds: int) -> None:  # noqa: PLR0915 - one benchmar
             f"what mango adds to an update + activity: {(m['exec'] - m['floor+act']) * 1e3:.2f} ms "
             f"(the command itself, direct: {m['direct'] * 1e3:.2f} ms)"
         )
+        for label, num, den, goal in (
+            (
+                "Temporal exec step (local activity) / floor (no-op local activity)",
+                "exec-local",
+                "floor+local",
+                ratio_at_most(1.15),
+            ),
+            (
+                "Temporal exec step (normal activity) / floor (no-op activity)",
+                "exec",
+                "floor+act",
+                ratio_at_most(1.15),
+            ),
+            (
+                "Temporal exec step (normal activity) / floor in mango's workflow sandbox",
+                "exec",
+                "sandboxed+act",
+                None,
+            ),
+            (
+                "mango exec --via-temporal path (Orchestrator.exec) / direct SessionManager",
+                "client",
+                "direct",
+                None,
+            ),
+        ):
+            report(label, mango=m[num] * 1e3, baseline=m[den] * 1e3, unit="ms", goal=goal)
         await floor.signal(Floor.finish)
         await sandboxed.signal(Floor.finish)
         await orchestrator.delete_session("durable")

@@ -106,8 +106,12 @@ def test_machine_settings_overrides() -> None:
 def test_the_budget_follows_the_target_cost(
     profile: str, process: tuple[int, int], container: tuple[int, int]
 ) -> None:
-    """A container target gets the profile's container budget; flags still override it."""
-    for cost, expected in ((TargetCost.PROCESS, process), (TargetCost.CONTAINER, container)):
+    """A container or service target gets the profile's container budget; flags override it."""
+    for cost, expected in (
+        (TargetCost.PROCESS, process),
+        (TargetCost.CONTAINER, container),
+        (TargetCost.SERVICE, container),
+    ):
         chosen = machine_settings(PROFILES[profile], provider="x", database_dir=None, cost=cost)
         assert (chosen.max_examples, chosen.stateful_step_count) == expected
     forced = machine_settings(
@@ -127,6 +131,16 @@ def test_docker_registers_a_container_target() -> None:
 
     assert CONFORMANCE_TARGET.cost is TargetCost.CONTAINER
     assert mango_conformance.provider_target("x", LocalProvider).cost is TargetCost.PROCESS
+
+
+@pytest.mark.parametrize("name", ["e2b", "cube", "opensandbox", "daytona"])
+def test_remote_providers_register_service_targets(name: str) -> None:
+    """mango-conformance run NAME sizes a remote provider's run for a service over HTTP."""
+    from mango.plugins import load_plugins
+
+    target = load_plugins(entry_points=True).conformance_targets().get(name)
+    assert target is not None
+    assert target.cost is TargetCost.SERVICE
 
 
 def test_provider_target_carries_a_testbed_and_waivers() -> None:

@@ -4,7 +4,8 @@ Four profiles, chosen with ``--mango-profile`` or ``MANGO_CONFORMANCE_PROFILE``:
 
 ================ ============ =========== ============ =========== ==========================
 profile          examples x   container   derandomize  max live    notes
-                 steps        target
+                 steps        or service
+                              target
 ================ ============ =========== ============ =========== ==========================
 ``offline-dev``  200 x 50     30 x 40     no           4           deep checks, example DB
 ``offline-ci``   100 x 40     20 x 40     yes          4           deep checks, stable in CI
@@ -13,9 +14,12 @@ profile          examples x   container   derandomize  max live    notes
 ================ ============ =========== ============ =========== ==========================
 
 The budget follows the target's cost (``ConformanceTarget.cost``): a
-container operation costs tens of milliseconds, so 200 examples of 50 steps
-would take about eight minutes against Docker; 30 of 40 take about one, and
-the whole default run of ``mango-conformance run docker`` under two.
+container operation, or a remote provider's operation against its fake
+(``TargetCost.SERVICE``: an HTTP request and a few process starts in the
+sandbox), costs tens of milliseconds, so 200 examples of 50 steps would take
+about eight minutes against Docker and longer against a fake under load; 30
+of 40 take about one, and the whole default run of ``mango-conformance run
+NAME`` stays under three minutes for every provider.
 ``--mango-max-examples`` and ``--mango-steps`` override either budget.
 
 Every profile sets ``deadline=None`` (the whole machine run is one Hypothesis
@@ -78,11 +82,12 @@ class Profile:
     report_multiple_bugs: bool = True
     print_blob: bool = False
     container_budget: tuple[int, int] | None = None
-    """``(max_examples, steps)`` for a :attr:`TargetCost.CONTAINER` target; None: the same."""
+    """``(max_examples, steps)`` for a :attr:`TargetCost.CONTAINER` or
+    :attr:`TargetCost.SERVICE` target; None: the same as for a process target."""
 
     def budget(self, cost: TargetCost) -> tuple[int, int]:
         """``(max_examples, steps)`` of the lifecycle machine for a target of ``cost``."""
-        if cost is TargetCost.CONTAINER and self.container_budget is not None:
+        if cost is not TargetCost.PROCESS and self.container_budget is not None:
             return self.container_budget
         return self.max_examples, self.stateful_steps
 

@@ -35,6 +35,7 @@ from .support import (
     WorkerEnv,
     WorkerFactory,
     WorkerProcess,
+    stop_all,
 )
 
 
@@ -198,5 +199,4 @@ def spawn_worker(worker_env: WorkerEnv, tmp_path: Path) -> Iterator[Callable[...
         return worker
 
     yield spawn
-    for worker in started:
-        worker.stop()
+    stop_all(started)

@@ -22,6 +22,7 @@ from mango.provider import (
     ProviderRegistration,
     SettingSpec,
     SupportLevel,
+    TargetCost,
     max_output_bytes,
     number_setting,
 )
@@ -174,5 +175,6 @@ CONFORMANCE_TARGET = ConformanceTarget(
     provider="cube",
     open=open_cube_conformance_target,
     description="the fake E2B service in Cube mode (Bearer auth, proxy routing), no credentials",
+    cost=TargetCost.SERVICE,
 )
 """The offline target: the fake shipped in mango-provider-e2b, in Cube mode."""

@@ -27,6 +27,7 @@ from mango.provider import (
     Quirk,
     SettingSpec,
     SupportLevel,
+    TargetCost,
     max_output_bytes,
     max_read_bytes,
     number_setting,
@@ -216,5 +217,6 @@ CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=_open_conformance_provider,
     description="a fake Daytona (API and toolbox) on 127.0.0.1",
+    cost=TargetCost.SERVICE,
 )
 """The offline target: the fake Daytona, a fresh one per scratch directory."""

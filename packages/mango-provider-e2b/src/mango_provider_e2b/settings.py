@@ -22,6 +22,7 @@ from mango.provider import (
     ProviderRegistration,
     SettingSpec,
     SupportLevel,
+    TargetCost,
     max_output_bytes,
 )
 from mango_provider_e2b.options import (
@@ -173,5 +174,6 @@ CONFORMANCE_TARGET = ConformanceTarget(
     provider="e2b",
     open=open_e2b_conformance_target,
     description="the fake E2B service on 127.0.0.1 (real local processes), no credentials",
+    cost=TargetCost.SERVICE,
 )
 """The offline target: the fake E2B service shipped in this distribution."""

@@ -27,6 +27,7 @@ from mango.provider import (
     ProviderRegistration,
     SettingSpec,
     SupportLevel,
+    TargetCost,
     max_output_bytes,
     max_read_bytes,
     number_setting,
@@ -241,6 +242,7 @@ CONFORMANCE_TARGET = ConformanceTarget(
     open=_open_conformance_provider,
     description="a fake OpenSandbox server on 127.0.0.1 (server proxy and direct endpoints)",
     testbed=_open_conformance_testbed,
+    cost=TargetCost.SERVICE,
 )
 """The offline target: the provider against its fake (needs the ``fake`` extra), with the
 fake's upstream hosts and package mirror as the capability checks' testbed."""

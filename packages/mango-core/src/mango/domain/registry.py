@@ -69,6 +69,10 @@ class TargetCost(enum.StrEnum):
     """Host processes and directories: about a millisecond per operation (local, tinybox)."""
     CONTAINER = "container"
     """A local container engine: tens of milliseconds per operation (Docker)."""
+    SERVICE = "service"
+    """A sandbox service over HTTP whose every command starts processes in the sandbox: tens
+    of milliseconds per operation against a local fake, more against the vendor (E2B, Cube,
+    OpenSandbox, Daytona)."""
 
 
 class Quirk(enum.StrEnum):
