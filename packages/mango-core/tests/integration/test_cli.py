@@ -143,6 +143,26 @@ def test_bad_input_gives_one_line_not_a_traceback(run) -> None:  # type: ignore[
         assert b"Traceback" not in result.stderr
 
 
+def test_a_session_id_not_in_nfc_is_refused(run) -> None:  # type: ignore[no-untyped-def]
+    """NFD ``café`` prints like NFC ``café``: every command refuses it and names the NFC one."""
+    nfd = "cafe\u0301"
+    for args in (
+        ("exec", "--session", nfd, "--", "true"),
+        ("files", "write", "--session", nfd, "x"),
+        ("files", "read", "--session", nfd, "x"),
+        ("sessions", "delete", nfd),
+    ):
+        refused = run(*args)
+        assert refused.returncode == 2, args
+        assert b"not in Unicode normal form NFC" in refused.stderr, refused.stderr
+        assert b"'caf\\xe9'" in refused.stderr, refused.stderr
+        assert b"Traceback" not in refused.stderr
+    listed = run("sessions", "list", "--json")
+    assert json.loads(listed.stdout) == []
+    accepted = run("exec", "--session", "caf\u00e9", "--", "true")
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_non_utf8_paths_are_invalid_input(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Non-UTF-8 bytes in a files path or --cwd: one clear error, exit 2, nothing written."""
     bad = os.fsdecode(b"caf\xe9.txt")
