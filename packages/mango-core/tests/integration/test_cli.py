@@ -442,6 +442,40 @@ def test_deleting_a_session_stops_its_running_command(run, tmp_path: Path) -> No
     assert not list((tmp_path / "state" / "sandboxes").glob("mango-*"))
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a command bind-mounts only as root")
+def test_a_delete_meeting_a_bind_mount_names_it_and_ends_after_umount(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The host's files under a mount survive; exit 2 names the mount; after umount it deletes."""
+    host = tmp_path / "host-data"
+    host.mkdir()
+    (host / "precious.txt").write_text("keep me")
+    script = f"mkdir mnt && mount --bind {host} mnt"
+    made = run("exec", "--session", "mounted", "--", "sh", "-c", script)
+    if made.returncode != 0:
+        pytest.skip(f"mount --bind was refused here: {made.stderr.decode().strip()}")
+    sandboxes = (tmp_path / "state" / "sandboxes").resolve()
+    try:
+        refused = run("sessions", "delete", "mounted")
+        assert refused.returncode == 2, refused.stderr
+        error, hint = refused.stderr.decode().splitlines()[-2:]
+        (leftover,) = sandboxes.glob("mango-*.deleting-*")
+        mount_point = leftover / "workspace" / "mnt"
+        assert error.startswith(f"error: cannot remove the sandbox: {mount_point} is a mount point")
+        assert hint.startswith(f"hint: detach it with 'umount {mount_point}'")
+        assert (host / "precious.txt").read_text() == "keep me"
+        listed = json.loads(run("sessions", "list", "--json").stdout)
+        assert [(row["session_id"], row["state"]) for row in listed] == [("mounted", "deleting")]
+        subprocess.run(["umount", str(mount_point)], check=True)
+        deleted = json.loads(run("sessions", "delete", "mounted", "--json").stdout)
+        assert deleted == [{"session_id": "mounted", "deleted": True}]
+        assert not list(sandboxes.glob("mango-*"))
+        assert (host / "precious.txt").read_text() == "keep me"
+    finally:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split(" ")[4]
+            if point.startswith(str(sandboxes)):
+                subprocess.run(["umount", "-l", point], check=False)
+
+
 def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A deliberately removed owner record blocks delete and reconcile; --force removes it all."""
     made = run("exec", "--session", "wrecked", "--", "sh", "-c", "rm -f ../../.owners/*")

@@ -46,6 +46,7 @@ SAMPLES: dict[str, Any] = {
     "excerpt": "quota exceeded",
     "size": 8 * 1024**3,
     "limit": 16 * 1024**2,
+    "path": "/var/lib/mango/sandboxes/mango-0123.deleting-4567/workspace/mnt",
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 
