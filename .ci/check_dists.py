@@ -8,8 +8,15 @@ then checks each archive:
 
 * ``twine check --strict``: the metadata is well formed and the README
   renders as a long description;
-* the license: ``License-Expression`` is set and every ``License-File`` is
-  inside the archive, holding the Apache License 2.0 text;
+* the license: the archive holds the Apache License 2.0 text (every
+  ``License-File``, or ``LICENSE``); a workspace member says ``License:
+  Apache-2.0`` (the one field ``pip show`` of pip 23.2.1, which Python 3.11
+  and 3.12 venvs ship, prints; core metadata 2.3, since 2.4's
+  ``License-Expression`` may not sit beside it) and carries the license
+  classifier; the example provider may use ``License-Expression`` instead;
+  never both fields (an index refuses such an upload);
+* every extra adds a requirement (an empty extra promises what it does not
+  install);
 * the supported Pythons: ``Requires-Python`` and one classifier per supported
   minor version (:data:`SUPPORTED_PYTHONS`);
 * requirements on sibling distributions (``mango-*``) have a lower and an
@@ -53,6 +60,8 @@ _INLINE_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)")
 _REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
 _HTML_LINK = re.compile(r"""\b(?:href|src)\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
 _APACHE_MARKERS = ("Apache License", "Version 2.0, January 2004", "END OF TERMS AND CONDITIONS")
+LICENSE = "Apache-2.0"
+LICENSE_CLASSIFIER = "License :: OSI Approved :: Apache Software License"
 
 
 def _uv() -> str:
@@ -131,14 +140,28 @@ def relative_links(markdown: str) -> list[str]:
     return [target for target in found if not _ABSOLUTE.match(target)]
 
 
-def _license_problems(metadata: Message, members: dict[str, bytes], where: str) -> list[str]:
+def _license_problems(
+    metadata: Message, members: dict[str, bytes], where: str, *, for_old_pips: bool = True
+) -> list[str]:
     problems = []
-    if not metadata.get("License-Expression"):
-        problems.append(f"{where}: no License-Expression")
-    files = metadata.get_all("License-File") or []
-    if not files:
-        problems.append(f"{where}: no License-File")
-    for name in files:
+    expression = metadata.get("License-Expression")
+    legacy = metadata.get("License")
+    if expression and legacy:
+        problems.append(
+            f"{where}: both License and License-Expression (exclusive since core metadata 2.4)"
+        )
+    if for_old_pips:
+        if legacy != LICENSE:
+            problems.append(
+                f"{where}: License is {legacy!r}, not {LICENSE!r} "
+                "(the only license field pip 23.2.1's pip show prints)"
+            )
+        if LICENSE_CLASSIFIER not in (metadata.get_all("Classifier") or []):
+            problems.append(f"{where}: no {LICENSE_CLASSIFIER!r} classifier")
+    elif LICENSE not in (expression, legacy):
+        problems.append(f"{where}: no License-Expression (nor License) {LICENSE!r}")
+    # Core metadata 2.3 has no License-File: the text is then LICENSE all the same.
+    for name in metadata.get_all("License-File") or ["LICENSE"]:
         data = next(
             (
                 body
@@ -152,6 +175,19 @@ def _license_problems(metadata: Message, members: dict[str, bytes], where: str) 
         elif not all(marker in data.decode("utf-8", "replace") for marker in _APACHE_MARKERS):
             problems.append(f"{where}: {name} is not the full Apache License 2.0 text")
     return problems
+
+
+def extra_problems(metadata: Message, where: str) -> list[str]:
+    """Extras that add no requirement: ``pip install 'x[extra]'`` would install nothing more."""
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+    return [
+        f"{where}: the extra {extra!r} adds no requirement"
+        for extra in metadata.get_all("Provides-Extra") or []
+        if not any(
+            requirement.marker is not None and requirement.marker.evaluate({"extra": extra})
+            for requirement in requirements
+        )
+    ]
 
 
 def _python_problems(metadata: Message, where: str) -> list[str]:
@@ -187,14 +223,21 @@ def sibling_problems(metadata: Message, versions: dict[str, Version], where: str
     return problems
 
 
-def check_archive(path: Path, versions: dict[str, Version]) -> list[str]:
-    """Every problem of one wheel or sdist (twine's checks aside)."""
+def check_archive(
+    path: Path, versions: dict[str, Version], *, for_old_pips: bool = True
+) -> list[str]:
+    """Every problem of one wheel or sdist (twine's checks aside).
+
+    ``for_old_pips``: the license must read in pip 23.2.1's ``pip show``
+    (workspace members; the example provider may use PEP 639's field alone).
+    """
     metadata, members = read_archive(path)
     where = path.name
     problems = [
-        *_license_problems(metadata, members, where),
+        *_license_problems(metadata, members, where, for_old_pips=for_old_pips),
         *_python_problems(metadata, where),
         *sibling_problems(metadata, versions, where),
+        *extra_problems(metadata, where),
     ]
     if metadata.get("Description-Content-Type", "").split(";")[0].strip() != "text/markdown":
         problems.append(f"{where}: the long description is not declared as text/markdown")
@@ -230,8 +273,15 @@ def check(paths: list[Path]) -> list[str]:
         kinds = {path.name.split("-", 1)[0] for path in paths if path.match(kind)}
         problems += [f"no {kind} of {name}" for name in sorted(expected - kinds)]
     problems += twine_check(paths)
+    examples = {
+        tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+            "name"
+        ].replace("-", "_")
+        for project in EXTRA_PROJECTS
+    }
     for path in paths:
-        problems += check_archive(path, versions)
+        member = path.name.split("-", 1)[0] not in examples
+        problems += check_archive(path, versions, for_old_pips=member)
     return problems
 
 

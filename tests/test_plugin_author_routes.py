@@ -1,27 +1,33 @@
-"""A plugin author outside the repository: the routes of the guide's section 0, followed for real.
+"""A plugin author outside the repository: the guide's project and routes, followed for real.
 
-``docs/plugin-authors.md`` tells an author whose index lacks mango how to get
+``docs/plugin-authors.md`` builds ``mango-provider-tinybox`` in an empty
+directory and tells an author whose index lacks mango how to get
 ``mango-core`` and ``mango-conformance``: wheels built from a checkout, a git
-URL, a local index. Each route is taken here into a fresh venv, and the
-guide's example provider is copied out of the repository, installed from
-freshly built wheels and run through ``mango-conformance run tinybox``.
+URL, a local index. Here the project is built from the guide's text
+(:mod:`tests.guide`), installed into a fresh venv from freshly built wheels
+and run as section 6 runs it; each route is taken into a fresh venv, the git
+URL also with the pip that ``python -m venv`` ships.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import shlex
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from .guide import build_project, section
 from .support import REPO, Venv, run
 
-EXAMPLE = REPO / "docs" / "example-provider"
+GUIDE_CLONE = "file:///home/you/src/mango@main"
+"""The clone the guide's git route names; the tests put this repository's in its place."""
 
 
 def _section(output: str) -> list[str]:
@@ -40,23 +46,39 @@ def home(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-def test_example_provider_outside_the_repository(
+def test_the_guide_builds_a_provider_that_passes_outside_the_repository(
     wheelhouse: Path, tmp_path: Path, home: tuple[Path, Path]
 ) -> None:
-    """docs/example-provider, copied out, installs from built wheels and passes the suite."""
-    project = tmp_path / "mango-provider-tinybox"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".*cache"))
+    """The project the guide's text makes installs from built wheels and passes the suite."""
+    project = build_project(tmp_path)
     venv = Venv.create(tmp_path / "venv")
-    # The guide's first route: pip install --find-links ~/mango-wheels -e '.[test]'
+    # Section 6: pip install --find-links ~/mango-wheels -e '.[test]'
     venv.install("-e", f"{project}[test]", find_links=wheelhouse)
     env = venv.environ(*home)
 
     listed = run([str(venv.bin / "mango"), "providers"], env=env, cwd=project).stdout
     assert "tinybox" in listed
 
-    conformance = str(venv.bin / "mango-conformance")
+    # Section 6: pytest -q (the CI profile here: the same checks, fewer examples)
+    tests = subprocess.run(
+        [str(venv.bin / "pytest"), "-q", "-p", "no:cacheprovider", "--mango-profile", "offline-ci"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = tests.stdout + tests.stderr
+    assert tests.returncode == 0, output[-6000:]
+    verdict = [line for line in _section(tests.stdout) if line.startswith("conformant")]
+    assert verdict, output[-3000:]
+    assert verdict[0].startswith("conformant with 0 waiver(s): "), output[-3000:]
+    for warning in ("warnings summary", "Warning:"):  # pytest-asyncio's on a bare config
+        assert warning not in output, output[-6000:]
+
     completed = subprocess.run(
-        [conformance, "run", "tinybox", "--profile", "offline-ci"],
+        [str(venv.bin / "mango-conformance"), "run", "tinybox", "--profile", "offline-ci"],
         cwd=project,
         env=env,
         capture_output=True,
@@ -105,16 +127,49 @@ def test_mango_installs_from_a_local_index(
     assert _conformance_targets(venv, home).startswith("local\t")
 
 
-@pytest.mark.slow
-def test_mango_installs_from_a_git_url(tmp_path: Path, home: tuple[Path, Path]) -> None:
-    """A git URL with #subdirectory= builds mango-core and mango-conformance from the repository."""
+def git_route() -> list[str]:
+    """The requirements of section 0's git-URL command, pointing at this checkout's HEAD."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
+    (block,) = [s for s in section("0. Getting") if "git+file://" in s.body and s.lang == "console"]
+    command = block.body.replace("\\\n", " ").splitlines()[0]
+    argv = shlex.split(command.removeprefix("$ "))
+    assert argv[:2] == ["pip", "install"], command
     commit = run(["git", "rev-parse", "HEAD"], cwd=REPO).stdout.strip()
-    url = f"git+file://{REPO}@{commit}"
+    requirements = [arg.replace(GUIDE_CLONE, f"file://{REPO}@{commit}") for arg in argv[2:]]
+    assert all(GUIDE_CLONE not in arg for arg in requirements)
+    assert len(requirements) == 2
+    return requirements
+
+
+@pytest.mark.slow
+def test_mango_installs_from_a_git_url(tmp_path: Path, home: tuple[Path, Path]) -> None:
+    """The guide's git URLs (#subdirectory=) build mango-core and mango-conformance."""
     venv = Venv.create(tmp_path / "venv")
-    venv.install(
-        f"mango-core @ {url}#subdirectory=packages/mango-core",
-        f"mango-conformance @ {url}#subdirectory=packages/conformance",
-    )
+    venv.install(*git_route())
     assert _conformance_targets(venv, home).startswith("local\t")
+
+
+@pytest.mark.slow
+def test_the_git_url_form_suits_the_pip_a_fresh_venv_ships(tmp_path: Path) -> None:
+    """``python -m venv``'s pip (23.2.1 on Python 3.11) accepts the guide's git requirements.
+
+    No index is needed for what this checks: the build backend is put into the
+    venv first and pip builds without isolation or dependencies.
+    """
+    requirements = git_route()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    Venv(venv).install("hatchling>=1.27")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    version = run([*pip, "--version"]).stdout.strip()
+    installed = subprocess.run(
+        [*pip, "install", "--no-build-isolation", "--no-deps", "--no-index", *requirements],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert installed.returncode == 0, f"{version}\n{installed.stdout}\n{installed.stderr}"
+    shown = run([*pip, "show", "mango-core", "mango-conformance"]).stdout
+    assert shown.count("Version: 0.1.0") == 2, shown

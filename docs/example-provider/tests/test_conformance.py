@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from mango_provider_tinybox import DEFAULT_MAX_OUTPUT_BYTES, open_conformance_provider
+from mango_provider_tinybox import open_conformance_provider
 
 import mango_conformance
-from mango.provider import ConformanceTarget
+from mango.provider import DEFAULT_MAX_OUTPUT_BYTES, ConformanceTarget
 
 
 class TestTinybox(mango_conformance.ProviderSuite):

@@ -147,7 +147,9 @@ def test_doctor_reports_an_unreachable_docker_daemon(state_dir: Path, tmp_path: 
     assert "unreachable" in checks["provider docker"]["detail"]
 
 
-def test_doctor_reports_a_reachable_docker_daemon(state_dir: Path, tmp_path: Path) -> None:
+def test_doctor_reports_a_reachable_docker_daemon(
+    docker_engine: Engine, state_dir: Path, tmp_path: Path
+) -> None:
     """With the daemon up, doctor's provider check names the Engine it reached."""
     result = _mango(state_dir, tmp_path / "resources", "unused:latest", "doctor", "--json")
     checks = {check["name"]: check for check in json.loads(result.stdout)}
@@ -205,7 +207,9 @@ def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
     return process.returncode, err
 
 
-def test_a_pull_that_cannot_reach_a_registry_says_so(state_dir: Path, tmp_path: Path) -> None:
+def test_a_pull_that_cannot_reach_a_registry_says_so(
+    docker_engine: Engine, state_dir: Path, tmp_path: Path
+) -> None:
     """An image whose registry does not answer: exit 2, the reason, and what to do offline."""
     result = _mango(
         state_dir,

@@ -172,6 +172,26 @@ def test_bad_input_gives_one_line_not_a_traceback(run) -> None:  # type: ignore[
         assert b"Traceback" not in result.stderr
 
 
+def test_a_session_id_not_in_nfc_is_refused(run) -> None:  # type: ignore[no-untyped-def]
+    """NFD ``café`` prints like NFC ``café``: every command refuses it and names the NFC one."""
+    nfd = "cafe\u0301"
+    for args in (
+        ("exec", "--session", nfd, "--", "true"),
+        ("files", "write", "--session", nfd, "x"),
+        ("files", "read", "--session", nfd, "x"),
+        ("sessions", "delete", nfd),
+    ):
+        refused = run(*args)
+        assert refused.returncode == 2, args
+        assert b"not in Unicode normal form NFC" in refused.stderr, refused.stderr
+        assert b"'caf\\xe9'" in refused.stderr, refused.stderr
+        assert b"Traceback" not in refused.stderr
+    listed = run("sessions", "list", "--json")
+    assert json.loads(listed.stdout) == []
+    accepted = run("exec", "--session", "caf\u00e9", "--", "true")
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_non_utf8_paths_are_invalid_input(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Non-UTF-8 bytes in a files path or --cwd: one clear error, exit 2, nothing written."""
     bad = os.fsdecode(b"caf\xe9.txt")
@@ -449,6 +469,40 @@ def test_deleting_a_session_stops_its_running_command(run, tmp_path: Path) -> No
     assert running.returncode == 130
     assert b"sandbox was deleted while it ran" in stderr
     assert not list((tmp_path / "state" / "sandboxes").glob("mango-*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a command bind-mounts only as root")
+def test_a_delete_meeting_a_bind_mount_names_it_and_ends_after_umount(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The host's files under a mount survive; exit 2 names the mount; after umount it deletes."""
+    host = tmp_path / "host-data"
+    host.mkdir()
+    (host / "precious.txt").write_text("keep me")
+    script = f"mkdir mnt && mount --bind {host} mnt"
+    made = run("exec", "--session", "mounted", "--", "sh", "-c", script)
+    if made.returncode != 0:
+        pytest.skip(f"mount --bind was refused here: {made.stderr.decode().strip()}")
+    sandboxes = (tmp_path / "state" / "sandboxes").resolve()
+    try:
+        refused = run("sessions", "delete", "mounted")
+        assert refused.returncode == 2, refused.stderr
+        error, hint = refused.stderr.decode().splitlines()[-2:]
+        (leftover,) = sandboxes.glob("mango-*.deleting-*")
+        mount_point = leftover / "workspace" / "mnt"
+        assert error.startswith(f"error: cannot remove the sandbox: {mount_point} is a mount point")
+        assert hint.startswith(f"hint: detach it with 'umount {mount_point}'")
+        assert (host / "precious.txt").read_text() == "keep me"
+        listed = json.loads(run("sessions", "list", "--json").stdout)
+        assert [(row["session_id"], row["state"]) for row in listed] == [("mounted", "deleting")]
+        subprocess.run(["umount", str(mount_point)], check=True)
+        deleted = json.loads(run("sessions", "delete", "mounted", "--json").stdout)
+        assert deleted == [{"session_id": "mounted", "deleted": True}]
+        assert not list(sandboxes.glob("mango-*"))
+        assert (host / "precious.txt").read_text() == "keep me"
+    finally:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split(" ")[4]
+            if point.startswith(str(sandboxes)):
+                subprocess.run(["umount", "-l", point], check=False)
 
 
 def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

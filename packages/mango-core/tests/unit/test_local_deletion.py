@@ -128,6 +128,18 @@ async def in_sandbox(sessions: SessionManager, session_id: str, script: str) -> 
     assert result.returncode == 0, result.stderr
 
 
+def move_away_and_link(session_dir: Path, outside: Path) -> None:
+    """What ``cd .. && mv ../$(basename $PWD) ../elsewhere && ln -s OUTSIDE ...`` does.
+
+    Done here, as the user commands run as: run by a command, it races the
+    provider's check after the start, to which a session directory renamed
+    away is a destroy from another process, so the command may be killed
+    between the ``mv`` and the ``ln`` (on a loaded machine it was).
+    """
+    session_dir.rename(session_dir.with_name("elsewhere"))
+    session_dir.symlink_to(outside)
+
+
 # ---------------------------------------------------------------- what the sandbox does
 
 
@@ -136,18 +148,22 @@ async def in_sandbox(sessions: SessionManager, session_id: str, script: str) -> 
     [
         "rm -f ../owner.json && echo '{{}}' > ../owner.json",
         "mv ../workspace ../gone && ln -s {outside} ../workspace",
-        "cd .. && mv ../$(basename $PWD) ../elsewhere && ln -s {outside} ../$(basename $PWD)",
+        None,  # the session directory moved away and a link in its place: move_away_and_link
         "chmod 000 d && chmod 500 ..",
     ],
     ids=["owner-json", "workspace-symlink", "session-dir-symlink", "no-permissions"],
 )
 async def test_nothing_in_reach_of_a_command_makes_a_session_undeletable(
-    base: Path, outside: Path, script: str
+    base: Path, outside: Path, script: str | None
 ) -> None:
     """Tampering from inside the sandbox cannot block deletion, nor redirect it outside."""
     store = InMemoryBindingStore()
     sessions = await bound(base, store, "tamper")
-    await in_sandbox(sessions, "tamper", script.format(outside=outside))
+    if script is None:
+        ref = (await sessions.acquire("tamper", SPEC)).ref
+        move_away_and_link(Path(ref.external_id), outside)
+    else:
+        await in_sandbox(sessions, "tamper", script.format(outside=outside))
     assert await manager(base, store).delete_session("tamper") is True
     assert unlock_moved(base) == []
     assert exists(outside, "precious.txt")
@@ -232,12 +248,7 @@ async def test_an_intent_only_session_whose_directory_became_a_link_is_deleted(
     await store.ensure_session("linked")
     await store.put_intent(ProvisioningIntent("linked", "local", SPEC, spec_hash(SPEC)))
     sandbox = await provider.create("linked", SPEC)
-    # What a command could do (the local sandbox is no isolation boundary), done
-    # from here: run as a command, a slow event loop may see the directory gone
-    # while the command still runs and stop it as destroyed.
-    session_dir = Path(sandbox.root).parent
-    session_dir.rename(session_dir.parent / "elsewhere")
-    session_dir.symlink_to(outside)
+    move_away_and_link(Path(sandbox.ref.external_id), outside)
     assert await provider.find("linked") == sandbox.ref
     assert await manager(base, store).delete_session("linked") is True
     assert unlock_moved(base) == []

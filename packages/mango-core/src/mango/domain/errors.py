@@ -26,6 +26,7 @@ message text::
         │   └── InvalidPathError   a workspace path breaks the path rules
         │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
         ├── OwnershipError         the resource belongs to another Session or provider
+        ├── RemovalBlocked         a sandbox removal met a mount point or an immutable file; path
         ├── AdmissionRejected      the spec cannot run on this provider (every reason listed)
         │   └── CapabilityNotSupported
         ├── UnsafeArchiveError     an archive tries to escape, link out, or exceed its limits
@@ -85,6 +86,7 @@ __all__ = [
     "ProvisioningBlocked",
     "RemoteRejected",
     "RemoteUnavailable",
+    "RemovalBlocked",
     "ResourceConflict",
     "SandboxNotFound",
     "SandboxNotRunning",
@@ -354,6 +356,23 @@ class PathEscapeError(InvalidPathError):
 
 class OwnershipError(PermanentError):
     """The resource belongs to another Session key or another provider."""
+
+
+class RemovalBlocked(PermanentError):
+    """Deleting a sandbox met something it must not or cannot remove; an operator must act.
+
+    A mount point inside the sandbox's directory (removing through it would
+    erase the mounted data, so the removal never crosses one) or a file the
+    kernel will not let go (immutable or append-only, ``chattr +i``/``+a``).
+    Permanent: every retry meets the same obstacle until someone clears it.
+    ``path`` names it and ``hint`` says how (``umount PATH``, ``chattr -i
+    PATH``); the Session stays fenced, and deleting it again (or the
+    reconciler) finishes once the obstacle is gone.
+    """
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
 
 
 class AdmissionRejected(PermanentError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -52,7 +53,15 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 def validate_session_id(session_id: object) -> str:
     """Return ``session_id`` if it is a usable Session id, else raise :class:`InvalidInput`.
 
-    A Session id is 1 to 255 printable characters with no whitespace at either end.
+    A Session id is 1 to 255 printable characters with no whitespace at either
+    end, in Unicode normal form NFC. Two spellings of one text (``café`` as
+    ``é`` or as ``e`` and a combining accent) print identically but are
+    different strings, hashes and database keys: they would be two Sessions
+    nobody can tell apart. So an id that is not NFC is refused, naming its NFC
+    spelling, rather than normalised: every boundary (command line, Python
+    API, Temporal payloads, providers) checks ids through this function, and
+    none of them can then silently address another Session than the one the
+    caller spelled.
     """
     if not isinstance(session_id, str):
         raise InvalidInput(f"session id must be a string, got {type(session_id).__name__}")
@@ -64,6 +73,13 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidInput(f"session id {session_id!r} has leading or trailing whitespace")
     if not session_id.isprintable():
         raise InvalidInput(f"session id {session_id!r} contains non-printable characters")
+    if not unicodedata.is_normalized("NFC", session_id):
+        # !a (ascii) shows the difference that printing hides.
+        raise InvalidInput(
+            f"session id {session_id!a} is not in Unicode normal form NFC; "
+            f"its NFC spelling {unicodedata.normalize('NFC', session_id)!a} "
+            "prints the same and is the one mango accepts"
+        )
     return session_id
 
 

@@ -31,6 +31,10 @@ leaves the owner record in place until everything else is gone: rename the
 session directory to a ``.deleting-`` leftover (the commit point), stop the
 logged commands, remove the leftovers, the run log, and last the owner
 record. The next destroy, purge or reconcile finishes what a crash left.
+Every removal goes through :func:`mango.local.removal.remove_tree`, which
+never crosses a mount point or follows a link, and stops with
+:class:`~mango.domain.errors.RemovalBlocked` at a mount point or a file the
+kernel pins (``chattr +i``); the next removal finishes once it is cleared.
 """
 
 from __future__ import annotations
@@ -39,12 +43,12 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mango.local.removal import explain, remove_tree
 from mango.local.runs import RUNS_DIR, kill_logged_runs, run_log
 from mango.provider import (
     OwnedResource,
@@ -284,15 +288,25 @@ def remove_session(session_dir: Path) -> None:
     """
     base = session_dir.parent
     with host_errors(base, setting=SANDBOX_DIR_ENV, what="cannot remove a local sandbox"):
-        retire_dir(session_dir)
+        _retire(session_dir)
         kill_logged_runs(base, session_dir.name)
-        purge_leftovers(session_dir)
-        log = run_log(base, session_dir.name)
-        if os.path.lexists(log) and not is_real_directory(log):
-            log.unlink()
-        else:  # a directory there (never made by mango): removed as a leftover would be
-            shutil.rmtree(log, ignore_errors=True)
-        owner_record_path(session_dir).unlink(missing_ok=True)
+        # Never through a mount point, past a pinned file or along a link
+        # (mango.local.removal); whatever blocks stays for the next removal.
+        purge_leftovers(session_dir, remove=remove_tree)
+        remove_tree(run_log(base, session_dir.name))
+        remove_tree(owner_record_path(session_dir))
+
+
+def _retire(session_dir: Path) -> None:
+    """:func:`retire_dir`, saying so when a mount or an immutable flag pins the directory."""
+    try:
+        retire_dir(session_dir)
+    except ProviderUnavailable as exc:
+        cause = exc.__cause__
+        blocked = explain(session_dir, cause) if isinstance(cause, OSError) else None
+        if blocked is not None:
+            raise blocked from exc
+        raise
 
 
 def list_session_dirs(base_dir: Path, ownership: Ownership) -> list[OwnedResource]:

@@ -223,14 +223,18 @@ def leftovers(path: Path) -> list[Path]:
         raise ProviderUnavailable(f"cannot list {path.parent}: {exc}") from exc
 
 
-def purge_leftovers(path: Path) -> None:
+def purge_leftovers(path: Path, *, remove: Callable[[Path], None] | None = None) -> None:
     """Remove every leftover of ``path`` (never following a link); idempotent.
 
-    Raises :class:`ProviderUnavailable` if something cannot be removed.
+    ``remove`` removes one leftover (default: :func:`shutil.rmtree`, giving
+    the owner's access back where a command took it); the local provider
+    passes its walk that never crosses a mount point. Raises
+    :class:`ProviderUnavailable` if something cannot be removed (an
+    :class:`OSError` of ``remove``; its own mango errors pass through).
     """
     for entry in leftovers(path):
         try:
-            _rmtree(entry)
+            (remove or _rmtree)(entry)
         except OSError as exc:
             raise ProviderUnavailable(f"cannot remove {path}: {exc}") from exc
     _notify("removed", path)
