@@ -18,6 +18,7 @@ from types import MappingProxyType
 import attrs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
+from mango.domain.fleet import FleetPolicy, fleet_policy
 from mango.domain.limits import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
@@ -267,6 +268,9 @@ class Settings:
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
+    fleet: FleetPolicy = attrs.field(factory=FleetPolicy)
+    """The sandbox limit, periodic orphan sweep and idle eviction (``MANGO_MAX_SANDBOXES``,
+    ``MANGO_GC_INTERVAL``, ``MANGO_GC_OLDER_THAN``, ``MANGO_EVICT_IDLE_AFTER``)."""
     environ: Mapping[str, str] = attrs.field(
         factory=_process_environ, converter=_snapshot, repr=False, hash=False
     )
@@ -346,6 +350,7 @@ class Settings:
             task_queue_prefix=prefix,
             temporal_payload_keys=payload_keys(env),
             package_manager_hosts=package_manager_hosts(env),
+            fleet=fleet_policy(env),
             environ=env,
         )
 

@@ -1,4 +1,4 @@
-"""Ports for operating the fleet as a whole: the orphan sweep (``mango gc``).
+"""Operating the fleet as a whole: the orphan sweep's ports and the fleet policy.
 
 An *orphan* is a resource a provider holds under this deployment's namespace
 (:meth:`~mango.domain.ports.Provider.list_owned` sees it) that no Session
@@ -6,16 +6,87 @@ record claims: a database restored from an older backup, a crash inside a
 provider's create before mango learned the id, a hand-made run. The sweep
 (:mod:`mango.app.sweep`) finds them through :class:`SessionClaims` and
 removes them through :class:`SweepableProvider`.
+
+:class:`FleetPolicy` is the deployment's configuration of the fleet (read by
+:func:`fleet_policy` from ``MANGO_MAX_SANDBOXES``, ``MANGO_GC_INTERVAL``,
+``MANGO_GC_OLDER_THAN`` and ``MANGO_EVICT_IDLE_AFTER``): the limit every
+SessionManager enforces, and what the worker runs on Temporal schedules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+import attrs
+
+from mango.domain.durations import duration_setting
+from mango.domain.validators import MAX_SETTING_SECONDS, number_setting, positive_int
 from mango.domain.values import OwnedResource, SandboxRef
 
-__all__ = ["SessionClaims", "SweepableProvider"]
+__all__ = [
+    "DEFAULT_GC_OLDER_THAN",
+    "MAX_SANDBOXES_LIMIT",
+    "MIN_IDLE_SECONDS",
+    "FleetPolicy",
+    "SessionClaims",
+    "SweepableProvider",
+    "fleet_policy",
+]
+
+DEFAULT_GC_OLDER_THAN = 3600.0
+"""The age an unclaimed resource must reach before the periodic sweep removes it (an hour)."""
+MIN_IDLE_SECONDS = 60.0
+"""The shortest idle time an eviction accepts: uses are written every 30 s at most."""
+MAX_SANDBOXES_LIMIT = 1_000_000
+"""The largest ``MANGO_MAX_SANDBOXES``."""
+_MIN_INTERVAL = 60.0
+
+
+@attrs.frozen
+class FleetPolicy:
+    """How the deployment operates its fleet (every part off unless configured)."""
+
+    max_sandboxes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(positive_int)
+    )
+    """``MANGO_MAX_SANDBOXES``: live sandboxes the whole deployment may hold."""
+    gc_interval: float | None = None
+    """``MANGO_GC_INTERVAL``: the worker sweeps orphans this often (None: never)."""
+    gc_older_than: float = DEFAULT_GC_OLDER_THAN
+    """``MANGO_GC_OLDER_THAN``: the age an orphan must reach to be swept periodically."""
+    evict_idle_after: float | None = None
+    """``MANGO_EVICT_IDLE_AFTER``: Sessions unused this long lose their sandbox (None: never)."""
+
+    @property
+    def evict_interval(self) -> float | None:
+        """How often the worker looks for idle Sessions: a quarter of the idle time, 15 s to 5 min.
+
+        So a Session is evicted between ``evict_idle_after`` and a quarter more.
+        """
+        if self.evict_idle_after is None:
+            return None
+        return min(300.0, max(15.0, self.evict_idle_after / 4))
+
+
+def fleet_policy(env: Mapping[str, str]) -> FleetPolicy:
+    """Read the fleet settings from ``env``; :class:`ConfigurationError` names a bad one."""
+    limit = number_setting(
+        env, "MANGO_MAX_SANDBOXES", minimum=1, maximum=MAX_SANDBOXES_LIMIT, integer=True
+    )
+    older = duration_setting(
+        env, "MANGO_GC_OLDER_THAN", minimum=_MIN_INTERVAL, maximum=MAX_SETTING_SECONDS
+    )
+    return FleetPolicy(
+        max_sandboxes=None if limit is None else int(limit),
+        gc_interval=duration_setting(
+            env, "MANGO_GC_INTERVAL", minimum=_MIN_INTERVAL, maximum=MAX_SETTING_SECONDS
+        ),
+        gc_older_than=DEFAULT_GC_OLDER_THAN if older is None else older,
+        evict_idle_after=duration_setting(
+            env, "MANGO_EVICT_IDLE_AFTER", minimum=MIN_IDLE_SECONDS, maximum=MAX_SETTING_SECONDS
+        ),
+    )
 
 
 @runtime_checkable
