@@ -227,6 +227,22 @@ def test_mango_exec_refuses_past_the_limit(database_url: str, tmp_path: Path) ->
     assert "MANGO_MAX_SANDBOXES=1" in error
     assert hint.startswith("hint: delete Sessions that are done")
     assert _sandboxes(tmp_path / "sandboxes") == 1
+
+    async def evict_one() -> None:
+        async with await open_store(database_url) as store:
+            await _backdate(store, "one", 2 * HOUR)
+            namespace = await store.deployment_namespace()  # as the command line's provider
+            provider = LocalProvider(tmp_path / "sandboxes", namespace=namespace)
+            assert await SessionManager(provider, store).evict("one", idle_for=HOUR)
+
+    asyncio.run(evict_one())
+    listed = run("sessions", "list")
+    assert b"evicted" in listed.stdout, listed
+    evicted = run("exec", "--session", "one", "--", "true")
+    assert evicted.returncode == 2
+    assert b"was evicted after 2h unused" in evicted.stderr
+    assert b"hint: delete the session" in evicted.stderr
+    assert run("exec", "--session", "two", "--", "echo", "now").stdout == b"now\n"
     bad = run("exec", "--session", "two", "--", "true", MANGO_MAX_SANDBOXES="none")
     assert bad.returncode == 2
     assert b"MANGO_MAX_SANDBOXES must be a whole number" in bad.stderr
