@@ -50,6 +50,8 @@ SAMPLES: dict[str, Any] = {
     "expected_sha256": "0" * 64,
     "sha256": "f" * 64,
     "file_id": "file-" + "0" * 32,
+    "idle_seconds": 7200.5,
+    "finished": False,
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 

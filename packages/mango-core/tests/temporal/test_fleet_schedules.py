@@ -21,7 +21,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from mango.app import SessionManager
-from mango.domain import LifecycleState, SandboxEvicted, SandboxSpec
+from mango.domain import Command, FleetFull, LifecycleState, SandboxEvicted, SandboxSpec
 from mango.domain.fleet import FleetPolicy
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.values import SandboxRef
@@ -66,12 +66,15 @@ async def _backdate(store: PostgresBindingStore, session_id: str, seconds: float
 
 @contextlib.asynccontextmanager
 async def _worker(
-    harness: Harness, policy: FleetPolicy | None, provider: Provider | None = None
+    harness: Harness,
+    policy: FleetPolicy | None,
+    provider: Provider | None = None,
+    max_sandboxes: int | None = None,
 ) -> AsyncIterator[str]:
     """An in-process worker with the fleet activities; yields its task queue."""
     store = harness.store
     assert isinstance(store, PostgresBindingStore)
-    manager = SessionManager(provider or harness.provider, store)
+    manager = SessionManager(provider or harness.provider, store, max_sandboxes=max_sandboxes)
     activities = MangoActivities(
         manager, store, harness.client, task_queue_prefix=harness.queue_prefix
     )
@@ -238,3 +241,18 @@ async def test_mango_worker_schedules_what_its_settings_say(
     assert await bad.wait_exit() == 2
     assert "MANGO_EVICT_IDLE_AFTER must be from 1m to 7d" in bad.text()
     assert await _exists(evict)  # the refused worker changed nothing
+
+
+async def test_the_limit_holds_on_the_durable_path(harness: Harness) -> None:
+    """A step through Temporal past MANGO_MAX_SANDBOXES fails at once with FleetFull, typed."""
+    first, second = harness.sid("first"), harness.sid("second")
+    async with _worker(harness, None, max_sandboxes=1):
+        done = await harness.orchestrator.exec(first, Command(("echo", "one")))
+        assert done.stdout == b"one\n"
+        with pytest.raises(FleetFull) as refused:
+            await harness.orchestrator.exec(second, Command(("echo", "two")))
+        assert refused.value.limit == 1
+        assert refused.value.provider == "local"
+        assert "MANGO_MAX_SANDBOXES=1" in str(refused.value)
+        assert await harness.store.get_intent(second) is None
+        assert len(session_dirs(harness.sandbox_dir)) == 1
