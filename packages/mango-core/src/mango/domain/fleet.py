@@ -1,4 +1,4 @@
-"""Operating the fleet as a whole: the orphan sweep's ports and the fleet policy.
+"""Operating the fleet as a whole: its ports and the fleet policy.
 
 An *orphan* is a resource a provider holds under this deployment's namespace
 (:meth:`~mango.domain.ports.Provider.list_owned` sees it) that no Session
@@ -11,6 +11,8 @@ removes them through :class:`SweepableProvider`.
 :func:`fleet_policy` from ``MANGO_MAX_SANDBOXES``, ``MANGO_GC_INTERVAL``,
 ``MANGO_GC_OLDER_THAN`` and ``MANGO_EVICT_IDLE_AFTER``): the limit every
 SessionManager enforces, and what the worker runs on Temporal schedules.
+:class:`FleetRecords` is the part of the
+:class:`~mango.domain.ports.BindingStore` port those rules read and write.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import attrs
 
 from mango.domain.durations import duration_setting
 from mango.domain.validators import MAX_SETTING_SECONDS, number_setting, positive_int
-from mango.domain.values import OwnedResource, SandboxRef
+from mango.domain.values import Binding, OwnedResource, ProvisioningIntent, SandboxRef
 
 __all__ = [
     "DEFAULT_GC_OLDER_THAN",
     "MAX_SANDBOXES_LIMIT",
     "MIN_IDLE_SECONDS",
     "FleetPolicy",
+    "FleetRecords",
     "SessionClaims",
     "SweepableProvider",
     "fleet_policy",
@@ -87,6 +90,63 @@ def fleet_policy(env: Mapping[str, str]) -> FleetPolicy:
             env, "MANGO_EVICT_IDLE_AFTER", minimum=MIN_IDLE_SECONDS, maximum=MAX_SETTING_SECONDS
         ),
     )
+
+
+class FleetRecords(Protocol):
+    """The store's records of the fleet as a whole: part of the BindingStore port."""
+
+    async def reserve_slot(self, intent: ProvisioningIntent, limit: int | None) -> bool:
+        """Let ``intent`` take one of ``limit`` places (None: no limit), before anything exists.
+
+        Live sandboxes are the bindings neither lost nor evicted (an
+        eviction counts until its destroy finished) plus the intents holding
+        a place; the count and the reservation are one
+        atomic decision across every process sharing the store. An intent
+        that already holds its place keeps it. A full fleet removes the
+        intent (compare-and-delete) and raises
+        :class:`~mango.domain.errors.FleetFull`. False if the stored intent
+        is gone or differs (another worker changed it).
+        """
+        ...
+
+    async def live_sandboxes(self) -> int:
+        """How many places are taken (live sandboxes, as :meth:`reserve_slot` counts them)."""
+        ...
+
+    async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
+        """Note that the binding of ``ref`` is in use now.
+
+        False if the Session is no longer bound to ``ref`` or its binding was
+        marked evicted: the caller must not use the resource.
+        """
+        ...
+
+    async def list_idle(
+        self, provider: str, idle_for: float, limit: int = 100
+    ) -> Sequence[Binding]:
+        """That provider's bindings to evict, longest unused first.
+
+        Bindings of Sessions not fenced, neither lost nor evicted, unused
+        (since the last :meth:`record_use`, else since they were made) for
+        ``idle_for`` seconds or more; and evicted ones whose destroy is not
+        finished.
+        """
+        ...
+
+    async def mark_evicted(
+        self, session_id: str, ref: SandboxRef, idle_for: float
+    ) -> Binding | None:
+        """Mark the binding of ``ref`` evicted if it is still unused for ``idle_for`` seconds.
+
+        Compare-and-set against :meth:`record_use`: an acquire that recorded
+        its use first wins. Returns the marked binding, or None (used since,
+        lost, already evicted, fenced, or no longer bound to ``ref``).
+        """
+        ...
+
+    async def finish_eviction(self, session_id: str, ref: SandboxRef) -> None:
+        """Record that the evicted resource ``ref`` was destroyed; idempotent."""
+        ...
 
 
 @runtime_checkable

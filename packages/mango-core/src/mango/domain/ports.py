@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from mango.domain.capabilities import CapabilitySet
+from mango.domain.fleet import FleetRecords
 from mango.domain.values import (
     Binding,
     Command,
@@ -224,12 +225,13 @@ class PurgingProvider(Protocol):
         ...
 
 
-class BindingStore(Protocol):
+class BindingStore(FleetRecords, Protocol):
     """Durable Session, intent and binding records: the source of truth.
 
     Insert-if-absent operations return the authoritative row; deletes remove
     only a row that still matches the caller's value. No credential is ever
-    stored.
+    stored. The fleet's methods (the sandbox limit, last use, idle eviction)
+    are :class:`~mango.domain.fleet.FleetRecords`'.
     """
 
     async def deployment_namespace(self) -> str:
@@ -319,61 +321,6 @@ class BindingStore(Protocol):
         or None if the Session is no longer bound to ``ref``, so a stale client
         never marks a newer binding.
         """
-        ...
-
-    # The fleet: the deployment-wide limit, last use and idle eviction.
-
-    async def reserve_slot(self, intent: ProvisioningIntent, limit: int | None) -> bool:
-        """Let ``intent`` take one of ``limit`` places (None: no limit), before anything exists.
-
-        Live sandboxes are the bindings neither lost nor evicted (an
-        eviction counts until its destroy finished) plus the intents holding
-        a place; the count and the reservation are one
-        atomic decision across every process sharing the store. An intent
-        that already holds its place keeps it. A full fleet removes the
-        intent (compare-and-delete) and raises
-        :class:`~mango.domain.errors.FleetFull`. False if the stored intent
-        is gone or differs (another worker changed it).
-        """
-        ...
-
-    async def live_sandboxes(self) -> int:
-        """How many places are taken (live sandboxes, as :meth:`reserve_slot` counts them)."""
-        ...
-
-    async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
-        """Note that the binding of ``ref`` is in use now.
-
-        False if the Session is no longer bound to ``ref`` or its binding was
-        marked evicted: the caller must not use the resource.
-        """
-        ...
-
-    async def list_idle(
-        self, provider: str, idle_for: float, limit: int = 100
-    ) -> Sequence[Binding]:
-        """That provider's bindings to evict, longest unused first.
-
-        Bindings of Sessions not fenced, neither lost nor evicted, unused
-        (since the last :meth:`record_use`, else since they were made) for
-        ``idle_for`` seconds or more; and evicted ones whose destroy is not
-        finished.
-        """
-        ...
-
-    async def mark_evicted(
-        self, session_id: str, ref: SandboxRef, idle_for: float
-    ) -> Binding | None:
-        """Mark the binding of ``ref`` evicted if it is still unused for ``idle_for`` seconds.
-
-        Compare-and-set against :meth:`record_use`: an acquire that recorded
-        its use first wins. Returns the marked binding, or None (used since,
-        lost, already evicted, fenced, or no longer bound to ``ref``).
-        """
-        ...
-
-    async def finish_eviction(self, session_id: str, ref: SandboxRef) -> None:
-        """Record that the evicted resource ``ref`` was destroyed; idempotent."""
         ...
 
 
