@@ -29,6 +29,7 @@ from mango.domain import (
     SandboxSpec,
     spec_hash,
 )
+from mango.domain.ports import Provider
 from mango.local import LocalProvider
 from mango.postgres import PostgresBindingStore, open_store
 
@@ -38,6 +39,7 @@ SPEC = SandboxSpec(timeout=30)
 LIMIT = 5
 SESSIONS = 24
 HOUR = 3600.0
+DOCKER_IMAGE = "mango-test-busybox:latest"
 
 
 def _sandboxes(base: Path) -> int:
@@ -247,3 +249,39 @@ def test_mango_exec_refuses_past_the_limit(database_url: str, tmp_path: Path) ->
     assert bad.returncode == 2
     assert b"MANGO_MAX_SANDBOXES must be a whole number" in bad.stderr
     assert b"Traceback" not in refused.stderr + bad.stderr
+
+
+def _provider(name: str, scratch: Path, namespace: str) -> Provider:
+    if name == "docker":
+        from mango_provider_docker import DockerProvider
+
+        host = os.environ.get("DOCKER_HOST", "").strip() or None
+        return DockerProvider(
+            scratch, image=DOCKER_IMAGE, host=host, pull_missing_images=False, namespace=namespace
+        )
+    return LocalProvider(scratch, namespace=namespace)
+
+
+async def test_eviction_removes_the_resource_at_the_backend(
+    provider_name: str, store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """On local and Docker: the evicted sandbox is gone from the backend; deletion still works."""
+    namespace = await store.deployment_namespace()
+    provider = _provider(provider_name, tmp_path / "backend", namespace)
+    manager = SessionManager(provider, store)
+    try:
+        await store.ensure_session("idle")
+        sandbox = await manager.acquire("idle", SPEC)
+        assert (await sandbox.exec(Command(("echo", "up")))).stdout == b"up\n"
+        assert len(await provider.list_owned()) == 1
+        await _backdate(store, "idle", 2 * HOUR)
+        assert (await manager.evict_idle(HOUR)).evicted == 1
+        assert await provider.list_owned() == []
+        with pytest.raises(SandboxEvicted):
+            await manager.acquire("idle", SPEC)
+        assert await manager.delete_session("idle")
+        assert await store.get_session("idle") is None
+    finally:
+        for resource in await provider.list_owned():
+            await provider.destroy_owned(resource)  # type: ignore[attr-defined]
+        await manager.aclose()

@@ -67,6 +67,10 @@ _RESERVE = (
     "UPDATE mango_sandbox_provisioning_intents SET reserved_at = now()"  # noqa: S608
     + _THIS_INTENT
 )
+_MARK_RESERVED = (
+    "UPDATE mango_sandbox_provisioning_intents"  # noqa: S608
+    " SET reserved_at = COALESCE(reserved_at, now())" + _THIS_INTENT
+)
 _RECORD_USE = (
     "UPDATE mango_sandbox_bindings SET last_used_at = greatest(last_used_at, now())"  # noqa: S608
     + _THIS_BINDING
@@ -109,26 +113,28 @@ class FleetRows:
         is gone or differs. With no limit the place is only marked.
         """
         key = (intent.session_id, intent.provider, intent.spec_hash)
+        if limit is None:  # nothing to count: one statement marks the place
+            async with self._connection("reserving a sandbox place") as conn:
+                cursor = await conn.execute(_MARK_RESERVED, key)
+                return bool(cursor.rowcount)
         full = False
         async with self._connection("reserving a sandbox place") as conn, conn.transaction():
-            if limit is not None:
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADMISSION_LOCK_KEY,))
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADMISSION_LOCK_KEY,))
             cursor = await conn.execute(_INTENT_RESERVED, key)
             row = await cursor.fetchone()
             if row is None:
                 return False
             if row[0]:
                 return True
-            if limit is not None:
-                cursor = await conn.execute(_LIVE)
-                counted = await cursor.fetchone()
-                full = counted is not None and counted[0] >= limit
+            cursor = await conn.execute(_LIVE)
+            counted = await cursor.fetchone()
+            full = counted is not None and counted[0] >= limit
             if full:
                 # Nothing was created for it: the refused acquire leaves no intent.
                 await conn.execute(_DELETE_INTENT, key)
             else:
                 await conn.execute(_RESERVE, key)
-        if full and limit is not None:  # raised after the commit, which removed the intent
+        if full:  # raised after the commit, which removed the intent
             raise FleetFull(limit, provider=intent.provider)
         return True
 
