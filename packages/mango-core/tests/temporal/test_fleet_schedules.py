@@ -111,6 +111,23 @@ async def _exists(handle: ScheduleHandle) -> bool:
     return True
 
 
+async def _hold(*handles: ScheduleHandle) -> None:
+    """Pause the worker's schedules: only the test's triggers start runs.
+
+    An interval schedule fires at multiples of its interval since the epoch
+    (the eviction's of an hour's idle time every 5 minutes), so a test that
+    spans such a moment would otherwise meet a run of its own besides the
+    triggered one, which would find the orphan swept or the Session evicted
+    already. A trigger still starts a run while a schedule is paused.
+    """
+    for handle in handles:
+        await handle.pause(note="driven by the test's triggers")
+    for handle in handles:
+        described = await handle.describe()
+        assert described.schedule.state.paused
+        assert described.info.num_actions == 0, "a run started before the pause"
+
+
 async def _run_now(client: Client, handle: ScheduleHandle, result_type: type[Any]) -> Any:
     """Trigger the schedule and return the result of the run it started.
 
@@ -176,6 +193,7 @@ async def test_the_schedules_sweep_orphans_and_evict_idle_sessions(harness: Harn
     async with _worker(harness, POLICY) as queue:
         sweep = client.get_schedule_handle(sweep_schedule_id(queue))
         evict = client.get_schedule_handle(eviction_schedule_id(queue))
+        await _hold(sweep, evict)
         described = await sweep.describe()
         [interval] = described.schedule.spec.intervals
         assert interval.every.total_seconds() == HOUR
