@@ -11,7 +11,8 @@ Per task queue (one provider):
   ``MANGO_EVICT_IDLE_AFTER``.
 
 Temporal runs them, whichever worker is up: a schedule skips a run while the
-previous one is still going and does not catch up on runs it missed. The
+previous one is still going, and of the runs it missed while the server was
+down it makes up one at most (its catch-up window is one interval). The
 schedules follow the settings of the worker that started last: it creates a
 schedule its settings turn on, updates one that exists, and deletes one they
 turn off. Give every worker of a provider the same fleet settings.
