@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from mango.domain.errors import ConfigurationError, InvalidInput
+from mango.domain.fleet import FleetPolicy, fleet_policy
 from mango.domain.limits import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
@@ -276,6 +277,9 @@ class Settings:
     profiles_file: Path | None = None
     """``MANGO_PROFILES_FILE``: the TOML file of environment profiles (see
     :mod:`mango.app.profiles`); None means the built-in profiles only."""
+    fleet: FleetPolicy = attrs.field(factory=FleetPolicy)
+    """The sandbox limit, periodic orphan sweep and idle eviction (``MANGO_MAX_SANDBOXES``,
+    ``MANGO_GC_INTERVAL``, ``MANGO_GC_OLDER_THAN``, ``MANGO_EVICT_IDLE_AFTER``)."""
     environ: Mapping[str, str] = attrs.field(
         factory=_process_environ, converter=_snapshot, repr=False, hash=False
     )
@@ -362,6 +366,7 @@ class Settings:
             task_queue_prefix=prefix,
             temporal_payload_keys=payload_keys(env),
             package_manager_hosts=package_manager_hosts(env),
+            fleet=fleet_policy(env),
             environ=env,
         )
 

@@ -183,6 +183,7 @@ async def open_runtime(
                 registration.capabilities,
                 registration.quirks,
                 package_manager_hosts=settings.package_manager_hosts,
+                max_sandboxes=settings.fleet.max_sandboxes,
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)

@@ -51,6 +51,8 @@ SAMPLES: dict[str, Any] = {
     "sha256": "f" * 64,
     "file_id": "file-" + "0" * 32,
     "path": "/var/lib/mango/sandboxes/mango-0123.deleting-4567/workspace/mnt",
+    "idle_seconds": 7200.5,
+    "finished": False,
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 

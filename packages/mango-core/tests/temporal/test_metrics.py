@@ -11,7 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from .support import MANGO, Harness, WorkerEnv, WorkerProcess
+from mango.postgres import PostgresBindingStore
+from mango.temporal.schedules import eviction_schedule_id
+
+from .support import MANGO, Harness, WorkerEnv, WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres, pytest.mark.slow]
 
@@ -119,6 +122,52 @@ async def test_scraped_figures_match_the_workload(
     # temporalio's own figures: the activities this workload ran, by type, exactly.
     assert _value(text, latency, activity_type="ExecCommand") == 2
     assert _value(text, latency, activity_type="ReleaseSandbox") == 1
+    worker.stop()
+    assert worker.process.returncode == 0, worker.text()
+
+
+async def test_an_idle_eviction_is_counted(
+    harness: Harness, worker_env: WorkerEnv, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """The worker's eviction run: one sandbox evicted, counted once, its destroy timed once."""
+    store = harness.store
+    assert isinstance(store, PostgresBindingStore)
+    port = _free_port()
+    worker = spawn_worker(None, MANGO_METRICS_PORT=str(port), MANGO_EVICT_IDLE_AFTER="1h")
+    await worker.wait_ready()
+    url = f"http://127.0.0.1:{port}/metrics"
+    session_id = harness.sid("idle")
+    code, _, err = await _mango(worker_env.environ(), "exec", "--session", session_id, "--", "true")
+    assert code == 0, err
+    async with store.pool.connection() as conn:  # unused for two hours, without waiting for it
+        await conn.execute(
+            "UPDATE mango_sandbox_bindings SET last_used_at = last_used_at - interval '2 hours'"
+            " WHERE session_id = %s",
+            (session_id,),
+        )
+    schedule = harness.client.get_schedule_handle(
+        eviction_schedule_id(f"{harness.queue_prefix}-local")
+    )
+    await schedule.trigger()
+
+    async def finished() -> bool:
+        binding = await store.get_binding(session_id)
+        return binding is not None and binding.eviction is not None and binding.eviction.finished
+
+    await wait_until(finished, 60, "the eviction run to destroy the idle sandbox")
+    text = ""
+
+    async def counted() -> bool:  # the counter follows the destroy's commit in the worker
+        nonlocal text
+        text = await asyncio.to_thread(_scrape, url)
+        return "mango_sandboxes_evicted_total{" in text
+
+    await wait_until(counted, 30, "mango_sandboxes_evicted_total on the endpoint")
+    local = {"provider": "local"}
+    assert _value(text, "mango_sandboxes_evicted_total", **local) == 1
+    effect = "mango_lifecycle_effect_duration_seconds_count"
+    assert _value(text, effect, effect="mark-evicted", **local) == 1
+    assert _value(text, effect, effect="destroy-evicted", **local) == 1
     worker.stop()
     assert worker.process.returncode == 0, worker.text()
 

@@ -54,8 +54,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         if E.PERSIST_INTENT in result.effects:
             self.intent_persisted = True
         if E.CREATE_RESOURCE in result.effects:
-            # A resource is only ever created after an intent made the attempt durable.
+            # A resource is only ever created after an intent made the attempt durable
+            # and took its place under the fleet limit, right before.
             assert self.intent_persisted
+            at = result.effects.index(E.CREATE_RESOURCE)
+            assert result.effects[at - 1] is E.RESERVE_SLOT
             self.resource_created = True
         if result.state is S.BOUND and before is not S.BOUND:
             assert before is S.PROVISIONING
@@ -68,6 +71,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         if result.state is S.LOST and before is not S.LOST:
             # Entering lost persists it, so every worker sees the same state.
             assert result.effects == (E.RECORD_LOST,)
+        if before is S.EVICTED and command in (C.ACQUIRE, C.ACQUIRE_EXISTING):
+            assert result.effects == (E.FAIL_EVICTED,)
+        if E.ATTACH_RESOURCE in result.effects:
+            # A bound Session's use is written before it is handed out.
+            assert result.effects == (E.RECORD_USE, E.ATTACH_RESOURCE)
+        if result.state is S.EVICTED and before is not S.EVICTED:
+            # Only a binding the mark took (it was unused) loses its resource.
+            assert (before, command) == (S.BOUND, C.EVICTION_MARKED)
+            assert result.effects == (E.DESTROY_EVICTED,)
         self.state = result.state
         self.history.append(self.state)
 
@@ -123,6 +135,44 @@ def test_observe_is_consistent(
         if state is S.LOST:
             # A persisted loss fails every acquire and never provisions.
             assert transition(state, C.ACQUIRE).effects == (E.FAIL_LOST,)
+
+
+@given(st.booleans(), st.booleans())
+def test_an_evicted_binding_is_observed_evicted(fenced: bool, lost: bool) -> None:
+    """The eviction mark wins over a loss mark; the fence wins over both."""
+    state = observe(
+        session_exists=True,
+        fenced=fenced,
+        has_intent=False,
+        has_binding=True,
+        binding_lost=lost,
+        binding_evicted=True,
+    )
+    assert state is (S.DELETING if fenced else S.EVICTED)
+    transition(state, C.DELETE)
+    if not fenced:
+        # Acquiring again fails with what happened; it never provisions.
+        assert transition(state, C.ACQUIRE).effects == (E.FAIL_EVICTED,)
+
+
+def test_the_eviction_marks_before_it_destroys() -> None:
+    """An unused binding is marked (idle), then destroyed; a used one stays bound."""
+    course = LIFECYCLE.course(S.BOUND, C.EVICT)
+    step = course.next()
+    assert step is not None
+    assert step.transition.effects == (E.MARK_EVICTED,)
+    assert step.transition.guards == (LifecycleGuard.OWNED_HERE,)
+    course.settle(step, None)  # used since it was listed: nothing follows
+    assert (course.next(), course.state) == (None, S.BOUND)
+    course = LIFECYCLE.course(S.BOUND, C.EVICT)
+    step = course.next()
+    assert step is not None
+    course.settle(step, LifecycleSignal.IDLE)
+    follow = course.next()
+    assert follow is not None
+    assert follow.transition.effects == (E.DESTROY_EVICTED,)
+    course.settle(follow, None)
+    assert (course.next(), course.state) == (None, S.EVICTED)
 
 
 # ------------------------------------------------------------------ the table and its rules

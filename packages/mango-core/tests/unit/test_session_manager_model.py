@@ -2,7 +2,8 @@
 
 The machine drives SessionManager (several workers over one in-memory store
 and one provider world) with acquire, acquire-existing, use, release, delete,
-reconcile, crashes between steps and resources vanishing behind mango's back.
+reconcile, idle time passing and the idle eviction, crashes between steps and
+resources vanishing behind mango's back.
 Every handler records what it performed and the signal its outcome reported;
 the model walks the same command through the table
 (:class:`~mango.domain.lifecycle.Course`) with those signals, so the effects
@@ -18,21 +19,31 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from mango.app import InMemoryBindingStore, SessionManager
+from mango.app import InMemoryBindingStore, ManualClock, SessionManager
 from mango.app.session_manager import EffectHandler, Handlers, default_handlers
 from mango.domain import (
     InvalidInput,
+    InvalidTransition,
     LifecycleCommand,
     LifecycleEffect,
     LifecycleState,
     ProvisioningIntent,
+    SandboxEvicted,
     SandboxNotFound,
     SandboxSpec,
     SessionDeleting,
@@ -45,6 +56,7 @@ from mango.domain.ports import Sandbox
 S, C, E, L = LifecycleState, LifecycleCommand, LifecycleEffect, LifecycleSignal
 SPEC = SandboxSpec()
 SESSIONS = ("a", "b")
+IDLE_FOR = 3600.0
 _T = TypeVar("_T")
 
 
@@ -109,7 +121,7 @@ class SessionManagerModel(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.world = new_world()
         self.provider_type = provider_type
-        self.store = InMemoryBindingStore()
+        self.store = InMemoryBindingStore(ManualClock())
         self.log: dict[str, list[Performed]] = defaultdict(list)
         self.handlers = recording(self.log)
         self.providers = [self._provider() for _ in range(2)]
@@ -118,6 +130,8 @@ class SessionManagerModel(RuleBasedStateMachine):
         self.model: dict[str, LifecycleState | None] = dict.fromkeys(SESSIONS)
         self.vanished: dict[str, bool] = dict.fromkeys(SESSIONS, False)
         self.clients: dict[str, Sandbox] = {}
+        # True once IDLE_FOR passed since the Session's last recorded use.
+        self.idle: dict[str, bool] = dict.fromkeys(SESSIONS, False)
 
     def _provider(self) -> Any:
         # Keep-alive makes every acquire, cached or not, ask the provider, as
@@ -125,7 +139,8 @@ class SessionManagerModel(RuleBasedStateMachine):
         return self.provider_type(self.world, keep_alive=True)
 
     def _manager(self, provider: Any) -> SessionManager:
-        return SessionManager(provider, self.store, handlers=self.handlers)
+        # Every acquire writes its use, so the model knows exactly what is idle.
+        return SessionManager(provider, self.store, handlers=self.handlers, use_interval=0)
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
         self.log.clear()
@@ -134,10 +149,15 @@ class SessionManagerModel(RuleBasedStateMachine):
     def _follow(self, sid: str, state: LifecycleState, command: LifecycleCommand) -> LifecycleState:
         """The walk with what SessionManager reported; ``lost`` only if the world says so."""
         performed = self.log.pop(sid, [])
-        if state is S.LOST and performed and performed[0].effect == E.ATTACH_RESOURCE:
+        if state is S.LOST and performed and performed[0].effect == E.RECORD_USE:
             # A worker's cached client stands for the binding, so a loss
             # another worker recorded is met through its keep-alive.
             state = S.BOUND
+        if state is S.EVICTED and performed and performed[0].effect == E.RECORD_USE:
+            # A cached client's use meets the eviction mark: observed again.
+            performed = performed[1:]
+        if any(p.effect in (E.RECORD_USE, E.PUBLISH_BINDING) for p in performed):
+            self.idle[sid] = False
         reported_lost = any(p.signal is L.LOST for p in performed)
         assert reported_lost == (self.vanished[sid] and state is S.BOUND), (state, performed)
         return follow(state, command, performed)
@@ -195,19 +215,23 @@ class SessionManagerModel(RuleBasedStateMachine):
         creates = self._creates()
         try:
             sandbox = self._run(call(sid, SPEC))
+        except SandboxEvicted:
+            assert state is S.EVICTED
+            sandbox, failed = None, True
         except SandboxNotFound:
             sandbox, failed = None, True
         else:
             failed = False
         performed = list(self.log[sid])
         expected = self._follow(sid, state, command)
-        assert failed == any(p.effect == E.FAIL_LOST for p in performed), performed
+        fails = (E.FAIL_LOST, E.FAIL_EVICTED)
+        assert failed == any(p.effect in fails for p in performed), performed
         if not failed:
             assert (sandbox is None) == (expected is not S.BOUND)
             if sandbox is not None:
                 self.clients[sid] = sandbox
-        if state in (S.BOUND, S.LOST):
-            assert self._creates() == creates, "a bound or lost Session got a new resource"
+        if state in (S.BOUND, S.LOST, S.EVICTED):
+            assert self._creates() == creates, "a bound, lost or evicted Session got a resource"
         self.model[sid] = expected
 
     @rule(sid=st.sampled_from(SESSIONS))
@@ -219,9 +243,9 @@ class SessionManagerModel(RuleBasedStateMachine):
         try:
             self._run(client.read_file("probe"))
         except SandboxNotFound:
-            assert self.vanished[sid]
             state = self.model[sid]
-            if state in (S.BOUND, S.LOST):
+            assert self.vanished[sid] or state is S.EVICTED
+            if state in (S.BOUND, S.LOST, S.EVICTED):
                 self.model[sid] = follow(state, C.REFERENCE_LOST, self.log.pop(sid, []))
         except KeyError:
             assert not self.vanished[sid]
@@ -236,6 +260,46 @@ class SessionManagerModel(RuleBasedStateMachine):
         if self.world.resources.pop(binding.ref.external_id, None) is not None:
             self.world.files.pop(binding.ref.external_id, None)
             self.vanished[sid] = True
+
+    @rule()
+    def time_passes(self) -> None:
+        """Longer than the idle time passes without a use."""
+        self.store.clock.advance(timedelta(seconds=2 * IDLE_FOR))  # type: ignore[attr-defined]
+        self.idle = dict.fromkeys(SESSIONS, True)
+
+    @rule(sid=st.sampled_from(SESSIONS), worker=st.integers(0, 1))
+    def bind(self, sid: str, worker: int) -> None:
+        """Create the Session and acquire its sandbox (both steps above, in one)."""
+        self.ensure(sid, worker)
+        self.acquire(sid, worker, C.ACQUIRE)
+
+    @precondition(lambda self: S.BOUND in self.model.values())
+    @rule(data=st.data(), worker=st.integers(0, 1), idle=st.booleans())
+    def evict_bound(self, data: st.DataObject, worker: int, idle: bool) -> None:
+        """A bound Session (idle or not) meets the eviction."""
+        bound = sorted(sid for sid, state in self.model.items() if state is S.BOUND)
+        self.evict(data.draw(st.sampled_from(bound)), worker, idle)
+
+    @rule(sid=st.sampled_from(SESSIONS), worker=st.integers(0, 1), idle=st.booleans())
+    def evict(self, sid: str, worker: int, idle: bool) -> None:
+        """The eviction takes a bound Session only if it is idle, as the table says."""
+        if idle:
+            self.time_passes()
+        state = self.model[sid]
+        creates = self._creates()
+        command = C.EVICT
+        if state is None or LIFECYCLE.transitions.get((state, command)) is None:
+            with pytest.raises((InvalidTransition, SessionDeleting)):
+                self._run(self.managers[worker].evict(sid, idle_for=IDLE_FOR))
+            assert not self.log[sid], "a refused eviction performed an effect"
+            return
+        evicted = self._run(self.managers[worker].evict(sid, idle_for=IDLE_FOR))
+        performed = self.log.pop(sid, [])
+        marked = any(p.signal is L.IDLE for p in performed)
+        assert marked == (state is S.BOUND and self.idle[sid]), (state, performed)
+        self.model[sid] = follow(state, command, performed)
+        assert evicted == (self.model[sid] is S.EVICTED)
+        assert self._creates() == creates, "an eviction created a resource"
 
     @rule(sid=st.sampled_from(SESSIONS), after_create=st.booleans())
     def crash_while_provisioning(self, sid: str, after_create: bool) -> None:
@@ -339,8 +403,8 @@ class SessionManagerModel(RuleBasedStateMachine):
             if state is S.BOUND and not self.vanished[sid]:
                 assert binding is not None
                 assert owned == [binding.ref.external_id]
-            elif state is S.LOST or self.vanished[sid]:
-                assert owned == [], "a lost Session got a replacement"
+            elif state in (S.LOST, S.EVICTED) or self.vanished[sid]:
+                assert owned == [], "a lost or evicted Session got a replacement"
             elif state in (None, S.UNBOUND):
                 assert owned == []
                 assert binding is None

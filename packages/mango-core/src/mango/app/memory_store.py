@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import attrs
 
 from mango.app.clock import SystemClock
-from mango.domain.errors import PreconditionFailed, ProvisioningBlocked
+from mango.domain.errors import FleetFull, PreconditionFailed, ProvisioningBlocked
 from mango.domain.hashing import session_key_hash
 from mango.domain.ports import Clock
 from mango.domain.registry import new_namespace, validate_namespace
 from mango.domain.values import (
     Binding,
+    Eviction,
     OwnedResource,
     ProvisioningIntent,
     SandboxRef,
@@ -37,6 +39,10 @@ class InMemoryBindingStore:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     intents: dict[str, tuple[ProvisioningIntent, float]] = attrs.field(factory=dict)
     bindings: dict[str, Binding] = attrs.field(factory=dict)
+    reserved: set[str] = attrs.field(factory=set)
+    """Sessions whose intent holds a place under the fleet limit."""
+    used_at: dict[str, datetime] = attrs.field(factory=dict)
+    """Each binding's last use (its creation until an acquire records one)."""
     namespace: str = attrs.field(factory=new_namespace, converter=validate_namespace, kw_only=True)
     """The deployment namespace: random per store unless given."""
     _lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, alias="_lock")
@@ -147,6 +153,7 @@ class InMemoryBindingStore:
                     f"{stored.provider}/{stored.spec_hash}"
                 )
             del self.intents[intent.session_id]
+            self.reserved.discard(intent.session_id)
 
     async def get_binding(self, session_id: str) -> Binding | None:
         """The binding or None."""
@@ -161,7 +168,10 @@ class InMemoryBindingStore:
                 if other.ref == binding.ref and other.session_id != binding.session_id:
                     raise PreconditionFailed(f"{binding.ref} is bound to another session")
             winner = self.bindings.setdefault(binding.session_id, binding)
+            if winner is binding:
+                self.used_at[binding.session_id] = self.clock.now()
             self.intents.pop(binding.session_id, None)
+            self.reserved.discard(binding.session_id)
             return winner
 
     async def delete_binding(self, binding: Binding) -> None:
@@ -175,17 +185,113 @@ class InMemoryBindingStore:
                     f"binding of session {binding.session_id!r} changed to {stored.ref}"
                 )
             del self.bindings[binding.session_id]
+            self.used_at.pop(binding.session_id, None)
 
     async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
         """Compare-and-set the loss mark on (session, provider, external id); idempotent."""
         async with self._lock:
             stored = self.bindings.get(session_id)
-            if stored is None or stored.ref != ref:
+            if stored is None or stored.ref != ref or stored.evicted:
                 return None
             if stored.lost_at is None:
                 stored = attrs.evolve(stored, lost_at=self.clock.now())
                 self.bindings[session_id] = stored
             return stored
+
+    # ------------------------------------------------------------ the fleet
+
+    def _live(self) -> int:
+        # An eviction whose destroy did not finish may still hold its resource.
+        bound = sum(
+            1
+            for b in self.bindings.values()
+            if not b.lost and (b.eviction is None or not b.eviction.finished)
+        )
+        return bound + len(self.reserved & set(self.intents))
+
+    async def reserve_slot(self, intent: ProvisioningIntent, limit: int | None) -> bool:
+        """Take a place for ``intent`` under ``limit``; a full fleet removes it (``FleetFull``)."""
+        async with self._lock:
+            entry = self.intents.get(intent.session_id)
+            if entry is None or (entry[0].provider, entry[0].spec_hash) != (
+                intent.provider,
+                intent.spec_hash,
+            ):
+                return False
+            if intent.session_id in self.reserved:
+                return True
+            if limit is not None and self._live() >= limit:
+                del self.intents[intent.session_id]
+                raise FleetFull(limit, provider=intent.provider)
+            self.reserved.add(intent.session_id)
+            return True
+
+    async def live_sandboxes(self) -> int:
+        """Bindings neither lost nor evicted (destroy finished), and reserved intents."""
+        return self._live()
+
+    async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
+        """Note the use now; False if the Session is not bound to ``ref`` or was evicted."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            if stored is None or stored.ref != ref or stored.evicted:
+                return False
+            self.used_at[session_id] = self.clock.now()
+            return True
+
+    def _idle_since(self, session_id: str, idle_for: float, now: datetime) -> float | None:
+        used = self.used_at.get(session_id)
+        idle = None if used is None else (now - used).total_seconds()
+        return idle if idle is not None and idle >= idle_for else None
+
+    async def list_idle(
+        self, provider: str, idle_for: float, limit: int = 100
+    ) -> Sequence[Binding]:
+        """That provider's bindings to evict (idle, or evicted and not finished)."""
+        now = self.clock.now()
+        found: list[tuple[datetime, str, Binding]] = []
+        for session_id, binding in self.bindings.items():
+            record = self.sessions.get(session_id)
+            if binding.ref.provider != provider or record is None or record.deleting:
+                continue
+            if binding.eviction is not None:
+                if not binding.eviction.finished:
+                    found.append((binding.eviction.at, session_id, binding))
+            elif not binding.lost and self._idle_since(session_id, idle_for, now) is not None:
+                found.append((self.used_at[session_id], session_id, binding))
+        found.sort(key=lambda item: (item[0], item[1]))
+        return [binding for _, _, binding in found[: max(limit, 0)]]
+
+    async def mark_evicted(
+        self, session_id: str, ref: SandboxRef, idle_for: float
+    ) -> Binding | None:
+        """Compare-and-set the eviction mark on a binding still unused for ``idle_for``."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            record = self.sessions.get(session_id)
+            if stored is None or stored.ref != ref or stored.lost or stored.evicted:
+                return None
+            if record is None or record.deleting:
+                return None
+            now = self.clock.now()
+            idle = self._idle_since(session_id, idle_for, now)
+            if idle is None:
+                return None
+            stored = attrs.evolve(stored, eviction=Eviction(at=now, idle_seconds=idle))
+            self.bindings[session_id] = stored
+            return stored
+
+    async def finish_eviction(self, session_id: str, ref: SandboxRef) -> None:
+        """Record that the evicted resource was destroyed; idempotent."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            if stored is not None and stored.ref == ref and stored.eviction is not None:
+                finished = attrs.evolve(stored.eviction, finished=True)
+                self.bindings[session_id] = attrs.evolve(stored, eviction=finished)
+
+    def backdate_use(self, session_id: str, seconds: float) -> None:
+        """Make the Session's last use ``seconds`` older (tests: an idle Session, no sleeping)."""
+        self.used_at[session_id] -= timedelta(seconds=seconds)
 
     async def claimed(
         self, provider: str, resources: Sequence[OwnedResource]

@@ -12,7 +12,7 @@ Instruments (meter ``mango``; units in seconds):
   ``operation`` and ``outcome`` (``ok`` or the error class);
 * ``mango.provider.errors`` (counter): failed provider calls by ``kind``;
 * ``mango.sandboxes.created`` / ``destroyed`` / ``lost`` / ``reconciled`` /
-  ``swept`` (counters), by ``provider``;
+  ``swept`` / ``evicted`` (counters), by ``provider``;
 * ``mango.exec.truncations`` (counter): output streams cut at the cap, by ``stream``;
 * ``mango.lifecycle.effect.duration`` (histogram): every lifecycle effect by
   ``effect`` (``setup-resource`` is package setup, and resource
@@ -71,6 +71,9 @@ _reconciled = _meter.create_counter(
 )
 _swept = _meter.create_counter(
     "mango.sandboxes.swept", description="Orphans removed by the sweep (mango gc)"
+)
+_evicted = _meter.create_counter(
+    "mango.sandboxes.evicted", description="Idle sandboxes destroyed by the eviction"
 )
 _truncations = _meter.create_counter(
     "mango.exec.truncations", description="Exec output streams cut at the per-stream cap"
@@ -148,6 +151,8 @@ def effect_done(provider: str, effect: str, seconds: float, signal: str | None) 
         _destroyed.add(1, attributes)
     elif effect == LifecycleEffect.RECORD_LOST:
         _lost.add(1, attributes)
+    elif effect == LifecycleEffect.DESTROY_EVICTED:
+        _evicted.add(1, attributes)
 
 
 def count_reconciled(provider: str, completed: int) -> None:

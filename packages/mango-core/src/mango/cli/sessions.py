@@ -46,6 +46,7 @@ def sessions_list(limit: int, as_json: bool) -> None:
                 has_intent=intent is not None,
                 has_binding=binding is not None,
                 binding_lost=binding is not None and binding.lost,
+                binding_evicted=binding is not None and binding.evicted,
             ).value
             rows.append(
                 {

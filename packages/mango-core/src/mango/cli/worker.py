@@ -68,17 +68,22 @@ async def run_worker(
     graceful_shutdown: float,
     sticky_queue_timeout: float = 5.0,
     wrap_ports: PortsWrapper | None = None,
+    schedules: bool = True,
 ) -> None:
     """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT.
 
-    ``wrap_ports`` is passed to :func:`mango.runtime.open_runtime`.
+    With ``schedules``, the provider's fleet schedules (orphan sweep, idle
+    eviction) are made to match ``settings.fleet``. ``wrap_ports`` is passed
+    to :func:`mango.runtime.open_runtime`.
     """
     # Imported here, not at module level: every other mango command stays quick to start.
     from mango.app.tools import ToolRunner
     from mango.cli.durable import open_temporal
     from mango.plugins import load_plugins
+    from mango.postgres import PostgresSessionClaims
     from mango.runtime import database_display, open_runtime, select_provider
     from mango.temporal.activities import MangoActivities
+    from mango.temporal.fleet_activities import FleetActivities
     from mango.temporal.worker import serve
 
     host = load_plugins()
@@ -122,11 +127,14 @@ async def run_worker(
                 task_queue_prefix=settings.task_queue_prefix,
                 tools=ToolRunner(max_read_bytes=max_read_bytes()),
             )
+            fleet = FleetActivities(manager, PostgresSessionClaims(runtime.store.pool))
             await serve(
                 client,
                 activities,
                 stop=stop,
                 reconciler=reconciler,
+                fleet=fleet,
+                schedules=settings.fleet if schedules else None,
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_queue_timeout,
                 on_ready=lambda: click.echo(READY_MESSAGE, err=True),
@@ -179,7 +187,10 @@ def _announce_ui(settings: Settings) -> None:
     help="Seconds between reconciler passes (intents and interrupted deletions).",
 )
 @click.option(
-    "--no-reconciler", is_flag=True, help="Do not start or join this provider's reconciler."
+    "--no-reconciler",
+    is_flag=True,
+    help="Do not start or join this provider's reconciler, nor change its fleet schedules "
+    "(MANGO_GC_INTERVAL, MANGO_EVICT_IDLE_AFTER).",
 )
 @click.option(
     "--graceful-shutdown",
@@ -218,8 +229,10 @@ def worker(
 
     It serves the task queue mango-<provider> (prefix: MANGO_TEMPORAL_TASK_QUEUE_PREFIX)
     on MANGO_TEMPORAL_ADDRESS / MANGO_TEMPORAL_NAMESPACE; with no address it
-    runs an embedded Temporal dev server under the state directory. Stop it
-    with SIGTERM or Ctrl-C.
+    runs an embedded Temporal dev server under the state directory. With
+    MANGO_GC_INTERVAL or MANGO_EVICT_IDLE_AFTER set it schedules the orphan
+    sweep or the idle eviction (Temporal schedules; unset settings delete
+    them). Stop it with SIGTERM or Ctrl-C.
     """
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
@@ -240,6 +253,7 @@ def worker(
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_timeout,
                 wrap_ports=ports_wrapper(),
+                schedules=not no_reconciler,
             )
         )
     except asyncio.CancelledError:

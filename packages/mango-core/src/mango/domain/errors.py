@@ -6,7 +6,8 @@ message text::
 
     MangoError                     retryable unless a class below says otherwise
     ├── SandboxNotFound            a persisted reference the provider no longer knows (retryable;
-    │                              Temporal still stops at once: retrying cannot bring it back)
+    │   │                          Temporal still stops at once: retrying cannot bring it back)
+    │   └── SandboxEvicted         the idle eviction destroyed the sandbox (MANGO_EVICT_IDLE_AFTER)
     ├── ProviderUnavailable        the backend could not be reached or answered badly (retry)
     │   ├── SandboxNotRunning      the sandbox exists but is stopped or paused (start it, retry)
     │   ├── RemoteUnavailable      a remote API failed transiently (5xx, 429, timeout); has status
@@ -28,7 +29,8 @@ message text::
         ├── OwnershipError         the resource belongs to another Session or provider
         ├── RemovalBlocked         a sandbox removal met a mount point or an immutable file; path
         ├── AdmissionRejected      the spec cannot run on this provider (every reason listed)
-        │   └── CapabilityNotSupported
+        │   ├── CapabilityNotSupported
+        │   └── FleetFull          the deployment runs MANGO_MAX_SANDBOXES sandboxes already
         ├── UnsafeArchiveError     an archive tries to escape, link out, or exceed its limits
         ├── SessionDeleting        the Session is fenced for deletion; no new admissions
         ├── InvalidTransition      the lifecycle state machine refused a command
@@ -70,6 +72,7 @@ __all__ = [
     "ContentMismatch",
     "FileStoreUnavailable",
     "FileTooLarge",
+    "FleetFull",
     "InvalidInput",
     "InvalidPathError",
     "InvalidTransition",
@@ -88,6 +91,7 @@ __all__ = [
     "RemoteUnavailable",
     "RemovalBlocked",
     "ResourceConflict",
+    "SandboxEvicted",
     "SandboxNotFound",
     "SandboxNotRunning",
     "SessionDeleting",
@@ -132,6 +136,33 @@ class SandboxNotFound(MangoError):
     """
 
     permanent = False
+
+
+class SandboxEvicted(SandboxNotFound):
+    """The idle eviction (``MANGO_EVICT_IDLE_AFTER``) destroyed the Session's sandbox.
+
+    A :class:`SandboxNotFound` with its reason: the workspace is gone on
+    purpose, not lost, and is never replaced by an empty one either. Not
+    permanent, as its parent: a release that meets it has succeeded; no
+    retry brings the workspace back, so Temporal fails the step at once.
+    ``idle_seconds`` is how long the Session had been unused when it was
+    evicted; ``finished`` is False while the destroy is still to be
+    confirmed (a provider that could not answer).
+    """
+
+    permanent = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        idle_seconds: float = 0.0,
+        finished: bool = True,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.idle_seconds = idle_seconds
+        self.finished = finished
 
 
 class ProviderUnavailable(MangoError):
@@ -387,6 +418,31 @@ class AdmissionRejected(PermanentError):
 
 class CapabilityNotSupported(AdmissionRejected):
     """At least one reason is a capability the provider does not declare."""
+
+
+class FleetFull(AdmissionRejected):
+    """The deployment already runs ``limit`` live sandboxes (``MANGO_MAX_SANDBOXES``).
+
+    Checked in PostgreSQL when a provisioning reserves its place, so no race
+    lets two workers exceed it; the refused acquire leaves no intent and no
+    sandbox behind. Permanent for this request (it fails at once with this
+    message rather than waiting): the caller retries once a Session is
+    deleted or evicted.
+    """
+
+    def __init__(self, limit: int, *, provider: str = "", hint: str | None = None) -> None:
+        self.limit = limit
+        reason = (
+            f"the deployment already runs {limit} live sandbox(es), "
+            f"its limit (MANGO_MAX_SANDBOXES={limit})"
+        )
+        super().__init__(
+            provider,
+            [reason],
+            hint=hint
+            or "delete Sessions that are done (mango sessions delete), let the idle eviction "
+            "reclaim unused ones, or raise MANGO_MAX_SANDBOXES",
+        )
 
 
 class UnsafeArchiveError(PermanentError):

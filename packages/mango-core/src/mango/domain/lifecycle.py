@@ -3,9 +3,10 @@
 ::
 
     unbound --acquire--> provisioning --resource_ready--> bound
-       |                     |   ^ (acquire: resume)        |  \\
-       |                     |   |                          |   reference_lost --> lost
-       +----- delete --------+---+---------- delete --------+------ delete -------+
+       |                     |   ^ (acquire: resume)        |  \\ \\
+       |                     |   |                          |   \\ reference_lost --> lost
+       |                     |   |                          |    evict (idle) ----> evicted
+       +----- delete --------+---+---------- delete --------+---- delete ---------+--+
                                   v
                                deleting --deletion_finished--> deleted
 
@@ -22,6 +23,14 @@ and the transition is the whole rule for that step:
   :class:`LifecycleSignal` (setup reports ``ready``, so ``resource-ready``
   follows; attach reports ``lost``, so ``reference-lost`` and then the
   original command follow, which meets the ``lost`` state and fails).
+
+Fleet operation is rows too: a first acquire (and a resumed one) reserves
+its place under ``MANGO_MAX_SANDBOXES`` (``reserve-slot``) before anything
+is created, an acquire of a bound Session records its use (``record-use``,
+written coarsely), and the idle eviction is the ``evict`` command: the
+binding is marked evicted only if it is still unused (``mark-evicted``
+reports ``idle``), then its resource is destroyed and the next acquire
+fails with what happened (``fail-evicted``) instead of reporting a loss.
 
 The table also declares which signals each effect may report and what a
 state answers to a command it does not admit (``refusals``: a fenced Session
@@ -87,6 +96,7 @@ class LifecycleState(enum.StrEnum):
     PROVISIONING = "provisioning"
     BOUND = "bound"
     LOST = "lost"
+    EVICTED = "evicted"
     DELETING = "deleting"
     DELETED = "deleted"
 
@@ -98,6 +108,8 @@ class LifecycleCommand(enum.StrEnum):
     ACQUIRE_EXISTING = "acquire-existing"
     RESOURCE_READY = "resource-ready"
     REFERENCE_LOST = "reference-lost"
+    EVICT = "evict"
+    EVICTION_MARKED = "eviction-marked"
     DELETE = "delete"
     DELETION_FINISHED = "deletion-finished"
 
@@ -106,12 +118,17 @@ class LifecycleEffect(enum.StrEnum):
     """Work the application layer performs, in the order given."""
 
     PERSIST_INTENT = "persist-intent"
+    RESERVE_SLOT = "reserve-slot"
     CREATE_RESOURCE = "create-resource"
     SETUP_RESOURCE = "setup-resource"
     PUBLISH_BINDING = "publish-binding"
+    RECORD_USE = "record-use"
     ATTACH_RESOURCE = "attach-resource"
     RECORD_LOST = "record-lost"
     FAIL_LOST = "fail-lost"
+    MARK_EVICTED = "mark-evicted"
+    DESTROY_EVICTED = "destroy-evicted"
+    FAIL_EVICTED = "fail-evicted"
     FENCE_SESSION = "fence-session"
     DESTROY_RESOURCE = "destroy-resource"
     REMOVE_BINDING = "remove-binding"
@@ -145,6 +162,8 @@ class LifecycleSignal(enum.StrEnum):
     """Another worker's binding won the election: use that one."""
     LOST = "lost"
     """The provider no longer knows the bound resource."""
+    IDLE = "idle"
+    """The binding was still unused and is now marked evicted: its resource goes."""
 
 
 @attrs.frozen
@@ -368,10 +387,12 @@ _DELETE = Transition(
 
 
 def _attach(command: LifecycleCommand) -> Transition:
-    # A vanished resource is recorded, then the command meets the lost state.
+    # The use is recorded first (coarsely: at most one write per Session and
+    # interval), so the idle eviction never takes a binding in use; a
+    # vanished resource is recorded, then the command meets the lost state.
     return Transition(
         S.BOUND,
-        (E.ATTACH_RESOURCE,),
+        (E.RECORD_USE, E.ATTACH_RESOURCE),
         guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
         follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, command)),),
     )
@@ -381,16 +402,19 @@ _READY = (FollowUp(L.READY, (C.RESOURCE_READY,)),)
 
 LIFECYCLE = LifecycleTable(
     {
+        # The intent takes its place under the fleet limit before anything is
+        # created; a full fleet refuses (FleetFull) and the intent is removed.
         (S.UNBOUND, C.ACQUIRE): Transition(
             S.PROVISIONING,
-            (E.PERSIST_INTENT, E.CREATE_RESOURCE, E.SETUP_RESOURCE),
+            (E.PERSIST_INTENT, E.RESERVE_SLOT, E.CREATE_RESOURCE, E.SETUP_RESOURCE),
             follow_ups=_READY,
         ),
         # A retry (or the reconciler) resumes: create is idempotent by session
-        # key, and the intent's provider and spec win over the caller's.
+        # key, and the intent's provider and spec win over the caller's; an
+        # intent that holds its place keeps it.
         (S.PROVISIONING, C.ACQUIRE): Transition(
             S.PROVISIONING,
-            (E.CREATE_RESOURCE, E.SETUP_RESOURCE),
+            (E.RESERVE_SLOT, E.CREATE_RESOURCE, E.SETUP_RESOURCE),
             guards=(G.INTENT_OWNED_HERE, G.INTENT_SPEC_MATCHES),
             follow_ups=_READY,
         ),
@@ -410,10 +434,28 @@ LIFECYCLE = LifecycleTable(
         (S.LOST, C.ACQUIRE): Transition(S.LOST, (E.FAIL_LOST,)),
         (S.LOST, C.ACQUIRE_EXISTING): Transition(S.LOST, (E.FAIL_LOST,)),
         (S.LOST, C.REFERENCE_LOST): Transition(S.LOST),
+        (S.LOST, C.EVICT): Transition(S.LOST),
+        # Idle eviction: the mark is a compare-and-set on the last use, so an
+        # acquire that recorded its use first keeps the Session bound.
+        (S.BOUND, C.EVICT): Transition(
+            S.BOUND,
+            (E.MARK_EVICTED,),
+            guards=(G.OWNED_HERE,),
+            follow_ups=(FollowUp(L.IDLE, (C.EVICTION_MARKED,)),),
+        ),
+        (S.BOUND, C.EVICTION_MARKED): Transition(S.EVICTED, (E.DESTROY_EVICTED,)),
+        # Evicting again finishes a destroy the provider could not confirm.
+        (S.EVICTED, C.EVICT): Transition(S.EVICTED, (E.DESTROY_EVICTED,), guards=(G.OWNED_HERE,)),
+        # Evicted is explicit too: the next acquire says what happened.
+        (S.EVICTED, C.ACQUIRE): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        (S.EVICTED, C.ACQUIRE_EXISTING): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        # A client handed out before the eviction met its destroy: nothing to record.
+        (S.EVICTED, C.REFERENCE_LOST): Transition(S.EVICTED),
         (S.UNBOUND, C.DELETE): _DELETE,
         (S.PROVISIONING, C.DELETE): _DELETE,
         (S.BOUND, C.DELETE): _DELETE,
         (S.LOST, C.DELETE): _DELETE,
+        (S.EVICTED, C.DELETE): _DELETE,
         # Deleting again repeats the idempotent teardown so a failed attempt can finish.
         (S.DELETING, C.DELETE): _DELETE,
         (S.DELETING, C.DELETION_FINISHED): Transition(S.DELETED, (E.DELETE_SESSION,)),
@@ -424,6 +466,7 @@ LIFECYCLE = LifecycleTable(
         E.SETUP_RESOURCE: {L.READY},
         E.PUBLISH_BINDING: {L.OUTBID},
         E.ATTACH_RESOURCE: {L.LOST},
+        E.MARK_EVICTED: {L.IDLE},
     },
     # A fenced Session admits no new work, even on a sandbox that still exists.
     refusals={S.DELETING: G.NOT_DELETING},
@@ -443,12 +486,15 @@ def observe(
     has_intent: bool,
     has_binding: bool,
     binding_lost: bool = False,
+    binding_evicted: bool = False,
 ) -> LifecycleState:
     """Derive the durable state from the store's rows.
 
     ``binding_lost`` is the binding's persisted loss mark: it is set when the
     provider reported the bound resource gone (attach, keep-alive or any
-    operation of a cached client), so ``lost`` survives restarts. A Session
+    operation of a cached client), so ``lost`` survives restarts.
+    ``binding_evicted`` is its eviction mark, which wins: the eviction
+    destroyed the resource on purpose. A Session
     with no row is ``deleted`` if the caller knows it was fenced (its own
     deletion removed the row), else ``unbound``.
     """
@@ -457,6 +503,8 @@ def observe(
     if fenced:
         return S.DELETING
     if has_binding:
+        if binding_evicted:
+            return S.EVICTED
         return S.LOST if binding_lost else S.BOUND
     if has_intent:
         return S.PROVISIONING

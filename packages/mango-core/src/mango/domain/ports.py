@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from mango.domain.capabilities import CapabilitySet
+from mango.domain.fleet import FleetRecords
 from mango.domain.values import (
     Binding,
     Command,
@@ -225,12 +226,13 @@ class PurgingProvider(Protocol):
         ...
 
 
-class BindingStore(Protocol):
+class BindingStore(FleetRecords, Protocol):
     """Durable Session, intent and binding records: the source of truth.
 
     Insert-if-absent operations return the authoritative row; deletes remove
     only a row that still matches the caller's value. No credential is ever
-    stored.
+    stored. The fleet's methods (the sandbox limit, last use, idle eviction)
+    are :class:`~mango.domain.fleet.FleetRecords`'.
     """
 
     async def deployment_namespace(self) -> str:

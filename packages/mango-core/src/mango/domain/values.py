@@ -29,6 +29,7 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "Binding",
     "Command",
+    "Eviction",
     "ExecEvent",
     "ExecResult",
     "NetworkMode",
@@ -403,22 +404,39 @@ class OwnedResource:
 
 
 @attrs.frozen
+class Eviction:
+    """The idle eviction of a bound resource: when, after how long unused, and if it is done."""
+
+    at: datetime
+    idle_seconds: float
+    finished: bool = False
+    """True once the resource's destroy succeeded."""
+
+
+@attrs.frozen
 class Binding:
     """Durable link from a Session to its one sandbox resource.
 
     ``lost_at`` is set (once) when the provider reported the resource gone;
-    a lost binding is never replaced, only deleted with its Session.
+    ``eviction`` once the idle eviction took the resource. Either way the
+    binding is never replaced, only deleted with its Session.
     """
 
     session_id: str = attrs.field(validator=_session_id_validator)
     ref: SandboxRef
     spec_hash: str = attrs.field(validator=_non_empty)
     lost_at: datetime | None = attrs.field(default=None, kw_only=True)
+    eviction: Eviction | None = attrs.field(default=None, kw_only=True)
 
     @property
     def lost(self) -> bool:
         """True once the bound resource was reported gone."""
         return self.lost_at is not None
+
+    @property
+    def evicted(self) -> bool:
+        """True once the idle eviction marked the bound resource for removal."""
+        return self.eviction is not None
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ from mango.domain.values import (
 )
 from mango.postgres._errors import translate_errors
 from mango.postgres._rows import fetch_all, fetch_one, spec_document
+from mango.postgres.fleet import BINDING_COLUMNS, FleetRows
 from mango.postgres.schema import Pool
 
 __all__ = ["PostgresBindingStore"]
@@ -41,18 +42,17 @@ _INTENT = (
     "SELECT i.session_id, i.provider, i.spec, i.spec_hash, s.deleting_at IS NOT NULL AS deleting"
     " FROM mango_sandbox_provisioning_intents i JOIN mango_sessions s ON s.id = i.session_id"
 )
-_BINDING = (
-    "SELECT session_id, spec_hash, lost_at,"
-    " json_build_object('provider', provider, 'external_id', external_id) AS ref"
-    " FROM mango_sandbox_bindings"
-)
+_BINDING = "SELECT " + BINDING_COLUMNS + " FROM mango_sandbox_bindings"  # noqa: S608 - constants
 _LOCK_SESSION = "SELECT deleting_at FROM mango_sessions WHERE id = %s FOR UPDATE"
 _BINDING_REF_KEY = "mango_sandbox_bindings_ref_key"
 
 
 @attrs.define
-class PostgresBindingStore:
+class PostgresBindingStore(FleetRows):
     """Sessions, provisioning intents and sandbox bindings in PostgreSQL.
+
+    The fleet's methods (the limit, last use, idle eviction) come from
+    :class:`~mango.postgres.fleet.FleetRows`.
 
     Built by :func:`open_store`; owns its pool and closes it in
     :meth:`aclose` (or on leaving ``async with``). Connection failures raise
@@ -365,7 +365,7 @@ class PostgresBindingStore:
 
         Compare-and-set on (session, provider, external id); the first mark's
         time is kept. Returns the stored binding, or None if the Session is no
-        longer bound to ``ref``.
+        longer bound to ``ref`` (or the idle eviction took it: that is no loss).
         """
         validate_session_id(session_id)
         async with self._connection("marking a sandbox binding lost") as conn:
@@ -374,6 +374,7 @@ class PostgresBindingStore:
                 "UPDATE mango_sandbox_bindings"
                 " SET lost_at = COALESCE(lost_at, now()), updated_at = now()"
                 " WHERE session_id = %s AND provider = %s AND external_id = %s"
+                " AND evicted_at IS NULL"
                 " RETURNING session_id, spec_hash, lost_at,"
                 " json_build_object('provider', provider, 'external_id', external_id) AS ref",
                 (session_id, ref.provider, ref.external_id),

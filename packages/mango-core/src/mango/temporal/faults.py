@@ -241,6 +241,28 @@ class _Store:
     async def mark_binding_lost(self, session_id: str, ref: SandboxRef) -> Binding | None:
         return await self.inner.mark_binding_lost(session_id, ref)
 
+    async def reserve_slot(self, intent: ProvisioningIntent, limit: int | None) -> bool:
+        return await self.inner.reserve_slot(intent, limit)
+
+    async def live_sandboxes(self) -> int:
+        return await self.inner.live_sandboxes()
+
+    async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
+        return await self.inner.record_use(session_id, ref)
+
+    async def list_idle(
+        self, provider: str, idle_for: float, limit: int = 100
+    ) -> Sequence[Binding]:
+        return await self.inner.list_idle(provider, idle_for, limit)
+
+    async def mark_evicted(
+        self, session_id: str, ref: SandboxRef, idle_for: float
+    ) -> Binding | None:
+        return await self.inner.mark_evicted(session_id, ref, idle_for)
+
+    async def finish_eviction(self, session_id: str, ref: SandboxRef) -> None:
+        await self.inner.finish_eviction(session_id, ref)
+
 
 def inject_faults(
     provider: Provider, store: BindingStore, point: FaultPoint | None

@@ -1,9 +1,11 @@
 """The worker: one provider, one task queue, every mango workflow and activity.
 
 :func:`build_worker` assembles a :class:`temporalio.worker.Worker` for a
-:class:`~mango.temporal.activities.MangoActivities`; :func:`serve` runs it
-until told to stop, starting (or joining) the provider's reconciler workflow
-first, and shuts it down gracefully: in-flight activities get
+:class:`~mango.temporal.activities.MangoActivities` (and the fleet's
+:class:`~mango.temporal.fleet_activities.FleetActivities`); :func:`serve`
+runs it until told to stop, starting (or joining) the provider's reconciler
+workflow and making its fleet schedules first (:mod:`mango.temporal.schedules`),
+and shuts it down gracefully: in-flight activities get
 ``graceful_shutdown`` seconds, after which they are cancelled (and so are the
 commands they run) and Temporal retries them on another worker.
 
@@ -23,9 +25,13 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from mango.domain.errors import ConfigurationError
+from mango.domain.fleet import FleetPolicy
 from mango.temporal.activities import MangoActivities
+from mango.temporal.fleet_activities import FleetActivities
 from mango.temporal.messages import ReconcilerInput
 from mango.temporal.routing import reconciler_workflow_id
+from mango.temporal.schedules import ensure_fleet_schedules
 from mango.temporal.workflows import WORKFLOWS, ReconcilerWorkflow
 
 __all__ = ["build_worker", "ensure_reconciler", "serve", "workflow_runner"]
@@ -53,6 +59,7 @@ def build_worker(
     graceful_shutdown: float = 10.0,
     max_concurrent_activities: int = 100,
     sticky_queue_timeout: float = 5.0,
+    fleet: FleetActivities | None = None,
 ) -> Worker:
     """A worker on ``activities.task_queue`` with every mango workflow and activity.
 
@@ -60,13 +67,14 @@ def build_worker(
     running tool step within about a second. ``sticky_queue_timeout`` bounds
     how long a workflow task waits for this worker (which has the workflow
     cached) before any worker may take it: after a crash, the delay before
-    another worker resumes the workflow.
+    another worker resumes the workflow. ``fleet`` adds the sweep and the
+    eviction activities (the scheduled workflows fail without them).
     """
     return Worker(
         client,
         task_queue=activities.task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities.all(),
+        activities=[*activities.all(), *(fleet.all() if fleet is not None else ())],
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
         max_heartbeat_throttle_interval=timedelta(seconds=1),
@@ -117,17 +125,24 @@ async def serve(
     graceful_shutdown: float = 10.0,
     sticky_queue_timeout: float = 5.0,
     on_ready: Callable[[], None] | None = None,
+    fleet: FleetActivities | None = None,
+    schedules: FleetPolicy | None = None,
 ) -> None:
     """Run a worker until ``stop`` is set (or the worker fails), then shut it down.
 
     With ``reconciler`` set, the provider's reconciler workflow is started or
-    joined once the worker polls. ``on_ready`` is called when it does.
+    joined once the worker polls; with ``schedules``, the fleet schedules of
+    its task queue are made to match them (created, updated or deleted),
+    which needs ``fleet``. ``on_ready`` is called when all that is done.
     """
+    if schedules is not None and fleet is None:
+        raise ConfigurationError("fleet schedules need the fleet activities on this worker")
     worker = build_worker(
         client,
         activities,
         graceful_shutdown=graceful_shutdown,
         sticky_queue_timeout=sticky_queue_timeout,
+        fleet=fleet,
     )
     running = asyncio.create_task(worker.run(), name="mango-worker")
     stopping = asyncio.create_task(stop.wait(), name="mango-worker-stop")
@@ -136,6 +151,8 @@ async def serve(
         if reconciler is not None:
             workflow_id = await ensure_reconciler(client, activities.task_queue, reconciler)
             _LOG.info("reconciler workflow %s is running", workflow_id)
+        if schedules is not None:
+            await ensure_fleet_schedules(client, activities.task_queue, schedules)
         _LOG.info(
             "worker ready: provider %s, task queue %s, namespace %s",
             activities.provider,

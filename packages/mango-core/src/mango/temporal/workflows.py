@@ -22,7 +22,8 @@
   provider and returns its report (``mango doctor``).
 
 The last three live in :mod:`mango.temporal.maintenance` and are re-exported
-here; :data:`WORKFLOWS` lists all four.
+here; :data:`WORKFLOWS` lists all four, and the fleet's scheduled workflows
+(the orphan sweep and the idle eviction, :mod:`mango.temporal.fleet_workflows`).
 
 Registered names are stable strings, because recorded histories refer to them.
 """
@@ -58,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         SESSION_WORKFLOW,
     )
 
+from mango.temporal.fleet_workflows import FLEET_WORKFLOWS
 from mango.temporal.maintenance import (
     ProviderHealthWorkflow,
     ReconcilerWorkflow,
@@ -330,5 +332,6 @@ WORKFLOWS: tuple[type, ...] = (
     SandboxCleanupWorkflow,
     ReconcilerWorkflow,
     ProviderHealthWorkflow,
+    *FLEET_WORKFLOWS,
 )
 """Every workflow a mango worker registers."""

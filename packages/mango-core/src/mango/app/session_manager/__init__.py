@@ -5,20 +5,30 @@ use it (an import-linter contract keeps the order):
 
 * :mod:`.manager`: the public API and the lifecycle interpreter;
 * :mod:`.reconcile`: reconciliation passes and their report;
+* :mod:`.eviction`: the idle eviction pass and its report;
 * :mod:`.registry`: effect handlers and guard checks, checked against a table;
-* :mod:`.provisioning` and :mod:`.teardown`: the effects;
+* :mod:`.provisioning`, :mod:`.teardown` and :mod:`.fleet`: the effects;
 * :mod:`.guards`: the table's guards and the ownership and proof checks;
 * :mod:`.context`: the operation, its one observation path, outcomes and facts;
 * :mod:`.clients`: the loss-recording client handed out, the client cache, the locks.
 """
 
-from mango.app.session_manager.context import EffectHandler, Facts, GuardCheck, Outcome
+from mango.app.session_manager.context import (
+    USE_INTERVAL,
+    EffectHandler,
+    Facts,
+    GuardCheck,
+    Outcome,
+)
+from mango.app.session_manager.eviction import EvictionReport
 from mango.app.session_manager.manager import SessionManager
 from mango.app.session_manager.reconcile import ReconcileReport
 from mango.app.session_manager.registry import Handlers, default_handlers
 
 __all__ = [
+    "USE_INTERVAL",
     "EffectHandler",
+    "EvictionReport",
     "Facts",
     "GuardCheck",
     "Handlers",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -21,7 +22,14 @@ from mango.domain.errors import SandboxNotFound
 from mango.domain.ports import KeepAliveSandbox, Sandbox
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef, SessionRecord
 
-__all__ = ["CachedClient", "ClientCache", "LossReporter", "SessionLocks", "SessionSandbox"]
+__all__ = [
+    "CachedClient",
+    "ClientCache",
+    "LossReporter",
+    "RecentUses",
+    "SessionLocks",
+    "SessionSandbox",
+]
 
 LossRecorder = Callable[[SandboxNotFound], Awaitable[None]]
 """Records that one client's resource is gone (bound to its Session and reference)."""
@@ -129,10 +137,39 @@ class CachedClient:
 
 
 @attrs.define
+class RecentUses:
+    """When this process last wrote each Session's use, so the next write can wait.
+
+    The idle eviction needs a Session's last use, not every use: one write
+    per Session and interval (at acquire) keeps a busy Session's turns free
+    of round trips. Monotonic time, per binding reference.
+    """
+
+    _written: dict[str, tuple[SandboxRef, float]] = attrs.field(factory=dict, init=False)
+
+    def recent(self, session_id: str, ref: SandboxRef, interval: float) -> bool:
+        """True if this process wrote the use of ``ref`` less than ``interval`` seconds ago."""
+        written = self._written.get(session_id)
+        if written is None or written[0] != ref:
+            return False
+        return time.monotonic() - written[1] < interval
+
+    def note(self, session_id: str, ref: SandboxRef) -> None:
+        """The use of ``ref`` was written now."""
+        self._written[session_id] = (ref, time.monotonic())
+
+    def forget(self, session_id: str) -> None:
+        """Write the Session's next use whatever the interval."""
+        self._written.pop(session_id, None)
+
+
+@attrs.define
 class ClientCache:
     """Session id -> its live client; a loss met by a handed-out client goes to ``report_loss``."""
 
     report_loss: LossReporter
+    uses: RecentUses = attrs.field(factory=RecentUses, init=False)
+    """When this process last wrote each Session's use (forgotten with its client)."""
     _entries: dict[str, CachedClient] = attrs.field(factory=dict, init=False)
 
     def get(self, session_id: str) -> CachedClient | None:
@@ -142,7 +179,11 @@ class ClientCache:
     def remember(
         self, session_id: str, raw: Sandbox, binding_hash: str, record: SessionRecord
     ) -> CachedClient:
-        """Cache ``raw`` for the Session row ``record`` and return the entry."""
+        """Cache ``raw`` for the Session row ``record`` and return the entry.
+
+        Its use counts as written now: a client is remembered right after the
+        binding was published or the use recorded before the attach.
+        """
         ref, report = raw.ref, self.report_loss
 
         async def on_lost(exc: SandboxNotFound) -> None:
@@ -157,6 +198,7 @@ class ClientCache:
             keep_alive=keep_alive,
         )
         self._entries[session_id] = entry
+        self.uses.note(session_id, ref)
         return entry
 
     def forget(self, session_id: str, ref: SandboxRef | None = None) -> None:
@@ -164,10 +206,12 @@ class ClientCache:
         cached = self._entries.get(session_id)
         if cached is not None and (ref is None or cached.raw.ref == ref):
             del self._entries[session_id]
+        self.uses.forget(session_id)
 
     def clear(self) -> None:
         """Forget every client."""
         self._entries.clear()
+        self.uses = RecentUses()
 
 
 @attrs.define

@@ -35,10 +35,12 @@ __all__ = [
     "Created",
     "Done",
     "EffectHandler",
+    "Evicted",
     "Facts",
     "GuardCheck",
     "IntentHeld",
     "Lost",
+    "MarkedIdle",
     "Observation",
     "Operation",
     "Outbid",
@@ -55,14 +57,21 @@ _O = TypeVar("_O", bound="Outcome")
 _In = TypeVar("_In")
 
 
+USE_INTERVAL = 30.0
+"""Seconds between two writes of one Session's last use by one process (at acquire)."""
+
+
 @attrs.frozen
 class Ports:
-    """What effects and guards work through."""
+    """What effects and guards work through, and the deployment's fleet rules."""
 
     provider: Provider
     store: BindingStore
     clients: ClientCache
     package_manager_hosts: tuple[str, ...] = ()
+    max_sandboxes: int | None = None
+    """``MANGO_MAX_SANDBOXES``: live sandboxes the whole deployment may hold (None: no limit)."""
+    use_interval: float = USE_INTERVAL
 
 
 # ------------------------------------------------------------------ outcomes
@@ -134,6 +143,21 @@ class Lost(Outcome):
 
 
 @attrs.frozen
+class MarkedIdle(Outcome):
+    """The binding was still unused and is now marked evicted (its resource goes next)."""
+
+    signal = LifecycleSignal.IDLE
+    binding: Binding
+
+
+@attrs.frozen
+class Evicted(Outcome):
+    """The evicted binding's resource is destroyed."""
+
+    binding: Binding
+
+
+@attrs.frozen
 class TornDown(Outcome):
     """The resource is destroyed; ``binding`` is what was bound after the fence, if anything."""
 
@@ -165,6 +189,10 @@ class Operation:
     """A forced deletion: purge by the provider's names, drop refused bindings."""
     reported: Lost | None = None
     """A loss a handed-out client met (the ``reference-lost`` command's subject)."""
+    idle_for: float = 0.0
+    """Seconds unused an eviction requires (the ``evict`` command's subject)."""
+    fresh: bool = False
+    """Observe the store's rows even when a client is cached (maintenance, not a turn)."""
 
 
 @attrs.frozen
@@ -218,6 +246,7 @@ async def observe_session(
         has_intent=intent is not None,
         has_binding=binding is not None,
         binding_lost=binding is not None and binding.lost,
+        binding_evicted=binding is not None and binding.evicted,
     )
     return Observation(session_id, state, record, binding, intent)
 
@@ -279,7 +308,10 @@ class Facts:
 
     @property
     def binding(self) -> Binding | None:
-        """The binding: the one that outbid this operation, else the observed one."""
+        """The binding: the one marked evicted or that outbid this operation, else the observed."""
+        marked = self.last(MarkedIdle)
+        if marked is not None:
+            return marked.binding
         outbid = self.last(Outbid)
         return outbid.winner if outbid is not None else self.observed.binding
 

@@ -26,6 +26,8 @@ from mango.app import telemetry
 from mango.app.admission import admit_environment
 from mango.app.session_manager.clients import ClientCache, SessionLocks
 from mango.app.session_manager.context import (
+    USE_INTERVAL,
+    Evicted,
     Facts,
     Lost,
     Operation,
@@ -34,6 +36,7 @@ from mango.app.session_manager.context import (
     StaleObservation,
     observe_session,
 )
+from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -43,6 +46,7 @@ from mango.app.session_manager.registry import Handlers, default_handlers
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    InvalidInput,
     InvalidTransition,
     MangoError,
     PreconditionFailed,
@@ -58,6 +62,7 @@ from mango.domain.lifecycle import (
 )
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.registry import Quirk
+from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
 __all__ = ["SessionManager"]
@@ -95,6 +100,10 @@ class SessionManager:
     the contract deviations its registration declares. ``package_manager_hosts``
     (deployment configuration, ``MANGO_PACKAGE_MANAGER_HOSTS``) join a
     limited-network sandbox's allowlist while its packages are installed.
+    ``max_sandboxes`` (``MANGO_MAX_SANDBOXES``) bounds the live sandboxes of
+    the whole deployment: the store decides, so every SessionManager on one
+    database shares it. ``use_interval`` is how often (seconds, per Session)
+    an acquire writes the Session's last use, which the idle eviction reads.
     ``table`` and ``handlers`` are the lifecycle it runs (the default table
     and its handlers unless given); they are checked against each other here,
     and a misfit raises :class:`~mango.domain.errors.LifecycleTableError`.
@@ -112,6 +121,12 @@ class SessionManager:
     package_manager_hosts: tuple[str, ...] = attrs.field(
         default=(), kw_only=True, converter=_str_tuple
     )
+    max_sandboxes: int | None = attrs.field(
+        default=None, kw_only=True, validator=attrs.validators.optional(positive_int)
+    )
+    use_interval: float = attrs.field(
+        default=USE_INTERVAL, kw_only=True, validator=non_negative_number
+    )
     table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     _clients: ClientCache = attrs.field(init=False)
@@ -121,7 +136,14 @@ class SessionManager:
     def __attrs_post_init__(self) -> None:
         self.handlers.check(self.table)
         self._clients = ClientCache(self._record_loss)
-        self._ports = Ports(self.provider, self.store, self._clients, self.package_manager_hosts)
+        self._ports = Ports(
+            self.provider,
+            self.store,
+            self._clients,
+            self.package_manager_hosts,
+            max_sandboxes=self.max_sandboxes,
+            use_interval=self.use_interval,
+        )
 
     @property
     def _declared(self) -> CapabilitySet:
@@ -249,6 +271,45 @@ class SessionManager:
         telemetry.count_reconciled(self.provider.name, report.completed)
         return report
 
+    async def evict(
+        self, session_id: str, *, idle_for: float, deadline: float | None = None
+    ) -> bool:
+        """Destroy the Session's sandbox if it was unused for ``idle_for`` seconds.
+
+        The binding is marked evicted first, by a compare-and-set on its last
+        use, so an acquire that recorded its use meanwhile keeps the sandbox
+        (False); the next acquire then fails with
+        :class:`~mango.domain.errors.SandboxEvicted`. An eviction whose
+        destroy failed is finished by the next call. ``idle_for`` must be
+        at least ``use_interval`` (a busy Session's use is written that
+        coarsely).
+        """
+        validate_session_id(session_id)
+        self._check_idle_for(idle_for)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                operation = Operation(session_id, _C.EVICT, idle_for=idle_for, fresh=True)
+                facts = await self._run(operation)
+        return facts.last(Evicted) is not None
+
+    async def evict_idle(
+        self, idle_for: float, limit: int = 100, *, deadline: float | None = None
+    ) -> EvictionReport:
+        """Evict this provider's Sessions unused for ``idle_for`` seconds (see :meth:`evict`)."""
+        self._check_idle_for(idle_for)
+        return await evict_idle(self, self.store, self.provider.name, idle_for, limit, deadline)
+
+    def _check_idle_for(self, idle_for: float) -> None:
+        if (
+            isinstance(idle_for, bool)
+            or not isinstance(idle_for, int | float)
+            or not self.use_interval <= idle_for < float("inf")
+        ):
+            raise InvalidInput(
+                f"idle_for must be a number of seconds of at least {self.use_interval:g} "
+                f"(how coarsely uses are written), got {idle_for!r}"
+            )
+
     async def aclose(self) -> None:
         """Forget cached clients and close the provider's connections."""
         self._clients.clear()
@@ -265,7 +326,10 @@ class SessionManager:
     async def _run_observed(self, operation: Operation, *, fenced_here: bool) -> Facts:
         for _ in range(_MAX_REOBSERVE):
             observed = await observe_session(
-                self._ports, operation.session_id, fenced_here=fenced_here
+                self._ports,
+                operation.session_id,
+                use_cache=not operation.fresh,
+                fenced_here=fenced_here,
             )
             try:
                 return await self._drive(Facts(operation, observed))

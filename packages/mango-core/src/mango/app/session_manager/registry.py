@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from mango.app.session_manager import guards, provisioning, teardown
+from mango.app.session_manager import fleet, guards, provisioning, teardown
 from mango.app.session_manager.context import EffectHandler, GuardCheck
 from mango.domain.errors import LifecycleTableError
 from mango.domain.lifecycle import LifecycleEffect, LifecycleGuard, LifecycleTable
@@ -78,12 +78,17 @@ def default_handlers() -> Handlers:
     return Handlers(
         {
             _E.PERSIST_INTENT: provisioning.PERSIST_INTENT,
+            _E.RESERVE_SLOT: fleet.RESERVE_SLOT,
             _E.CREATE_RESOURCE: provisioning.CREATE_RESOURCE,
             _E.SETUP_RESOURCE: provisioning.SETUP_RESOURCE,
             _E.PUBLISH_BINDING: provisioning.PUBLISH_BINDING,
+            _E.RECORD_USE: fleet.RECORD_USE,
             _E.ATTACH_RESOURCE: provisioning.ATTACH_RESOURCE,
             _E.RECORD_LOST: provisioning.RECORD_LOST,
             _E.FAIL_LOST: provisioning.FAIL_LOST,
+            _E.MARK_EVICTED: fleet.MARK_EVICTED,
+            _E.DESTROY_EVICTED: fleet.DESTROY_EVICTED,
+            _E.FAIL_EVICTED: fleet.FAIL_EVICTED,
             _E.FENCE_SESSION: teardown.FENCE_SESSION,
             _E.DESTROY_RESOURCE: teardown.DESTROY_RESOURCE,
             _E.REMOVE_BINDING: teardown.REMOVE_BINDING,
