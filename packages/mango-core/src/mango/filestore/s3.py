@@ -84,7 +84,9 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-async def _blocking(function: Callable[[], T], *, on_cancel: Callable[[], object] = tuple) -> T:
+async def _blocking(
+    function: Callable[[], T], *, on_cancel: Callable[[], object] | None = None
+) -> T:
     """Run a blocking obstore call in a worker thread; a cancelled caller waits for it.
 
     ``on_cancel`` runs first, on the loop, to make the call end sooner.
@@ -93,7 +95,8 @@ async def _blocking(function: Callable[[], T], *, on_cancel: Callable[[], object
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        on_cancel()
+        if on_cancel is not None:
+            on_cancel()
         await asyncio.wait({future})
         if not future.cancelled():
             future.exception()  # retrieved: the caller has gone
