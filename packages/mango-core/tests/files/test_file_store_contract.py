@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mango.domain import ContentMismatch, InvalidInput
 from mango.domain.files import BlobInfo, FileStore
+from mango.filestore import FileStoreSettings, open_file_store
 
 MiB = 1024 * 1024
 KEY = "ns1/files/file-0123456789abcdef0123456789abcdef"
@@ -252,3 +255,48 @@ async def test_the_filesystem_store_keeps_puts_in_progress_out_of_sight(
     assert info.size == 7004
     assert list((tmp_path / "root" / ".incoming").iterdir()) == []
     assert (tmp_path / "root" / KEY).stat().st_mode & 0o777 == 0o444
+
+
+# ------------------------------------------------------------------ threads
+
+
+class _WatchedLoop(asyncio.SelectorEventLoop):
+    """Records every thread that hands work to the loop from outside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callers: list[threading.Thread] = []
+
+    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> asyncio.Handle:
+        self.callers.append(threading.current_thread())
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+def test_only_threads_python_started_run_python_for_the_store(
+    file_store_settings: FileStoreSettings,
+) -> None:
+    """No native thread takes the GIL for a put, read, scan or delete.
+
+    A thread Python did not start (obstore's tokio threads completing an
+    ``*_async`` call) can still hold the GIL when a short program exits; on
+    CPython 3.11 to 3.13 that aborts the process ("Fatal Python error:
+    PyGILState_Release"). Such a thread shows here as a ``_DummyThread``.
+    """
+
+    async def every_operation() -> None:
+        store = open_file_store(file_store_settings)
+        try:
+            await store.put(KEY, chunks_of(os.urandom(300_000)))
+            assert len(await read_all(store, KEY)) == 300_000
+            assert await keys(store) == [KEY]
+            assert await store.delete(KEY)
+        finally:
+            await store.aclose()
+
+    with asyncio.Runner(loop_factory=_WatchedLoop) as runner:
+        runner.run(every_operation())
+        loop = runner.get_loop()
+        assert isinstance(loop, _WatchedLoop)
+        foreign = [t for t in loop.callers if isinstance(t, threading._DummyThread)]
+    assert loop.callers  # the watch works: worker threads report back through it
+    assert foreign == []

@@ -15,14 +15,27 @@ aborts the upload, so no object appears. Then a HEAD reads the stored size
 back. A put killed outright leaves an incomplete multipart upload, which S3
 keeps out of every listing; a bucket lifecycle rule
 (``AbortIncompleteMultipartUpload``) removes those.
+
+Every obstore call is its blocking form, run in a worker thread of the
+event loop's executor, never its ``*_async`` form. An async call completes
+on one of obstore's tokio threads, which takes the GIL to hand the result to
+the loop; if the interpreter starts to finalize meanwhile (a short command
+exiting as soon as its last await returns), CPython 3.11 to 3.13 ends that
+thread inside the Rust frames holding it, and the process aborts ("Fatal
+Python error: PyGILState_Release"). A blocking call leaves the GIL only on
+the thread that called it, a thread Python starts and joins; a cancelled
+caller waits for its call to return (bounded by the client timeouts).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator
+import functools
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator
 from datetime import UTC, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import obstore
 from obstore.exceptions import (
@@ -47,6 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PART_BYTES", "READ_CHUNK_BYTES", "S3FileStore"]
 
+T = TypeVar("T")
+
 PART_BYTES = 8 * 1024 * 1024
 """Multipart upload part size (S3 allows 10 000 parts: about 78 GiB per blob)."""
 _PARTS_IN_FLIGHT = 2
@@ -67,6 +82,88 @@ def _first_line(exc: BaseException) -> str:
     # obstore appends a multi-line "Debug source" dump; its first line says what happened.
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+async def _blocking(
+    function: Callable[[], T], *, on_cancel: Callable[[], object] | None = None
+) -> T:
+    """Run a blocking obstore call in a worker thread; a cancelled caller waits for it.
+
+    ``on_cancel`` runs first, on the loop, to make the call end sooner.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, function)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
+        await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller has gone
+        raise
+
+
+class _Stopped(Exception):
+    """The put's caller was cancelled: the source ends with this, so the upload aborts."""
+
+
+class _Pull:
+    """A blocking iterator over an async one, for ``obstore.put`` in a worker thread.
+
+    Each ``next`` runs one ``anext`` as a task on ``loop`` and waits for it.
+    :meth:`stop` (on the loop) cancels the one in progress and fails the
+    rest; :meth:`settled` waits until none runs, so the source can be closed.
+    """
+
+    def __init__(self, source: AsyncIterator[bytes], loop: asyncio.AbstractEventLoop) -> None:
+        self._source = source
+        self._loop = loop
+        self._stopped = False
+        self._task: asyncio.Task[bytes | None] | None = None
+
+    def __iter__(self) -> _Pull:
+        return self
+
+    def __next__(self) -> bytes:
+        handed: concurrent.futures.Future[bytes | None] = concurrent.futures.Future()
+        self._loop.call_soon_threadsafe(self._start, handed)
+        chunk = handed.result()
+        if chunk is None:
+            raise StopIteration
+        return chunk
+
+    async def _next(self) -> bytes | None:
+        try:
+            return await anext(self._source)
+        except StopAsyncIteration:
+            return None
+
+    def _start(self, handed: concurrent.futures.Future[bytes | None]) -> None:
+        if self._stopped:
+            handed.set_exception(_Stopped("the upload was cancelled"))
+            return
+        task = self._task = self._loop.create_task(self._next())
+
+        def hand(done: asyncio.Task[bytes | None]) -> None:
+            if done.cancelled():
+                handed.set_exception(_Stopped("the upload was cancelled"))
+            elif (exc := done.exception()) is not None:
+                handed.set_exception(exc)
+            else:
+                handed.set_result(done.result())
+
+        task.add_done_callback(hand)
+
+    def stop(self) -> None:
+        """Fail the ``next`` in progress and every later one (call it on the loop)."""
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def settled(self) -> None:
+        """Return once no ``anext`` of the source runs."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
 
 
 class S3FileStore:
@@ -157,27 +254,38 @@ class S3FileStore:
         validate_blob_key(key)
         check = ContentCheck(f"the content for {key!r}", size=size, sha256=sha256)
 
-        async def checked() -> AsyncIterator[bytes]:
+        async def checked() -> AsyncGenerator[bytes, None]:
             async for chunk in chunks:
                 check.update(chunk)
                 yield chunk
             check.finish()  # raising here aborts the upload before it completes
 
-        with self._translated(f"storing {key!r}"):
-            await obstore.put_async(
-                self._store,
-                key,
-                checked(),
-                use_multipart=True,
-                chunk_size=PART_BYTES,
-                max_concurrency=_PARTS_IN_FLIGHT,
-            )
+        source = checked()
+        pull = _Pull(source, asyncio.get_running_loop())
+        try:
+            with self._translated(f"storing {key!r}"):
+                await _blocking(
+                    functools.partial(
+                        obstore.put,
+                        self._store,
+                        key,
+                        pull,
+                        use_multipart=True,
+                        chunk_size=PART_BYTES,
+                        max_concurrency=_PARTS_IN_FLIGHT,
+                    ),
+                    on_cancel=pull.stop,
+                )
+        finally:
+            pull.stop()
+            await pull.settled()
+            await source.aclose()
         info = check.finish()
         with self._translated(f"checking {key!r}"):
-            meta = await obstore.head_async(self._store, key)
+            meta = await _blocking(functools.partial(obstore.head, self._store, key))
         if meta["size"] != info.size:
             with contextlib.suppress(BaseError):
-                await obstore.delete_async(self._store, key)
+                await _blocking(functools.partial(obstore.delete, self._store, key))
             raise ContentMismatch(
                 f"S3 ({self.location}) kept {meta['size']} of the {info.size} bytes of {key!r}",
                 expected_size=info.size,
@@ -194,16 +302,15 @@ class S3FileStore:
         validate_blob_key(key)
         check = ContentCheck(f"the stored content of {key!r}", size=size, sha256=sha256)
         with self._translated(f"reading {key!r}", missing=key):
-            result = await obstore.get_async(self._store, key)
+            result = await _blocking(functools.partial(obstore.get, self._store, key))
         stream = result.stream(min_chunk_size=READ_CHUNK_BYTES)
 
         async def verified() -> AsyncGenerator[bytes, None]:
             while True:
                 with self._translated(f"reading {key!r}"):
-                    try:
-                        chunk = await stream.__anext__()
-                    except StopAsyncIteration:
-                        break
+                    chunk = await _blocking(functools.partial(next, stream, None))
+                if chunk is None:
+                    break
                 check.update(chunk)
                 yield chunk
             check.finish()
@@ -219,12 +326,12 @@ class S3FileStore:
         validate_blob_key(key)
         with self._translated(f"deleting {key!r}"):
             try:
-                await obstore.head_async(self._store, key)
+                await _blocking(functools.partial(obstore.head, self._store, key))
             except FileNotFoundError as exc:
                 if "NoSuchBucket" in str(exc):
                     raise
                 return False
-            await obstore.delete_async(self._store, key)
+            await _blocking(functools.partial(obstore.delete, self._store, key))
         return True
 
     async def scan(self, prefix: str) -> AsyncIterator[BlobEntry]:
@@ -236,10 +343,9 @@ class S3FileStore:
         pages = obstore.list(self._store, prefix=prefix or None, chunk_size=1000)
         while True:
             with self._translated("listing blobs"):
-                try:
-                    page = await pages.__anext__()
-                except StopAsyncIteration:
-                    return
+                page = await _blocking(functools.partial(next, pages, None))
+            if page is None:
+                return
             for meta in page:
                 yield BlobEntry(meta["path"], meta["size"], meta["last_modified"].astimezone(UTC))
 
@@ -249,4 +355,8 @@ class S3FileStore:
         return 0
 
     async def aclose(self) -> None:
-        """Nothing to release: obstore's connection pool goes with the store object."""
+        """Nothing to release: obstore's connection pool goes with the store object.
+
+        Nor any thread to wait for: every call above has returned from its
+        worker thread before it returns.
+        """
