@@ -9,6 +9,14 @@
                                   v
                                deleting --deletion_finished--> deleted
 
+The resource steps are rows too: on a bound Session ``materialize`` (before
+a tool step) brings the sandbox's File Resources in line with the Session's
+rows and ``publish-outputs`` publishes its outputs directory, each reporting
+a vanished sandbox as ``lost`` like attach does; without a bound sandbox
+``materialize`` only finishes removals in the rows and ``publish-outputs``
+does nothing (neither ever creates a sandbox); ``deletion-finished`` removes
+the Session's resource rows and output files before its row.
+
 A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
 and the transition is the whole rule for that step:
 
@@ -96,6 +104,10 @@ class LifecycleCommand(enum.StrEnum):
     REFERENCE_LOST = "reference-lost"
     DELETE = "delete"
     DELETION_FINISHED = "deletion-finished"
+    MATERIALIZE = "materialize"
+    """Bring the sandbox's File Resources in line with the Session's rows (before a tool step)."""
+    PUBLISH_OUTPUTS = "publish-outputs"
+    """Publish the sandbox's outputs directory as the Session's output files."""
 
 
 class LifecycleEffect(enum.StrEnum):
@@ -113,6 +125,10 @@ class LifecycleEffect(enum.StrEnum):
     REMOVE_BINDING = "remove-binding"
     REMOVE_INTENT = "remove-intent"
     DELETE_SESSION = "delete-session"
+    MATERIALIZE_RESOURCES = "materialize-resources"
+    FINISH_REMOVALS = "finish-removals"
+    PUBLISH_OUTPUTS = "publish-outputs"
+    REMOVE_SESSION_FILES = "remove-session-files"
 
 
 class LifecycleGuard(enum.StrEnum):
@@ -375,6 +391,26 @@ def _attach(command: LifecycleCommand) -> Transition:
 
 _READY = (FollowUp(L.READY, (C.RESOURCE_READY,)),)
 
+
+def _on_bound(command: LifecycleCommand, effect: LifecycleEffect) -> Transition:
+    # A resource step works on the bound sandbox (the cached client, else an
+    # attach); a vanished one is recorded, then the command meets lost.
+    return Transition(
+        S.BOUND,
+        (effect,),
+        guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
+        follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, command)),),
+    )
+
+
+# Without a bound sandbox nothing holds a resource: removals are finished in
+# the rows alone, and nothing is materialized or published (neither step ever
+# creates a sandbox).
+_NO_SANDBOX_MATERIALIZE = {
+    (state, C.MATERIALIZE): Transition(state, (E.FINISH_REMOVALS,))
+    for state in (S.UNBOUND, S.PROVISIONING, S.LOST)
+}
+
 LIFECYCLE = LifecycleTable(
     {
         (S.UNBOUND, C.ACQUIRE): Transition(
@@ -412,14 +448,26 @@ LIFECYCLE = LifecycleTable(
         (S.LOST, C.DELETE): _DELETE,
         # Deleting again repeats the idempotent teardown so a failed attempt can finish.
         (S.DELETING, C.DELETE): _DELETE,
-        (S.DELETING, C.DELETION_FINISHED): Transition(S.DELETED, (E.DELETE_SESSION,)),
+        # The Session's resource rows and output files go before its row may.
+        (S.DELETING, C.DELETION_FINISHED): Transition(
+            S.DELETED, (E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
+        ),
         (S.DELETED, C.DELETE): Transition(S.DELETED),
         (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
+        # Resource steps: before a tool step, and when the Session is idle.
+        (S.BOUND, C.MATERIALIZE): _on_bound(C.MATERIALIZE, E.MATERIALIZE_RESOURCES),
+        **_NO_SANDBOX_MATERIALIZE,
+        (S.BOUND, C.PUBLISH_OUTPUTS): _on_bound(C.PUBLISH_OUTPUTS, E.PUBLISH_OUTPUTS),
+        (S.UNBOUND, C.PUBLISH_OUTPUTS): Transition(S.UNBOUND),
+        (S.PROVISIONING, C.PUBLISH_OUTPUTS): Transition(S.PROVISIONING),
+        (S.LOST, C.PUBLISH_OUTPUTS): Transition(S.LOST, (E.FAIL_LOST,)),
     },
     signals={
         E.SETUP_RESOURCE: {L.READY},
         E.PUBLISH_BINDING: {L.OUTBID},
         E.ATTACH_RESOURCE: {L.LOST},
+        E.MATERIALIZE_RESOURCES: {L.LOST},
+        E.PUBLISH_OUTPUTS: {L.LOST},
     },
     # A fenced Session admits no new work, even on a sandbox that still exists.
     refusals={S.DELETING: G.NOT_DELETING},

@@ -2,12 +2,16 @@
 
 ``open_store(url)`` connects (psycopg 3, async pool), applies pending
 migrations under an advisory lock, and returns a :class:`PostgresBindingStore`;
-:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool.
+:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool,
+:class:`PostgresResourceCatalog` the Session resources' and
+:class:`PostgresOutputCatalog` the Session outputs'.
 """
 
 from mango.postgres._errors import redact, redact_conninfo
 from mango.postgres.connect import open_store
 from mango.postgres.files import PostgresFileCatalog
+from mango.postgres.outputs import PostgresOutputCatalog
+from mango.postgres.resources import PostgresResourceCatalog
 from mango.postgres.schema import (
     MIGRATION_LOCK_KEY,
     Migration,
@@ -23,6 +27,8 @@ __all__ = [
     "Pool",
     "PostgresBindingStore",
     "PostgresFileCatalog",
+    "PostgresOutputCatalog",
+    "PostgresResourceCatalog",
     "apply_migrations",
     "load_migrations",
     "open_store",

@@ -6,7 +6,8 @@ use it (an import-linter contract keeps the order):
 * :mod:`.manager`: the public API and the lifecycle interpreter;
 * :mod:`.reconcile`: reconciliation passes and their report;
 * :mod:`.registry`: effect handlers and guard checks, checked against a table;
-* :mod:`.provisioning` and :mod:`.teardown`: the effects;
+* :mod:`.resources`: the resource effects (materialize, publish outputs);
+* :mod:`.provisioning` and :mod:`.teardown`: the lifecycle's own effects;
 * :mod:`.guards`: the table's guards and the ownership and proof checks;
 * :mod:`.context`: the operation, its one observation path, outcomes and facts;
 * :mod:`.clients`: the loss-recording client handed out, the client cache, the locks.

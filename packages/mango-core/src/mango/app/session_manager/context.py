@@ -17,6 +17,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import attrs
 
+from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import CachedClient, ClientCache
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
@@ -63,6 +64,9 @@ class Ports:
     store: BindingStore
     clients: ClientCache
     package_manager_hosts: tuple[str, ...] = ()
+    files: SessionFiles | None = None
+    """The Session resource and output rows and the Files store (None: a manager without
+    them, whose Sessions have no resources and publish no outputs)."""
 
 
 # ------------------------------------------------------------------ outcomes

@@ -1,0 +1,212 @@
+"""The Session output publisher: a sandbox's outputs directory, published in two passes.
+
+Under the sandbox's resource lock (shared: tool steps and other exports may
+run, imports wait), the directory is exported twice as the backend's own tar
+stream, never held whole:
+
+1. **inspect**: every entry is checked (:func:`~mango.domain.outputs.read_outputs`:
+   regular files and directories only, clean UTF-8 names, at most 500 files
+   of at most 500 MiB, no name twice) and every file hashed. Any failure
+   stops here with :class:`~mango.domain.errors.OutputRejected` naming the
+   entry, before a row or a byte changed.
+2. the rows are prepared: outputs whose path is gone become garbage (their
+   blob, then their row, are removed);
+3. **publish**: the second export must list the same files with the same
+   sizes; an unchanged file (same size and SHA-256 as its published row) is
+   hashed again and skipped, a new or changed one is streamed into the Files
+   store as an ``uploading`` output and verified against pass 1, then made
+   the ready row of its path (the previous row becomes garbage). A file that
+   changed between the passes is :class:`OutputRejected`; what was published
+   before it stays consistent (each path is replaced in one transaction).
+
+A crash leaves ``uploading`` or ``deleting`` rows, which the Files store's
+reconciler removes with their blobs; a ready row is never half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import cast
+
+import attrs
+
+from mango.app.files import guess_mime_type
+from mango.app.session_files import SessionFiles
+from mango.domain.errors import CapabilityNotSupported, ContentMismatch, MangoError, OutputRejected
+from mango.domain.files import BlobInfo, NewFile, StoredFile, file_blob_key, new_file_id
+from mango.domain.outputs import (
+    MAX_OUTPUT_FILE_BYTES,
+    MAX_OUTPUT_FILES,
+    OutputEntry,
+    OutputFile,
+    output_filename,
+    read_outputs,
+)
+from mango.domain.ports import ResourceLockSandbox, Sandbox, SessionOutputSandbox
+
+__all__ = ["PublishReport", "publish_outputs"]
+
+_LOG = logging.getLogger("mango.outputs")
+
+
+@attrs.frozen
+class PublishReport:
+    """What one publication did."""
+
+    files: int = 0
+    """Files in the outputs directory (now the Session's outputs)."""
+    published: int = 0
+    """New or changed files uploaded."""
+    unchanged: int = 0
+    """Files whose published copy was already the same (not uploaded again)."""
+    removed: int = 0
+    """Previously published outputs removed because their file is gone."""
+
+
+@attrs.frozen
+class _Limits:
+    files: int
+    file_bytes: int
+
+
+def _exporter(sandbox: Sandbox, session_id: str, provider: str) -> SessionOutputSandbox:
+    if not (isinstance(sandbox, SessionOutputSandbox) and isinstance(sandbox, ResourceLockSandbox)):
+        raise CapabilityNotSupported(
+            provider,
+            [f"{provider} does not support session output mounts (session {session_id!r})"],
+        )
+    return sandbox
+
+
+def _changed(path: str, why: str) -> OutputRejected:
+    return OutputRejected(
+        f"cannot publish the Session's outputs: {path!r} {why} while it was exported",
+        path=path,
+        hint="publish again once the commands writing to /mnt/session/outputs are done",
+    )
+
+
+async def _hashed(body: AsyncIterator[bytes]) -> BlobInfo:
+    digest = hashlib.sha256()
+    size = 0
+    async for chunk in body:
+        digest.update(chunk)
+        size += len(chunk)
+    return BlobInfo(size, digest.hexdigest())
+
+
+async def publish_outputs(
+    files: SessionFiles,
+    session_id: str,
+    sandbox: Sandbox,
+    provider: str,
+    *,
+    max_files: int = MAX_OUTPUT_FILES,
+    max_file_bytes: int = MAX_OUTPUT_FILE_BYTES,
+) -> PublishReport:
+    """Publish ``sandbox``'s outputs directory as the Session's outputs (see the module)."""
+    exporter = _exporter(sandbox, session_id, provider)
+    locking = cast(ResourceLockSandbox, sandbox)  # _exporter checked both protocols
+    limits = _Limits(max_files, max_file_bytes)
+    async with locking.resource_lock(exclusive=False):
+        snapshot = await _inspect(exporter, limits)
+        prepared = await files.outputs.prepare_snapshot(session_id, list(snapshot))
+        removed = await _collect(files, prepared.garbage)
+        published = unchanged = 0
+        async with exporter.open_session_outputs() as chunks:
+            seen: set[str] = set()
+            async for item in read_outputs(
+                chunks, max_files=limits.files, max_file_bytes=limits.file_bytes
+            ):
+                expected = snapshot.get(item.path)
+                if expected is None:
+                    raise _changed(item.path, "appeared")
+                if item.size != expected.size:
+                    raise _changed(
+                        item.path, f"changed size ({expected.size} -> {item.size} bytes)"
+                    )
+                seen.add(item.path)
+                current = prepared.current.get(item.path)
+                if current is not None and (current.size, current.sha256) == (
+                    expected.size,
+                    expected.sha256,
+                ):
+                    if (await _hashed(item.body)).sha256 != expected.sha256:
+                        raise _changed(item.path, "changed content")
+                    unchanged += 1
+                else:
+                    await _upload(files, session_id, item, expected)
+                    published += 1
+        missing = sorted(set(snapshot) - seen)
+        if missing:
+            raise _changed(missing[0], "disappeared")
+    return PublishReport(len(snapshot), published, unchanged, removed)
+
+
+async def _inspect(exporter: SessionOutputSandbox, limits: _Limits) -> dict[str, OutputEntry]:
+    """Pass 1: every entry checked, every file hashed; nothing changes."""
+    snapshot: dict[str, OutputEntry] = {}
+    async with exporter.open_session_outputs() as chunks:
+        async for item in read_outputs(
+            chunks, max_files=limits.files, max_file_bytes=limits.file_bytes
+        ):
+            info = await _hashed(item.body)
+            if info.size != item.size:  # pragma: no cover - the reader yields exactly size bytes
+                raise _changed(item.path, "changed size")
+            snapshot[item.path] = OutputEntry(item.path, info.size, info.sha256)
+    return snapshot
+
+
+async def _upload(
+    files: SessionFiles, session_id: str, item: OutputFile, expected: OutputEntry
+) -> None:
+    """Store one output as the ready row of its path; the row it replaces goes."""
+    store = files.files
+    file_id = new_file_id()
+    new = NewFile(
+        file_id=file_id,
+        filename=output_filename(item.path),
+        mime_type=guess_mime_type(item.path),
+        blob_key=file_blob_key(store.namespace, file_id),
+        session_id=session_id,
+        output_path=item.path,
+    )
+    await store.catalog.begin_upload(new)
+    try:
+        info = await store.blobs.put(
+            new.blob_key,
+            store.refreshing(file_id, item.body),
+            size=expected.size,
+            sha256=expected.sha256,
+        )
+        completion = await files.outputs.complete_output(file_id, info)
+    except ContentMismatch as exc:
+        await _discard(files, file_id, new.blob_key)
+        raise _changed(item.path, "changed content") from exc
+    except BaseException:
+        await _discard(files, file_id, new.blob_key)
+        raise
+    await _collect(files, completion.garbage)
+
+
+async def _discard(files: SessionFiles, file_id: str, key: str) -> None:
+    """Undo a failed output upload (never a ready row: a lost completion stays)."""
+    cleanup = asyncio.ensure_future(files.files.discard_upload(file_id, key))
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.shield(cleanup)
+
+
+async def _collect(files: SessionFiles, garbage: Sequence[StoredFile]) -> int:
+    """Remove garbage rows' blobs, then the rows; the reconciler finishes what fails here."""
+    removed = 0
+    for row in garbage:
+        try:
+            await files.files.blobs.delete(row.blob_key)
+            removed += await files.files.catalog.remove_file(row.file_id)
+        except MangoError as exc:
+            _LOG.info("old output %s not removed yet (reconcile will): %s", row.file_id, exc)
+    return removed

@@ -1,0 +1,158 @@
+"""Session output rows in PostgreSQL: ``mango_files`` rows with a Session and an output path.
+
+Every change locks the Session's row first (``FOR UPDATE``), then the rows
+it changes, so two publications of one Session, or a publication and the
+Session's deletion, never interleave; the partial unique index on
+``(session_id, output_path) WHERE state = 'ready'`` keeps one ready row per path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.rows import dict_row
+
+from mango.domain.errors import InvalidInput, OutputRejected, PreconditionFailed, SessionDeleting
+from mango.domain.files import BlobInfo, FileState, StoredFile
+from mango.domain.outputs import MAX_OUTPUT_FILES, OutputCompletion, OutputSnapshot
+from mango.postgres._errors import translate_errors
+from mango.postgres.files import COLUMNS, stored_file
+from mango.postgres.schema import Pool
+
+__all__ = ["PostgresOutputCatalog"]
+
+# Built from constants only (S608 cannot tell): no value is ever formatted into SQL.
+_SELECT = f"SELECT {COLUMNS} FROM mango_files"  # noqa: S608
+_READY_OUTPUTS = _SELECT + " WHERE session_id = %s AND state = 'ready' AND output_path IS NOT NULL"
+_TO_DELETING = (
+    "UPDATE mango_files SET state = 'deleting', updated_at = now()"  # noqa: S608
+    f" WHERE id = ANY(%s) RETURNING {COLUMNS}"
+)
+
+
+@attrs.define
+class PostgresOutputCatalog:
+    """Output rows on a pool the caller owns (the binding store's, usually)."""
+
+    _pool: Pool
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with translate_errors(action), self._pool.connection() as conn:
+            yield conn
+
+    @staticmethod
+    async def _lock_session(conn: psycopg.AsyncConnection[Any], session_id: str) -> None:
+        cursor = await conn.execute(
+            "SELECT deleting_at FROM mango_sessions WHERE id = %s FOR UPDATE", (session_id,)
+        )
+        session = await cursor.fetchone()
+        if session is None:
+            raise InvalidInput(f"no session {session_id!r}")
+        if session[0] is not None:
+            raise SessionDeleting(f"session {session_id!r} is being deleted")
+
+    @staticmethod
+    async def _rows(
+        conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[object]
+    ) -> list[StoredFile]:
+        cursor = conn.cursor(row_factory=dict_row)
+        await cursor.execute(query.encode(), params)
+        return [stored_file(row) for row in await cursor.fetchall()]
+
+    async def list_outputs(self, session_id: str) -> Sequence[StoredFile]:
+        """The Session's ready outputs, by path."""
+        async with self._connection("listing session outputs") as conn:
+            return await self._rows(conn, _READY_OUTPUTS + " ORDER BY output_path", (session_id,))
+
+    async def find_output(self, session_id: str, path: str) -> StoredFile | None:
+        """The Session's ready output at ``path``, or None."""
+        async with self._connection("reading a session output") as conn:
+            found = await self._rows(
+                conn, _READY_OUTPUTS + " AND output_path = %s", (session_id, path)
+            )
+        return found[0] if found else None
+
+    async def prepare_snapshot(self, session_id: str, paths: Sequence[str]) -> OutputSnapshot:
+        """Ready outputs missing from ``paths`` -> ``deleting``; current rows and the garbage."""
+        wanted = set(paths)
+        async with self._connection("preparing a publication") as conn, conn.transaction():
+            await self._lock_session(conn, session_id)
+            ready = await self._rows(conn, _READY_OUTPUTS + " FOR UPDATE", (session_id,))
+            gone = [row.file_id for row in ready if row.output_path not in wanted]
+            moved = await self._rows(conn, _TO_DELETING, (gone,)) if gone else []
+            leftover = await self._rows(
+                conn,
+                _SELECT
+                + " WHERE session_id = %s AND state = 'deleting' AND output_path IS NOT NULL"
+                " AND NOT (id = ANY(%s))",
+                (session_id, gone),
+            )
+        current = {row.output_path: row for row in ready if row.output_path in wanted}
+        return OutputSnapshot(
+            current={path: row for path, row in current.items() if path is not None},
+            garbage=(*moved, *leftover),
+        )
+
+    async def complete_output(
+        self, file_id: str, info: BlobInfo, *, limit: int = MAX_OUTPUT_FILES
+    ) -> OutputCompletion:
+        """The uploaded output becomes the ready row of its path (see the port)."""
+        async with self._connection("completing a session output") as conn, conn.transaction():
+            cursor = await conn.execute(
+                "SELECT session_id, output_path, state FROM mango_files WHERE id = %s", (file_id,)
+            )
+            pending = await cursor.fetchone()
+            if pending is None or pending[1] is None:
+                raise PreconditionFailed(f"stored file {file_id!r} is not a pending output")
+            session_id, path, _ = pending
+            await self._lock_session(conn, session_id)
+            mine = await self._rows(conn, _SELECT + " WHERE id = %s FOR UPDATE", (file_id,))
+            if not mine or mine[0].state is not FileState.UPLOADING:
+                raise PreconditionFailed(
+                    f"the upload of output {path!r} was abandoned before it finished",
+                    hint="publish the Session's outputs again",
+                )
+            ready = await self._rows(conn, _READY_OUTPUTS + " FOR UPDATE", (session_id,))
+            previous = next((row for row in ready if row.output_path == path), None)
+            if previous is not None and (previous.size, previous.sha256) == (
+                info.size,
+                info.sha256,
+            ):
+                garbage = await self._rows(conn, _TO_DELETING, ([file_id],))
+                return OutputCompletion(previous, tuple(garbage), duplicate=True)
+            if previous is None and len(ready) >= limit:
+                raise OutputRejected(
+                    f"session {session_id!r} already has {len(ready)} published outputs, "
+                    f"the most a Session may have; {path!r} is not published",
+                    path=path,
+                    hint="remove files from /mnt/session/outputs, then publish again",
+                )
+            garbage = (
+                await self._rows(conn, _TO_DELETING, ([previous.file_id],))
+                if previous is not None
+                else []
+            )
+            completed = await self._rows(
+                conn,
+                "UPDATE mango_files SET state = 'ready', size_bytes = %s,"  # noqa: S608
+                " checksum_sha256 = %s, updated_at = now() WHERE id = %s"
+                f" RETURNING {COLUMNS}",
+                (info.size, info.sha256, file_id),
+            )
+        return OutputCompletion(completed[0], tuple(garbage))
+
+    async def drop_session_outputs(self, session_id: str) -> Sequence[StoredFile]:
+        """Every file of the Session -> ``deleting`` (an upload in flight too); return them all."""
+        async with self._connection("removing a session's outputs") as conn, conn.transaction():
+            await conn.execute(
+                "SELECT 1 FROM mango_sessions WHERE id = %s FOR UPDATE", (session_id,)
+            )
+            rows = await self._rows(
+                conn, _SELECT + " WHERE session_id = %s FOR UPDATE", (session_id,)
+            )
+            return await self._rows(conn, _TO_DELETING, ([row.file_id for row in rows],))
