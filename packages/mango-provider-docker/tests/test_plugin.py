@@ -11,7 +11,7 @@ import pytest
 
 import mango_provider_docker
 from mango.config import state_dir
-from mango.domain.capabilities import CapabilitySet
+from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import (
     ConfigurationError,
     InvalidInput,
@@ -50,11 +50,13 @@ def test_public_names_are_sorted_and_exported() -> None:
         assert hasattr(mango_provider_docker, name)
 
 
-def test_registration_is_beta_with_no_capabilities() -> None:
-    """``docker`` registers through the entry point: beta, no optional capability."""
+def test_registration_declares_the_resource_mounts() -> None:
+    """``docker`` registers through the entry point: available, with files and outputs."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
-    assert registration.capabilities == CapabilitySet()
+    assert registration.capabilities == CapabilitySet.of(
+        Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+    )
     names = {setting.env for setting in registration.settings}
     assert {
         "MANGO_SANDBOX_IMAGE",

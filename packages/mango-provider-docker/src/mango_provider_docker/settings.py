@@ -15,6 +15,7 @@ from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -260,13 +261,13 @@ def open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS),
     support_level=SupportLevel.AVAILABLE,
     settings=SETTINGS,
     factory=open_docker_provider,
     description="one container per Session on a Docker Engine (aiodocker, no CLI)",
 )
-"""``docker``: core contract only (no optional capabilities yet)."""
+"""``docker``: the core contract, File Resources and Session outputs (provider-owned mounts)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
