@@ -112,6 +112,8 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
     async def run(rt: Runtime) -> int:
         await rt.manager.ensure_session(session_id)
         sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        # A command is a tool step: the Session's File Resources are in place first.
+        await rt.manager.materialize(session_id, rt.default_spec())
         return _emit(await _stream(sandbox, command))
 
     sys.exit(with_runtime(run))

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from mango.domain.errors import InvalidInput, InvalidPathError
+from mango.domain.errors import InvalidInput, InvalidPathError, PathEscapeError
 from mango.domain.files import validate_file_id, validate_sha256
 from mango.domain.paths import MAX_PATH_BYTES, split_absolute_path
 from mango.domain.values import validate_session_id
@@ -156,6 +156,10 @@ def resolve_mount_path(file_id: str, path: str | None) -> str:
         return default_mount_path(file_id)
     if not isinstance(path, str):
         raise InvalidPathError(f"a mount path must be a string, got {type(path).__name__}")
+    if ".." in path.split("/"):
+        raise PathEscapeError(
+            f"mount path {path!r} has a '..' component; a mount path stays below {UPLOADS_ROOT}"
+        )
     parts = split_absolute_path("/" + path.lstrip("/"))
     if not parts:
         raise InvalidPathError(f"mount path {path!r} names no file")
