@@ -50,6 +50,7 @@ SAMPLES: dict[str, Any] = {
     "expected_sha256": "0" * 64,
     "sha256": "f" * 64,
     "file_id": "file-" + "0" * 32,
+    "path": "nested/link-to-passwd",
 }
 """A value for every constructor parameter a MangoError subclass takes."""
 
