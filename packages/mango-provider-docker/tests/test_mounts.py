@@ -1,10 +1,11 @@
-"""The resource mounts on a real daemon: read-only uploads, one outputs directory, old containers."""
+"""The resource mounts on a real daemon: read-only uploads, one outputs directory, old ones."""
 
 from __future__ import annotations
 
-import asyncio
+import fcntl
 import hashlib
 import io
+import os
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,6 +45,18 @@ async def stream(*parts: bytes, fail: bool = False) -> AsyncIterator[bytes]:
         raise OSError("the source broke off")
 
 
+def try_flock(path: Path, mode: int) -> bool:
+    """Whether another open file description of ``path`` gets the lock ``mode`` right now."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 async def export(sandbox: DockerSandbox) -> dict[str, tuple[bytes, bytes]]:
     """The outputs archive: ``{name: (type, content)}``."""
     async with sandbox.resource_lock(), sandbox.open_session_outputs() as chunks:
@@ -63,7 +76,8 @@ async def test_a_new_sandbox_implements_the_resource_protocols(sandbox: DockerSa
     assert isinstance(sandbox, FileResourceSandbox)
     assert isinstance(sandbox, SessionOutputSandbox)
     assert isinstance(sandbox, ResourceLockSandbox)
-    assert sandbox.mounts.uploads and sandbox.mounts.outputs
+    assert sandbox.mounts.uploads
+    assert sandbox.mounts.outputs
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in sandbox.host_dir.iterdir()}
     assert modes == {"files": "0o755", "outputs": "0o777", "state": "0o700"}
 
@@ -114,9 +128,7 @@ async def test_tools_and_the_shell_share_the_outputs_directory(sandbox: DockerSa
     """A tool write is seen by the shell, a shell write by a tool read, and both by the export."""
     await sandbox.write_file("/mnt/session/outputs/nested/tool.txt", b"tool")
     shell = await sandbox.exec(
-        sh(
-            "cat /mnt/session/outputs/nested/tool.txt; printf shell > /mnt/session/outputs/shell.txt"
-        )
+        sh("cd /mnt/session/outputs && cat nested/tool.txt && printf shell > shell.txt")
     )
     assert shell.stdout == b"tool"
     assert await sandbox.read_file("/mnt/session/outputs/shell.txt") == b"shell"
@@ -154,13 +166,15 @@ async def test_two_clients_of_one_sandbox_share_one_resource_lock(
     other = await provider.attach(session_key, sandbox.ref, SandboxSpec())
     async with sandbox.resource_lock(), other.resource_lock():
         pass  # two shared holders at once
-    order: list[str] = []
+    lock_file = sandbox.host_dir / "state" / ".lock"
     async with sandbox.resource_lock():
-        waiting = asyncio.ensure_future(other.import_file_resource(mount(b"x"), stream(b"x")))
-        await asyncio.sleep(0.2)
-        order.append("export done" if not waiting.done() else "import ran under the export")
-    await waiting
-    assert order == ["export done"]
+        assert not try_flock(lock_file, fcntl.LOCK_EX), (
+            "an exclusive holder got in beside an export"
+        )
+        assert try_flock(lock_file, fcntl.LOCK_SH)
+    async with other.resource_lock(exclusive=True):
+        assert not try_flock(lock_file, fcntl.LOCK_SH), "a shared holder got in beside an import"
+    await other.import_file_resource(mount(b"x"), stream(b"x"))
     assert await other.has_file_resource(mount(b"x"))
 
 
@@ -187,7 +201,8 @@ async def test_a_container_older_than_the_mounts_fails_closed(
     made = await _old_container(docker_engine, session_key, test_image)
     try:
         old = await provider.attach(session_key, SandboxRef("docker", made), SandboxSpec())
-        assert not old.mounts.uploads and not old.mounts.outputs
+        assert not old.mounts.uploads
+        assert not old.mounts.outputs
         assert (await old.exec(sh("echo still works"))).stdout == b"still works\n"
         assert not await old.has_file_resource(mount(b"x"))
         with pytest.raises(PermanentError, match="recreate the Session's sandbox"):
@@ -217,7 +232,7 @@ async def test_a_container_older_than_the_mounts_fails_closed(
     ],
     ids=["writable-uploads", "foreign-source", "extra-mount"],
 )
-async def test_forged_mounts_are_refused(
+async def test_forged_mounts_are_refused(  # noqa: PLR0917 - pytest passes fixtures by position
     provider: DockerProvider,
     docker_engine: Engine,
     session_key: str,

@@ -1,8 +1,8 @@
-"""The kit's host-side File Resources: atomic verified imports, markers, idempotent removal, the lock."""
+"""The kit's host-side File Resources: atomic verified imports, markers, removal, the lock."""
 
 from __future__ import annotations
 
-import asyncio
+import fcntl
 import hashlib
 import os
 import stat
@@ -170,22 +170,16 @@ async def test_shared_holders_exclude_only_exclusive_ones(resources: HostFileRes
         with pytest.raises(ProviderUnavailable, match="held"):
             await resources.import_(mount(b"x"), stream(b"x"))
     await resources.import_(mount(b"x"), stream(b"x"))
-    entered = asyncio.Event()
-    release = asyncio.Event()
-
-    async def hold() -> None:
-        async with resources.lock(exclusive=True):
-            entered.set()
-            await release.wait()
-
-    holder = asyncio.create_task(hold())
-    await entered.wait()
-    waiting = asyncio.create_task(resources.has(mount(b"x")))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()
-    release.set()
-    assert await waiting
-    await holder
+    lock_file = resources.state_root / ".lock"
+    async with resources.lock(exclusive=True):
+        for mode in (fcntl.LOCK_SH, fcntl.LOCK_EX):
+            fd = os.open(lock_file, os.O_RDWR)
+            try:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+    assert await resources.has(mount(b"x"))
 
 
 async def test_the_umask_never_narrows_the_modes(resources: HostFileResources) -> None:

@@ -88,7 +88,7 @@ def test_overlap_is_equality_or_nesting_not_a_shared_prefix() -> None:
 
 
 def test_mount_values_are_checked_when_built() -> None:
-    """A mount with a bad identity, path, size or digest is InvalidInput before any provider call."""
+    """A mount with a bad identity, path, size or digest is InvalidInput before any call."""
     good = FileResourceMount("res-" + "0" * 32, f"{UPLOADS_ROOT}/f", 1, DIGEST)
     assert good.relative_path == "f"
     for fields in (
