@@ -207,7 +207,7 @@ async def test_a_container_older_than_the_mounts_fails_closed(
         assert not await old.has_file_resource(mount(b"x"))
         with pytest.raises(PermanentError, match="recreate the Session's sandbox"):
             await old.import_file_resource(mount(b"x"), stream(b"x"))
-        with pytest.raises(PermanentError, match="outputs mount existed"):
+        with pytest.raises(PermanentError, match="outputs mount"):
             async with old.open_session_outputs():
                 pass
         with pytest.raises(PermanentError, match="recreate the Session's sandbox"):

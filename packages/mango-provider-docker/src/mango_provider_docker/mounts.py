@@ -71,8 +71,8 @@ class MountState:
 def predates(what: str, container_id: str) -> PermanentError:
     """The error of a resource operation on a container older than its mount."""
     return PermanentError(
-        f"docker container {container_id[:12]} was created before the {what} mount existed, "
-        f"so it has no {what}: recreate the Session's sandbox to use them",
+        f"docker container {container_id[:12]} was created before its {what} existed: "
+        "recreate the Session's sandbox to use it",
         hint="delete the Session (mango sessions delete) and start it again; its new "
         "container has the mounts",
     )

@@ -12,6 +12,7 @@ import attrs
 
 from mango.provider import (
     OUTPUTS_ROOT,
+    UPLOADS_ROOT,
     Command,
     ExecResult,
     FileResourceMount,
@@ -227,7 +228,7 @@ class DockerSandbox(StreamedExec):
     async def resource_lock(self, *, exclusive: bool = False) -> AsyncIterator[None]:
         """Hold the sandbox's resource lock (``<host dir>/state/.lock``) for the block."""
         if not (self._mounts.uploads or self._mounts.outputs):
-            raise predates("resource", self.container_id)
+            raise predates("resource mounts", self.container_id)
         resources = await self._host_side()
         async with resources.lock(exclusive=exclusive):
             yield
@@ -243,7 +244,7 @@ class DockerSandbox(StreamedExec):
     ) -> None:
         """Copy ``chunks`` to ``mount.runtime_path``, all or nothing, read-only (see the kit)."""
         if not self._mounts.uploads:
-            raise predates("uploads", self.container_id)
+            raise predates(f"uploads mount ({UPLOADS_ROOT})", self.container_id)
         await (await self._host_side()).import_(mount, chunks)
 
     async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
@@ -265,7 +266,7 @@ class DockerSandbox(StreamedExec):
         outputs mount raises :class:`PermanentError`, never an empty archive.
         """
         if not self._mounts.outputs:
-            raise predates("outputs", self.container_id)
+            raise predates(f"outputs mount ({OUTPUTS_ROOT})", self.container_id)
         async with self._engine.open_archive(self.container_id, OUTPUTS_ROOT + "/.") as chunks:
             if chunks is None:
                 if await self._engine.inspect_container(self.container_id) is None:
