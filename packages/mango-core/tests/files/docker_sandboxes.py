@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from mango.app import SessionManager
 from mango.app.files import StoredFiles
 from mango.app.session_files import SessionFiles
 from mango.domain import FileStore, MangoError
-from mango.local import LocalProvider
 from mango.postgres import (
     PostgresBindingStore,
     PostgresFileCatalog,
@@ -55,45 +52,11 @@ async def docker_provider(namespace: str, resource_dir: Path) -> object:
     )
 
 
-def session_files(store: PostgresBindingStore, blobs: FileStore, namespace: str) -> SessionFiles:
+def make_session_files(
+    store: PostgresBindingStore, blobs: FileStore, namespace: str
+) -> SessionFiles:
     """SessionFiles on the test's database and ``blobs``."""
     stored = StoredFiles(PostgresFileCatalog(store.pool), blobs, namespace)
     return SessionFiles(
         PostgresResourceCatalog(store.pool), PostgresOutputCatalog(store.pool), stored
     )
-
-
-@pytest.fixture
-async def files(store: PostgresBindingStore, file_store: FileStore) -> SessionFiles:
-    """SessionFiles on the test's database and a store of each kind."""
-    return session_files(store, file_store, await store.deployment_namespace())
-
-
-@pytest.fixture
-async def docker_manager(
-    store: PostgresBindingStore, files: SessionFiles, tmp_path: Path
-) -> AsyncIterator[SessionManager]:
-    """A SessionManager on Docker with SessionFiles; every Session it made is deleted after."""
-    provider = await docker_provider(await store.deployment_namespace(), tmp_path / "docker")
-    manager = SessionManager(provider, store, files=files)  # type: ignore[arg-type]
-    try:
-        yield manager
-    finally:
-        for record in await store.list_sessions(1000):
-            try:
-                await manager.delete_session(record.session_id)
-            except MangoError:
-                continue  # a test that broke a Session on purpose leaves it to the daemon cleanup
-        await manager.aclose()
-
-
-@pytest.fixture
-async def local_manager(
-    store: PostgresBindingStore, files: SessionFiles, tmp_path: Path
-) -> AsyncIterator[SessionManager]:
-    """A SessionManager on the local provider (no resource capability) with SessionFiles."""
-    manager = SessionManager(LocalProvider(tmp_path / "local"), store, files=files)
-    try:
-        yield manager
-    finally:
-        await manager.aclose()

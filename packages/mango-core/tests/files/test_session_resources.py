@@ -29,11 +29,15 @@ from mango.domain.files import NewFile, file_blob_key, new_file_id
 from mango.domain.resources import MAX_SESSION_RESOURCES, UPLOADS_ROOT
 from mango.postgres import PostgresBindingStore
 
-from .docker_sandboxes import docker_manager, files, local_manager  # noqa: F401 - fixtures
-
 pytestmark = pytest.mark.postgres
 
 SPEC = SandboxSpec(timeout=60.0)
+
+
+@pytest.fixture
+def files(session_files: SessionFiles) -> SessionFiles:
+    """The Session resources and outputs of the test (conftest's, on each store)."""
+    return session_files
 
 
 async def chunks_of(data: bytes) -> AsyncIterator[bytes]:
