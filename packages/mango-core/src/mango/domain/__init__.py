@@ -22,6 +22,7 @@ from mango.domain.errors import (
     InvalidPathError,
     InvalidTransition,
     MangoError,
+    OutputRejected,
     OwnershipError,
     PackageSetupFailed,
     PackageSetupInterrupted,
@@ -58,8 +59,17 @@ from mango.domain.lifecycle import (
     transition,
 )
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
-from mango.domain.ports import BindingStore, Clock, Provider, Sandbox
+from mango.domain.ports import (
+    BindingStore,
+    Clock,
+    FileResourceSandbox,
+    Provider,
+    ResourceLockSandbox,
+    Sandbox,
+    SessionOutputSandbox,
+)
 from mango.domain.registry import ProviderRegistration, SupportLevel
+from mango.domain.resources import FileResourceMount, SessionResource
 from mango.domain.values import (
     Binding,
     Command,
@@ -88,6 +98,8 @@ __all__ = [
     "ContentMismatch",
     "ExecResult",
     "FileCatalog",
+    "FileResourceMount",
+    "FileResourceSandbox",
     "FileState",
     "FileStore",
     "FileStoreUnavailable",
@@ -100,6 +112,7 @@ __all__ = [
     "LifecycleState",
     "MangoError",
     "NetworkMode",
+    "OutputRejected",
     "OwnershipError",
     "PackagePlan",
     "PackageSetupFailed",
@@ -113,13 +126,16 @@ __all__ = [
     "ProvisioningBlocked",
     "ProvisioningIntent",
     "ResourceConflict",
+    "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",
     "SandboxNotRunning",
     "SandboxRef",
     "SandboxSpec",
     "SessionDeleting",
+    "SessionOutputSandbox",
     "SessionRecord",
+    "SessionResource",
     "StoredFile",
     "StoredFileNotFound",
     "StoredFileNotReady",

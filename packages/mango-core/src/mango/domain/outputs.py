@@ -67,10 +67,11 @@ def printable_name(name: str) -> str:
 
 
 def _reject(name: str, why: str) -> OutputRejected:
-    shown = printable_name(name)
+    while name.startswith("./"):
+        name = name[2:]
     return OutputRejected(
-        f"cannot publish the Session's outputs: {shown!r} {why}",
-        path=shown,
+        f"cannot publish the Session's outputs: {name!r} {why}",
+        path=printable_name(name),
         hint="change or remove it in /mnt/session/outputs, then publish again",
     )
 
