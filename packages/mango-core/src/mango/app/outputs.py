@@ -21,6 +21,8 @@ stream, never held whole:
 
 A crash leaves ``uploading`` or ``deleting`` rows, which the Files store's
 reconciler removes with their blobs; a ready row is never half-written.
+:func:`observe_publications` lets crash-injection tests stop the process
+between an output's upload and its completion.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Sequence
-from typing import cast
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Literal, cast
 
 import attrs
 
@@ -48,9 +50,22 @@ from mango.domain.outputs import (
 )
 from mango.domain.ports import ResourceLockSandbox, Sandbox, SessionOutputSandbox
 
-__all__ = ["PublishReport", "publish_outputs"]
+__all__ = ["PublicationStep", "PublishReport", "observe_publications", "publish_outputs"]
 
 _LOG = logging.getLogger("mango.outputs")
+
+PublicationStep = Literal["uploaded"]
+"""``uploaded``: an output's bytes are stored and verified; its row is still ``uploading``."""
+_observers: list[Callable[[PublicationStep, str], None]] = []
+
+
+def observe_publications(observer: Callable[[PublicationStep, str], None]) -> Callable[[], None]:
+    """Call ``observer(step, output path)`` after each step of every publication; the undo.
+
+    For crash-injection tests only (:mod:`mango.temporal.faults`).
+    """
+    _observers.append(observer)
+    return lambda: _observers.remove(observer)
 
 
 @attrs.frozen
@@ -183,6 +198,8 @@ async def _upload(
             size=expected.size,
             sha256=expected.sha256,
         )
+        for observer in _observers:
+            observer("uploaded", item.path)
         completion = await files.outputs.complete_output(file_id, info)
     except ContentMismatch as exc:
         await _discard(files, file_id, new.blob_key)
