@@ -232,19 +232,26 @@ class StoredFiles:
         return await self.catalog.list_files(limit)
 
     @contextlib.asynccontextmanager
-    async def open(self, file_id: str) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def open(
+        self, file_id: str, *, hash_check: bool = True
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a ready file's content: ``async with files.open(id) as chunks``.
 
         Every byte is checked against the row: a blob that is missing, longer,
         shorter or different raises :class:`ContentMismatch` (a surplus before
         it is passed on; the rest when the iteration ends). Raises as
-        :meth:`get` on entry.
+        :meth:`get` on entry. ``hash_check=False`` leaves the SHA-256 to a
+        consumer that checks it itself (a File Resource import does, against
+        the same row), so the bytes are hashed once; the size is checked
+        either way.
         """
         row = await self.get(file_id)
         async with contextlib.AsyncExitStack() as stack:
             try:
                 chunks = await stack.enter_async_context(
-                    self.blobs.open(row.blob_key, size=row.size, sha256=row.sha256)
+                    self.blobs.open(
+                        row.blob_key, size=row.size, sha256=row.sha256 if hash_check else None
+                    )
                 )
             except FileNotFoundError:
                 raise ContentMismatch(

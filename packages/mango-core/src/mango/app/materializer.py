@@ -8,10 +8,11 @@ the catalog gives them (removals first):
   marker still names this resource: a newer one may have reused the path),
   then the row;
 * an ``active`` row whose copy is present and verified by the provider is
-  skipped; otherwise the stored file is streamed into the sandbox (verified
-  twice: by the Files store as it is read, by the provider as it is
-  written). If the row changed meanwhile (removed, or moved), the fresh copy
-  is removed again and the step fails retryably.
+  skipped; otherwise the stored file is streamed into the sandbox (its size
+  checked by the Files store as it is read, size and SHA-256 by the
+  provider as it is written, against the same row: hashed once). If the row
+  changed meanwhile (removed, or moved), the fresh copy is removed again and
+  the step fails retryably.
 
 A sandbox that cannot hold File Resources while the Session has some is
 :class:`~mango.domain.errors.CapabilityNotSupported` (permanent).
@@ -86,7 +87,8 @@ async def _import(files: SessionFiles, sandbox: FileResourceSandbox, row: Sessio
     mount = FileResourceMount(row.resource_id, row.mount_path, stored.size, stored.sha256)
     if await sandbox.has_file_resource(mount):
         return False
-    async with files.files.open(row.file_id) as chunks:
+    # The import checks size and SHA-256 against the same row: the bytes are hashed once.
+    async with files.files.open(row.file_id, hash_check=False) as chunks:
         await sandbox.import_file_resource(mount, chunks)
     current = await files.resources.get_resource(row.resource_id)
     if current is None or not current.active or current.mount_path != row.mount_path:
