@@ -212,12 +212,22 @@ class TarReader:
         return ArchiveEntry(name=name, type=kind, size=size, linkname=linkname)
 
     async def body(self) -> AsyncGenerator[bytes, None]:
-        """Yield the current entry's bytes as they arrive (each at most one received chunk)."""
+        """Yield the current entry's bytes as they arrive (each at most one received chunk).
+
+        A chunk that lies wholly inside the body is handed on as it came, uncopied.
+        """
         while self._remaining:
-            if not self._pending and not await self._more():
-                raise self._malformed("it ended inside an entry")
-            step = min(self._remaining, len(self._pending))
-            chunk = bytes(self._pending[:step])
-            del self._pending[:step]
-            self._remaining -= step
+            if self._pending:
+                step = min(self._remaining, len(self._pending))
+                chunk = bytes(self._pending[:step])
+                del self._pending[:step]
+            else:
+                try:
+                    chunk = await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    raise self._malformed("it ended inside an entry") from None
+                if len(chunk) > self._remaining:
+                    self._pending += chunk[self._remaining :]
+                    chunk = chunk[: self._remaining]
+            self._remaining -= len(chunk)
             yield chunk
