@@ -116,6 +116,9 @@ DEFAULT_MAX_WAIT = 120.0
 EMBEDDED_IDLE_ENV = "MANGO_EMBEDDED_IDLE_SECONDS"
 DEFAULT_EMBEDDED_IDLE_SECONDS = 300.0
 """How long the command line leaves an unused embedded PostgreSQL running (five minutes)."""
+OUTPUTS_QUIET_ENV = "MANGO_OUTPUTS_QUIET_SECONDS"
+DEFAULT_OUTPUTS_QUIET_SECONDS = 10.0
+"""How long a Session is quiet after a step before its workflow publishes its outputs."""
 
 
 def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
@@ -258,6 +261,10 @@ class Settings:
     embedded_idle_seconds: float = DEFAULT_EMBEDDED_IDLE_SECONDS
     """``MANGO_EMBEDDED_IDLE_SECONDS``: how long commands leave an unused embedded
     PostgreSQL running for the next one (0: stop it when the command ends)."""
+    outputs_quiet_period: float | None = DEFAULT_OUTPUTS_QUIET_SECONDS
+    """``MANGO_OUTPUTS_QUIET_SECONDS``: seconds a Session is quiet after a step before the
+    workflows this process starts publish its outputs (on a provider that publishes them);
+    None (the setting ``0``): only on demand."""
     environ: Mapping[str, str] = attrs.field(
         factory=_process_environ, converter=_snapshot, repr=False, hash=False
     )
@@ -306,8 +313,14 @@ class Settings:
         max_wait = number_setting(
             env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
         )
+        quiet = number_setting(
+            env, OUTPUTS_QUIET_ENV, minimum=0, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
         return cls(
             state_dir=state_dir(env),
+            outputs_quiet_period=(
+                DEFAULT_OUTPUTS_QUIET_SECONDS if quiet is None else quiet or None
+            ),
             temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,

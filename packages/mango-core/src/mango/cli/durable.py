@@ -65,7 +65,11 @@ async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
         store: PostgresBindingStore = await open_store(url, min_size=1, max_size=2)
         try:
             yield Orchestrator(
-                client, store, settings.sandbox, task_queue_prefix=settings.task_queue_prefix
+                client,
+                store,
+                settings.sandbox,
+                task_queue_prefix=settings.task_queue_prefix,
+                outputs_quiet_period=settings.outputs_quiet_period,
             )
         finally:
             await store.aclose()
