@@ -8,6 +8,8 @@ the outputs and blobs after the refusal are exactly those before it.
 from __future__ import annotations
 
 import contextlib
+import io
+import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import attrs
 import pytest
 
 from mango.app import SandboxWrapper, SessionManager
-from mango.app.outputs import publish_outputs
+from mango.app.outputs import observe_publications, publish_outputs
 from mango.app.session_files import SessionFiles
 from mango.domain import Command, OutputRejected, SandboxSpec
 
@@ -175,3 +177,72 @@ async def test_a_file_growing_during_the_export_is_detected(
     assert refused.value.path == "grow"
     assert await outputs(files, sid) == {}
     assert await blobs(files) == set()
+
+
+@attrs.define
+class GrowsLastInPassTwo(SandboxWrapper):
+    """The real sandbox; its second export grows ``grow`` and lists it after every other entry.
+
+    The bytes are the daemon's own archive, re-ordered so that the new files
+    before ``grow`` are uploaded before the change is seen, whatever order
+    the daemon walks the directory in.
+    """
+
+    exports: int = 0
+
+    def resource_lock(self, *, exclusive: bool = False) -> Any:
+        return self.inner.resource_lock(exclusive=exclusive)  # type: ignore[attr-defined]
+
+    @contextlib.asynccontextmanager
+    async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:
+        self.exports += 1
+        if self.exports == 1:
+            async with self.inner.open_session_outputs() as chunks:  # type: ignore[attr-defined]
+                yield chunks
+            return
+        result = await self.inner.exec(sh("echo more >> /mnt/session/outputs/grow"))
+        assert result.exit_code == 0
+        async with self.inner.open_session_outputs() as chunks:  # type: ignore[attr-defined]
+            archive = b"".join([chunk async for chunk in chunks])
+        rewritten = io.BytesIO()
+        with (
+            tarfile.open(fileobj=io.BytesIO(archive)) as source,
+            tarfile.open(fileobj=rewritten, mode="w", format=tarfile.PAX_FORMAT) as target,
+        ):
+            members = sorted(source.getmembers(), key=lambda m: m.name.endswith("/grow"))
+            for member in members:
+                target.addfile(member, source.extractfile(member) if member.isfile() else None)
+
+        async def one() -> AsyncIterator[bytes]:
+            yield rewritten.getvalue()
+
+        yield one()
+
+
+@pytest.mark.parametrize("store_kind", ["fs"])
+async def test_a_change_seen_late_in_the_second_pass_publishes_nothing(
+    docker_manager: SessionManager, files: SessionFiles
+) -> None:
+    """New files already uploaded and a removal are undone with the refusal: all or nothing."""
+    sid = "grows-late"
+    await docker_manager.ensure_session(sid)
+    sandbox = await docker_manager.acquire(sid, SPEC)
+    await sandbox.exec(sh("cd /mnt/session/outputs && echo a > old.txt && echo b > grow"))
+    await docker_manager.publish_outputs(sid, SPEC)
+    before, stored = await outputs(files, sid), await blobs(files)
+    assert set(before) == {"old.txt", "grow"}
+    await sandbox.exec(
+        sh("cd /mnt/session/outputs && rm old.txt && for i in 1 2 3; do echo $i > new-$i.txt; done")
+    )
+    uploaded: list[str] = []
+    undo = observe_publications(lambda _step, path: uploaded.append(path))
+    raw = await docker_manager.provider.attach(sid, sandbox.ref, SPEC)
+    try:
+        with pytest.raises(OutputRejected, match="changed size") as refused:
+            await publish_outputs(files, sid, GrowsLastInPassTwo(raw), "docker")
+    finally:
+        undo()
+    assert refused.value.path == "grow"
+    assert sorted(uploaded) == ["new-1.txt", "new-2.txt", "new-3.txt"]  # staged, then undone
+    assert await outputs(files, sid) == before
+    assert await blobs(files) == stored

@@ -9,15 +9,17 @@ stream, never held whole:
    of at most 500 MiB, no name twice) and every file hashed. Any failure
    stops here with :class:`~mango.domain.errors.OutputRejected` naming the
    entry, before a row or a byte changed.
-2. the rows are prepared: outputs whose path is gone become garbage (their
-   blob, then their row, are removed);
-3. **publish**: the second export must list the same files with the same
+2. **upload**: the second export must list the same files with the same
    sizes; an unchanged file (same size and SHA-256 as its published row) is
    hashed again and skipped, a new or changed one is streamed into the Files
-   store as an ``uploading`` output and verified against pass 1, then made
-   the ready row of its path (the previous row becomes garbage). A file that
-   changed between the passes is :class:`OutputRejected`; what was published
-   before it stays consistent (each path is replaced in one transaction).
+   store as an ``uploading`` output, verified against pass 1 (rows already
+   staged are kept fresh for the reconciler meanwhile). A file that changed
+   between the passes is :class:`OutputRejected`, and every staged upload
+   is discarded.
+3. **commit**: in one transaction the staged outputs become the ready rows
+   of their paths and the outputs whose path is gone, or which were
+   replaced, become garbage (their blob, then their row, are removed).
+   Either the whole snapshot is published or nothing changed.
 
 A crash leaves ``uploading`` or ``deleting`` rows, which the Files store's
 reconciler removes with their blobs; a ready row is never half-written.
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Literal, cast
 
@@ -38,13 +41,20 @@ import attrs
 
 from mango.app.files import guess_mime_type
 from mango.app.session_files import SessionFiles
-from mango.domain.errors import CapabilityNotSupported, ContentMismatch, MangoError, OutputRejected
+from mango.domain.errors import (
+    CapabilityNotSupported,
+    ContentMismatch,
+    MangoError,
+    OutputRejected,
+    PreconditionFailed,
+)
 from mango.domain.files import BlobInfo, NewFile, StoredFile, file_blob_key, new_file_id
 from mango.domain.outputs import (
     MAX_OUTPUT_FILE_BYTES,
     MAX_OUTPUT_FILES,
     OutputEntry,
     OutputFile,
+    StagedOutput,
     output_filename,
     read_outputs,
 )
@@ -129,37 +139,92 @@ async def publish_outputs(
     limits = _Limits(max_files, max_file_bytes)
     async with locking.resource_lock(exclusive=False):
         snapshot = await _inspect(exporter, limits)
-        prepared = await files.outputs.prepare_snapshot(session_id, list(snapshot))
-        removed = await _collect(files, prepared.garbage)
-        published = unchanged = 0
-        async with exporter.open_session_outputs() as chunks:
-            seen: set[str] = set()
-            async for item in read_outputs(
-                chunks, max_files=limits.files, max_file_bytes=limits.file_bytes
+        current = {
+            row.output_path: row
+            for row in await files.outputs.list_outputs(session_id)
+            if row.output_path is not None
+        }
+        staged: list[StagedOutput] = []
+        try:
+            unchanged = await _stage(
+                files,
+                session_id,
+                exporter,
+                snapshot=snapshot,
+                current=current,
+                limits=limits,
+                staged=staged,
+            )
+            commit = await files.outputs.commit_snapshot(
+                session_id, list(snapshot), staged, limit=limits.files
+            )
+        except BaseException:
+            await _discard(files, staged)
+            raise
+    await _collect(files, commit.garbage)
+    removed = len(set(current) - set(snapshot))
+    return PublishReport(len(snapshot), len(staged), unchanged, removed)
+
+
+async def _stage(
+    files: SessionFiles,
+    session_id: str,
+    exporter: SessionOutputSandbox,
+    *,
+    snapshot: dict[str, OutputEntry],
+    current: dict[str, StoredFile],
+    limits: _Limits,
+    staged: list[StagedOutput],
+) -> int:
+    """Pass 2: upload what is new or changed into ``staged``; return how many were unchanged."""
+    unchanged = 0
+    seen: set[str] = set()
+    fresh = _Freshness(files)
+    async with exporter.open_session_outputs() as chunks:
+        async for item in read_outputs(
+            chunks, max_files=limits.files, max_file_bytes=limits.file_bytes
+        ):
+            expected = snapshot.get(item.path)
+            if expected is None:
+                raise _changed(item.path, "appeared")
+            if item.size != expected.size:
+                raise _changed(item.path, f"changed size ({expected.size} -> {item.size} bytes)")
+            seen.add(item.path)
+            published = current.get(item.path)
+            if published is not None and (published.size, published.sha256) == (
+                expected.size,
+                expected.sha256,
             ):
-                expected = snapshot.get(item.path)
-                if expected is None:
-                    raise _changed(item.path, "appeared")
-                if item.size != expected.size:
-                    raise _changed(
-                        item.path, f"changed size ({expected.size} -> {item.size} bytes)"
-                    )
-                seen.add(item.path)
-                current = prepared.current.get(item.path)
-                if current is not None and (current.size, current.sha256) == (
-                    expected.size,
-                    expected.sha256,
-                ):
-                    if (await _hashed(item.body)).sha256 != expected.sha256:
-                        raise _changed(item.path, "changed content")
-                    unchanged += 1
-                else:
-                    await _upload(files, session_id, item, expected)
-                    published += 1
-        missing = sorted(set(snapshot) - seen)
-        if missing:
-            raise _changed(missing[0], "disappeared")
-    return PublishReport(len(snapshot), published, unchanged, removed)
+                if (await _hashed(item.body)).sha256 != expected.sha256:
+                    raise _changed(item.path, "changed content")
+                unchanged += 1
+            else:
+                staged.append(await _upload(files, session_id, item, expected))
+            await fresh.keep(staged)
+    missing = sorted(set(snapshot) - seen)
+    if missing:
+        raise _changed(missing[0], "disappeared")
+    return unchanged
+
+
+@attrs.define
+class _Freshness:
+    """Refreshes the staged rows every heartbeat, so the reconciler never gives them up."""
+
+    files: SessionFiles
+    last: float = attrs.field(factory=time.monotonic)
+
+    async def keep(self, staged: Sequence[StagedOutput]) -> None:
+        now = time.monotonic()
+        if now - self.last < self.files.files.heartbeat:
+            return
+        self.last = now
+        for item in staged:
+            if not await self.files.files.catalog.touch_upload(item.file_id):
+                raise PreconditionFailed(
+                    f"a staged output ({item.file_id}) was given up before it was published",
+                    hint="publish the Session's outputs again",
+                )
 
 
 async def _inspect(exporter: SessionOutputSandbox, limits: _Limits) -> dict[str, OutputEntry]:
@@ -178,8 +243,8 @@ async def _inspect(exporter: SessionOutputSandbox, limits: _Limits) -> dict[str,
 
 async def _upload(
     files: SessionFiles, session_id: str, item: OutputFile, expected: OutputEntry
-) -> None:
-    """Store one output as the ready row of its path; the row it replaces goes."""
+) -> StagedOutput:
+    """Store one output as an ``uploading`` row, verified against pass 1."""
     store = files.files
     file_id = new_file_id()
     new = NewFile(
@@ -191,6 +256,7 @@ async def _upload(
         output_path=item.path,
     )
     await store.catalog.begin_upload(new)
+    staged = StagedOutput(file_id, BlobInfo(expected.size, expected.sha256))
     try:
         info = await store.blobs.put(
             new.blob_key,
@@ -200,19 +266,24 @@ async def _upload(
         )
         for observer in _observers:
             observer("uploaded", item.path)
-        completion = await files.outputs.complete_output(file_id, info)
     except ContentMismatch as exc:
-        await _discard(files, file_id, new.blob_key)
+        await _discard(files, [staged])
         raise _changed(item.path, "changed content") from exc
     except BaseException:
-        await _discard(files, file_id, new.blob_key)
+        await _discard(files, [staged])
         raise
-    await _collect(files, completion.garbage)
+    return StagedOutput(file_id, info)
 
 
-async def _discard(files: SessionFiles, file_id: str, key: str) -> None:
-    """Undo a failed output upload (never a ready row: a lost completion stays)."""
-    cleanup = asyncio.ensure_future(files.files.discard_upload(file_id, key))
+async def _discard(files: SessionFiles, staged: Sequence[StagedOutput]) -> None:
+    """Undo staged uploads (never a ready row: a lost commit's answer stays)."""
+    store = files.files
+
+    async def discard_all() -> None:
+        for item in staged:
+            await store.discard_upload(item.file_id, file_blob_key(store.namespace, item.file_id))
+
+    cleanup = asyncio.ensure_future(discard_all())
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.shield(cleanup)
 

@@ -19,7 +19,7 @@ path.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Protocol
 
 import attrs
@@ -33,10 +33,10 @@ __all__ = [
     "MAX_OUTPUT_FILES",
     "MAX_OUTPUT_FILE_BYTES",
     "OutputCatalog",
-    "OutputCompletion",
+    "OutputCommit",
     "OutputEntry",
     "OutputFile",
-    "OutputSnapshot",
+    "StagedOutput",
     "output_filename",
     "output_path",
     "printable_name",
@@ -193,25 +193,24 @@ class OutputEntry:
 
 
 @attrs.frozen
-class OutputSnapshot:
-    """What preparing a publication found: ``current`` ready rows by path, ``garbage`` to remove.
+class StagedOutput:
+    """An output uploaded in full and verified, its row still ``uploading``."""
 
-    ``garbage`` are the rows moved to ``deleting`` (a path the snapshot no
-    longer has) and any ``deleting`` rows an earlier publication left.
-    """
-
-    current: Mapping[str, StoredFile]
-    garbage: tuple[StoredFile, ...] = ()
+    file_id: str
+    info: BlobInfo
 
 
 @attrs.frozen
-class OutputCompletion:
-    """A completed output: the ``ready`` row for its path and rows that became garbage."""
+class OutputCommit:
+    """A committed publication: the new ``ready`` rows and the rows that became garbage.
 
-    ready: StoredFile
+    ``garbage`` holds the rows moved to ``deleting`` (a path the snapshot no
+    longer has, a replaced row, a staged upload whose content was already
+    ready at its path) and any ``deleting`` rows an earlier publication left.
+    """
+
+    ready: tuple[StoredFile, ...] = ()
     garbage: tuple[StoredFile, ...] = ()
-    duplicate: bool = False
-    """The same content was already ready at the path: the new upload is the garbage."""
 
 
 class OutputCatalog(Protocol):
@@ -229,23 +228,25 @@ class OutputCatalog(Protocol):
         """The Session's ``ready`` output at ``path``, or None."""
         ...
 
-    async def prepare_snapshot(self, session_id: str, paths: Sequence[str]) -> OutputSnapshot:
-        """Move ready outputs whose path is not in ``paths`` to ``deleting`` (see the snapshot).
+    async def commit_snapshot(
+        self,
+        session_id: str,
+        paths: Sequence[str],
+        staged: Sequence[StagedOutput],
+        *,
+        limit: int = MAX_OUTPUT_FILES,
+    ) -> OutputCommit:
+        """Make ``paths`` the Session's outputs, all in one transaction, or change nothing.
 
-        Raises :class:`~mango.domain.errors.SessionDeleting` for a fenced
-        Session and :class:`~mango.domain.errors.InvalidInput` for an absent one.
-        """
-        ...
-
-    async def complete_output(
-        self, file_id: str, info: BlobInfo, *, limit: int = MAX_OUTPUT_FILES
-    ) -> OutputCompletion:
-        """Make an ``uploading`` output ``ready``, replacing the previous one at its path.
-
-        The same size and digest as the ready row already there: the new
-        row goes to ``deleting`` instead (``duplicate``). A new path beyond
-        ``limit`` ready outputs is :class:`OutputRejected`; a row no longer
-        ``uploading`` is :class:`~mango.domain.errors.PreconditionFailed`.
+        Every ``staged`` upload becomes the ready row of its path (the row it
+        replaces goes to ``deleting``; the same size and digest as the ready
+        row there: the staged row goes to ``deleting`` instead), and every
+        ready output whose path is not in ``paths`` goes to ``deleting``.
+        More than ``limit`` paths is :class:`OutputRejected`; a staged row
+        no longer ``uploading`` (given up by the reconciler) or of another
+        Session is :class:`~mango.domain.errors.PreconditionFailed`; a
+        fenced Session :class:`~mango.domain.errors.SessionDeleting`, an
+        absent one :class:`~mango.domain.errors.InvalidInput`.
         """
         ...
 

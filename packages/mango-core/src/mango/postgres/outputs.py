@@ -17,8 +17,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from mango.domain.errors import InvalidInput, OutputRejected, PreconditionFailed, SessionDeleting
-from mango.domain.files import BlobInfo, FileState, StoredFile
-from mango.domain.outputs import MAX_OUTPUT_FILES, OutputCompletion, OutputSnapshot
+from mango.domain.files import FileState, StoredFile
+from mango.domain.outputs import MAX_OUTPUT_FILES, OutputCommit, StagedOutput
 from mango.postgres._errors import translate_errors
 from mango.postgres.files import COLUMNS, stored_file
 from mango.postgres.schema import Pool
@@ -77,74 +77,75 @@ class PostgresOutputCatalog:
             )
         return found[0] if found else None
 
-    async def prepare_snapshot(self, session_id: str, paths: Sequence[str]) -> OutputSnapshot:
-        """Ready outputs missing from ``paths`` -> ``deleting``; current rows and the garbage."""
+    async def commit_snapshot(
+        self,
+        session_id: str,
+        paths: Sequence[str],
+        staged: Sequence[StagedOutput],
+        *,
+        limit: int = MAX_OUTPUT_FILES,
+    ) -> OutputCommit:
+        """Make ``paths`` the Session's outputs in one transaction (see the port)."""
         wanted = set(paths)
-        async with self._connection("preparing a publication") as conn, conn.transaction():
+        if len(wanted) > limit:
+            first = sorted(wanted)[limit]
+            raise OutputRejected(
+                f"session {session_id!r} would have {len(wanted)} published outputs, more than "
+                f"the {limit} a Session may have; {first!r} and others are not published",
+                path=first,
+                hint="remove files from /mnt/session/outputs, then publish again",
+            )
+        ids = [item.file_id for item in staged]
+        async with self._connection("publishing session outputs") as conn, conn.transaction():
             await self._lock_session(conn, session_id)
-            ready = await self._rows(conn, _READY_OUTPUTS + " FOR UPDATE", (session_id,))
-            gone = [row.file_id for row in ready if row.output_path not in wanted]
-            moved = await self._rows(conn, _TO_DELETING, (gone,)) if gone else []
+            ready = {
+                row.output_path: row
+                for row in await self._rows(conn, _READY_OUTPUTS + " FOR UPDATE", (session_id,))
+            }
+            mine = await self._rows(conn, _SELECT + " WHERE id = ANY(%s) FOR UPDATE", (ids,))
+            pending = {row.file_id: row for row in mine}
+            retire: list[str] = [row.file_id for path, row in ready.items() if path not in wanted]
+            finish: list[StagedOutput] = []
+            for item in staged:
+                row = pending.get(item.file_id)
+                if row is None or row.state is not FileState.UPLOADING:
+                    path = row.output_path if row is not None else item.file_id
+                    raise PreconditionFailed(
+                        f"the upload of output {path!r} was abandoned before it was published",
+                        hint="publish the Session's outputs again",
+                    )
+                if row.session_id != session_id or row.output_path not in wanted:
+                    raise PreconditionFailed(
+                        f"stored file {item.file_id!r} is not a pending output of this snapshot"
+                    )
+                previous = ready.get(row.output_path)
+                if previous is not None and (previous.size, previous.sha256) == (
+                    item.info.size,
+                    item.info.sha256,
+                ):
+                    retire.append(item.file_id)  # the same content is already published
+                    continue
+                if previous is not None:
+                    retire.append(previous.file_id)
+                finish.append(item)
             leftover = await self._rows(
                 conn,
                 _SELECT
-                + " WHERE session_id = %s AND state = 'deleting' AND output_path IS NOT NULL"
-                " AND NOT (id = ANY(%s))",
-                (session_id, gone),
+                + " WHERE session_id = %s AND state = 'deleting' AND output_path IS NOT NULL",
+                (session_id,),
             )
-        current = {row.output_path: row for row in ready if row.output_path in wanted}
-        return OutputSnapshot(
-            current={path: row for path, row in current.items() if path is not None},
-            garbage=(*moved, *leftover),
-        )
-
-    async def complete_output(
-        self, file_id: str, info: BlobInfo, *, limit: int = MAX_OUTPUT_FILES
-    ) -> OutputCompletion:
-        """The uploaded output becomes the ready row of its path (see the port)."""
-        async with self._connection("completing a session output") as conn, conn.transaction():
-            cursor = await conn.execute(
-                "SELECT session_id, output_path, state FROM mango_files WHERE id = %s", (file_id,)
-            )
-            pending = await cursor.fetchone()
-            if pending is None or pending[1] is None:
-                raise PreconditionFailed(f"stored file {file_id!r} is not a pending output")
-            session_id, path, _ = pending
-            await self._lock_session(conn, session_id)
-            mine = await self._rows(conn, _SELECT + " WHERE id = %s FOR UPDATE", (file_id,))
-            if not mine or mine[0].state is not FileState.UPLOADING:
-                raise PreconditionFailed(
-                    f"the upload of output {path!r} was abandoned before it finished",
-                    hint="publish the Session's outputs again",
+            # Replaced rows leave 'ready' first: one ready row per path (the unique index).
+            retired = await self._rows(conn, _TO_DELETING, (retire,)) if retire else []
+            completed: list[StoredFile] = []
+            for item in finish:
+                completed += await self._rows(
+                    conn,
+                    "UPDATE mango_files SET state = 'ready', size_bytes = %s,"  # noqa: S608
+                    " checksum_sha256 = %s, updated_at = now() WHERE id = %s"
+                    f" RETURNING {COLUMNS}",
+                    (item.info.size, item.info.sha256, item.file_id),
                 )
-            ready = await self._rows(conn, _READY_OUTPUTS + " FOR UPDATE", (session_id,))
-            previous = next((row for row in ready if row.output_path == path), None)
-            if previous is not None and (previous.size, previous.sha256) == (
-                info.size,
-                info.sha256,
-            ):
-                garbage = await self._rows(conn, _TO_DELETING, ([file_id],))
-                return OutputCompletion(previous, tuple(garbage), duplicate=True)
-            if previous is None and len(ready) >= limit:
-                raise OutputRejected(
-                    f"session {session_id!r} already has {len(ready)} published outputs, "
-                    f"the most a Session may have; {path!r} is not published",
-                    path=path,
-                    hint="remove files from /mnt/session/outputs, then publish again",
-                )
-            garbage = (
-                await self._rows(conn, _TO_DELETING, ([previous.file_id],))
-                if previous is not None
-                else []
-            )
-            completed = await self._rows(
-                conn,
-                "UPDATE mango_files SET state = 'ready', size_bytes = %s,"  # noqa: S608
-                " checksum_sha256 = %s, updated_at = now() WHERE id = %s"
-                f" RETURNING {COLUMNS}",
-                (info.size, info.sha256, file_id),
-            )
-        return OutputCompletion(completed[0], tuple(garbage))
+        return OutputCommit(ready=tuple(completed), garbage=(*retired, *leftover))
 
     async def drop_session_outputs(self, session_id: str) -> Sequence[StoredFile]:
         """Every file of the Session -> ``deleting`` (an upload in flight too); return them all."""
