@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mango.domain.errors import InvalidInput, InvalidPathError, OutputRejected, PathEscapeError
+from mango.domain import SandboxSpec
+from mango.domain.capabilities import Capability, admit
+from mango.domain.errors import (
+    CapabilityNotSupported,
+    InvalidInput,
+    InvalidPathError,
+    OutputRejected,
+    PathEscapeError,
+)
 from mango.domain.outputs import output_filename, output_path, printable_name
 from mango.domain.resources import (
     UPLOADS_ROOT,
@@ -20,6 +28,7 @@ from mango.domain.resources import (
     validate_identity,
     validate_resource_id,
 )
+from mango.plugins.manager import load_plugins
 
 FILE_ID = "file-" + "a" * 32
 DIGEST = hashlib.sha256(b"x").hexdigest()
@@ -169,3 +178,22 @@ def test_long_output_filenames_stay_distinct() -> None:
     assert len(output_filename(first).encode()) <= 255
     assert output_filename("nested/report.txt") == "nested__report.txt"
     assert output_filename('a<b>:c"d|e?f*g\\h') == "a_b__c_d_e_f_g_h"
+
+
+def test_every_installed_provider_but_docker_refuses_resources_at_admission() -> None:
+    """Local and every remote provider refuse both capabilities, each reason listed; Docker admits.
+
+    Read from the registrations the plugins make (the declarations admission uses).
+    """
+    registry = load_plugins(entry_points=True).providers()
+    names = set(registry.names())
+    assert {"local", "docker", "e2b", "cube", "opensandbox", "daytona"} <= names
+    wanted = (Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS)
+    admit("docker", registry.capabilities("docker"), SandboxSpec(), wanted)
+    for name in sorted(names - {"docker"}):
+        with pytest.raises(CapabilityNotSupported) as refused:
+            admit(name, registry.capabilities(name), SandboxSpec(), wanted)
+        assert refused.value.reasons == (
+            f"{name} does not support file resource mounts",
+            f"{name} does not support session output mounts",
+        ), name
