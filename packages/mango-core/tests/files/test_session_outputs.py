@@ -11,6 +11,7 @@ import contextlib
 import io
 import tarfile
 from collections.abc import AsyncIterator
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ import pytest
 from mango.app import SandboxWrapper, SessionManager
 from mango.app.outputs import observe_publications, publish_outputs
 from mango.app.session_files import SessionFiles
-from mango.domain import Command, OutputRejected, SandboxSpec
+from mango.domain import Command, OutputRejected, PreconditionFailed, SandboxSpec
+from mango.domain.files import NewFile, file_blob_key, new_file_id
+from mango.domain.outputs import StagedOutput, output_filename
+from mango.postgres import PostgresBindingStore
 
 pytestmark = pytest.mark.postgres
 
@@ -246,3 +250,39 @@ async def test_a_change_seen_late_in_the_second_pass_publishes_nothing(
     assert sorted(uploaded) == ["new-1.txt", "new-2.txt", "new-3.txt"]  # staged, then undone
     assert await outputs(files, sid) == before
     assert await blobs(files) == stored
+
+
+async def _staged(files: SessionFiles, session_id: str, path: str, data: bytes) -> StagedOutput:
+    """An output uploaded in full, its row still ``uploading`` (as pass 2 leaves it)."""
+    store = files.files
+    file_id = new_file_id()
+    key = file_blob_key(store.namespace, file_id)
+    new = NewFile(file_id, output_filename(path), "text/plain", key, session_id, path)
+    await store.catalog.begin_upload(new)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield data
+
+    info = await store.blobs.put(key, body(), size=len(data), sha256=sha256(data).hexdigest())
+    return StagedOutput(file_id, info)
+
+
+@pytest.mark.parametrize("store_kind", ["fs"])
+async def test_a_commit_changes_nothing_unless_it_can_change_everything(
+    store: PostgresBindingStore, files: SessionFiles
+) -> None:
+    """Too many paths, or one staged upload given up meanwhile: refused, no row became ready."""
+    sid = "commit-1"
+    await store.ensure_session(sid)
+    first = await _staged(files, sid, "a.txt", b"a")
+    second = await _staged(files, sid, "b.txt", b"b")
+    with pytest.raises(OutputRejected, match="more than the 1 a Session may have") as refused:
+        await files.outputs.commit_snapshot(sid, ["a.txt", "b.txt"], [first, second], limit=1)
+    assert refused.value.path == "b.txt"
+    await files.files.catalog.abandon_upload(second.file_id)  # as the reconciler gives it up
+    with pytest.raises(PreconditionFailed, match="abandoned before it was published"):
+        await files.outputs.commit_snapshot(sid, ["a.txt", "b.txt"], [first, second])
+    assert await outputs(files, sid) == {}
+    done = await files.outputs.commit_snapshot(sid, ["a.txt"], [first])
+    assert [row.output_path for row in done.ready] == ["a.txt"]
+    assert set(await outputs(files, sid)) == {"a.txt"}
