@@ -5,28 +5,34 @@ passes would mean a check is vacuous. Imported by path from pytester runs.
 
 The ``limited-network`` and ``package-setup`` mutants wrap the OpenSandbox
 provider on its fake instead (the one provider that implements both, with
-the fake's egress gateway, image and testbed), each with one defect.
+the fake's egress gateway, image and testbed), each with one defect; the
+``file-resources`` and ``session-outputs`` mutants wrap the Docker provider
+on the local daemon (the one that implements them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import io
 import itertools
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Sequence
+import tarfile
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from mango.app import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import SandboxNotFound
+from mango.domain.errors import ContentMismatch, PathEscapeError, SandboxNotFound
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
+from mango.domain.resources import FileResourceMount
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -576,8 +582,313 @@ def _remote_target(name: str) -> ConformanceTarget:
     )
 
 
+# ---------------------------------------------------------------------------
+# file-resources and session-outputs: mutants of the Docker provider on the local daemon.
+
+_UPLOADS = "/mnt/session/uploads"
+_OUTPUTS = "/mnt/session/outputs"
+
+
+@attrs.define
+class DockerWrappedSandbox(WrappedSandbox):
+    """A wrapped Docker sandbox that delegates the resource protocols by name.
+
+    Defined here rather than found through ``__getattr__``: from Python 3.12 a
+    runtime protocol check does not look through ``__getattr__``.
+    """
+
+    async def has_file_resource(self, mount: FileResourceMount) -> bool:
+        return await self.inner.has_file_resource(mount)  # type: ignore[attr-defined, no-any-return]
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        await self.inner.import_file_resource(mount, chunks)  # type: ignore[attr-defined]
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        await self.inner.remove_file_resource(runtime_path, identity)  # type: ignore[attr-defined]
+
+    def resource_lock(self, *, exclusive: bool = False) -> Any:
+        return self.inner.resource_lock(exclusive=exclusive)  # type: ignore[attr-defined]
+
+    def open_session_outputs(self) -> Any:
+        return self.inner.open_session_outputs()  # type: ignore[attr-defined]
+
+    @property
+    def host_dir(self) -> Path:
+        return Path(self.inner.host_dir)  # type: ignore[attr-defined]
+
+    def host_target(self, runtime_path: str) -> Path:
+        return self.host_dir / "files" / runtime_path[len(_UPLOADS) + 1 :]
+
+    def marker(self, runtime_path: str) -> Path:
+        return self.host_dir / "state" / hashlib.sha256(runtime_path.encode()).hexdigest()
+
+
+class DockerWrapped(WrappedProvider):
+    """Wraps a Docker provider (``inner``, from the daemon's conformance target)."""
+
+    sandbox_class = DockerWrappedSandbox
+
+
+async def _gathered(chunks: AsyncIterable[bytes]) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _in_workspace(path: str) -> str:
+    """An uploads path as a workspace-relative path of the writable copy."""
+    return ".uploads/" + path[len(_UPLOADS) + 1 :]
+
+
+class WorkspaceUploadsSandbox(DockerWrappedSandbox):
+    """File Resources copied into the writable workspace (``/workspace/.uploads``).
+
+    Commands and file tools are pointed there by rewriting the uploads path,
+    as a backend without read-only mounts might do: everything works, but
+    anything in the sandbox can change the copies.
+    """
+
+    async def exec(self, command: Command) -> ExecResult:
+        argv = tuple(arg.replace(_UPLOADS, "/workspace/.uploads") for arg in command.argv)
+        return await self.inner.exec(attrs.evolve(command, argv=argv))
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        if path.startswith(_UPLOADS + "/"):
+            path = _in_workspace(path)
+        return await self.inner.read_file(path, max_bytes=max_bytes)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        if path.startswith(_UPLOADS + "/"):
+            path = _in_workspace(path)
+        await self.inner.write_file(path, data)
+
+    def _marker_path(self, runtime_path: str) -> str:
+        return ".uploads-state/" + hashlib.sha256(runtime_path.encode()).hexdigest()
+
+    async def has_file_resource(self, mount: FileResourceMount) -> bool:
+        try:
+            recorded = await self.inner.read_file(self._marker_path(mount.runtime_path))
+            data = await self.inner.read_file(_in_workspace(mount.runtime_path))
+        except FileNotFoundError:
+            return False
+        return recorded == mount.identity.encode() and len(data) == mount.size
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        data = await _gathered(chunks)
+        if hashlib.sha256(data).hexdigest() != mount.sha256:
+            raise ContentMismatch("the copy is not what the mount says")
+        await self.inner.write_file(_in_workspace(mount.runtime_path), data)
+        await self.inner.write_file(self._marker_path(mount.runtime_path), mount.identity.encode())
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        if ".." in runtime_path.split("/"):
+            raise PathEscapeError(f"{runtime_path!r} has '..'")
+        try:
+            recorded = await self.inner.read_file(self._marker_path(runtime_path))
+        except FileNotFoundError:
+            recorded = identity.encode()
+        if recorded == identity.encode():
+            await self.inner.exec(
+                Command(
+                    (
+                        "rm",
+                        "-rf",
+                        "/workspace/" + _in_workspace(runtime_path),
+                        "/workspace/" + self._marker_path(runtime_path),
+                    )
+                )
+            )
+
+
+class UploadsInWorkspace(DockerWrapped):
+    """File Resources are writable copies: a command in the sandbox can change them."""
+
+    sandbox_class = WorkspaceUploadsSandbox
+
+
+class InPlaceImportSandbox(DockerWrappedSandbox):
+    """Writes an import straight onto the target (truncate, then the bytes as they come)."""
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        target = self.host_target(mount.runtime_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            target.chmod(0o644)
+        data = b""
+        with target.open("wb") as sink:
+            async for chunk in chunks:
+                sink.write(chunk)
+                sink.flush()
+                data += chunk
+        await self.inner.import_file_resource(mount, _once(data))  # type: ignore[attr-defined]
+
+
+class ImportInPlace(DockerWrapped):
+    """A replacement that fails half-way leaves half a file visible (no atomic rename)."""
+
+    sandbox_class = InPlaceImportSandbox
+
+
+class IdentityBlindRemovalSandbox(DockerWrappedSandbox):
+    """Removes whatever copy is at the path, whichever identity asks."""
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        marker = self.marker(runtime_path) if ".." not in runtime_path else None
+        if marker is not None and marker.exists():
+            identity = marker.read_text().split("\n")[0]
+        await self.inner.remove_file_resource(runtime_path, identity)  # type: ignore[attr-defined]
+
+
+class RemovalIgnoresIdentity(DockerWrapped):
+    """A stale resource's removal deletes the newer copy that reused its path."""
+
+    sandbox_class = IdentityBlindRemovalSandbox
+
+
+class OnceOnlyRemovalSandbox(DockerWrappedSandbox):
+    """A removal of a copy that is not there fails instead of succeeding."""
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        if ".." not in runtime_path and not self.host_target(runtime_path).exists():
+            raise FileNotFoundError(f"no File Resource at {runtime_path}")
+        await self.inner.remove_file_resource(runtime_path, identity)  # type: ignore[attr-defined]
+
+
+class RemovalNotIdempotent(DockerWrapped):
+    """Removing twice, or after an interrupted import, raises."""
+
+    sandbox_class = OnceOnlyRemovalSandbox
+
+
+class ConsumingExportSandbox(DockerWrappedSandbox):
+    """An export moves the files out: the directory is empty afterwards."""
+
+    @contextlib.asynccontextmanager
+    async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:
+        async with self.inner.open_session_outputs() as chunks:  # type: ignore[attr-defined]
+            yield chunks
+        await self.inner.exec(Command(("sh", "-c", f"rm -rf {_OUTPUTS}/*")))
+
+
+class ExportConsumes(DockerWrapped):
+    """A second export finds nothing: not repeatable."""
+
+    sandbox_class = ConsumingExportSandbox
+
+
+class BufferingExportSandbox(DockerWrappedSandbox):
+    """The whole archive is read into memory and handed on as one chunk."""
+
+    @contextlib.asynccontextmanager
+    async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:
+        async with self.inner.open_session_outputs() as chunks:  # type: ignore[attr-defined]
+            data = await _gathered(chunks)
+        yield _once(data)
+
+
+class ExportBuffered(DockerWrapped):
+    """Memory grows with the outputs' size."""
+
+    sandbox_class = BufferingExportSandbox
+
+
+class DereferencingExportSandbox(DockerWrappedSandbox):
+    """Links are exported as the files they point to (inside the sandbox); FIFOs are dropped."""
+
+    @contextlib.asynccontextmanager
+    async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:
+        async with self.inner.open_session_outputs() as chunks:  # type: ignore[attr-defined]
+            data = await _gathered(chunks)
+        rebuilt = io.BytesIO()
+        with (
+            tarfile.open(fileobj=io.BytesIO(data)) as source,
+            tarfile.open(fileobj=rebuilt, mode="w", format=tarfile.PAX_FORMAT) as out,
+        ):
+            for member in source.getmembers():
+                if member.isfifo() or member.isdev():
+                    continue
+                if member.issym() or member.islnk():
+                    target = member.linkname
+                    if member.islnk():
+                        target = f"{_OUTPUTS}/{target.removeprefix('./')}"
+                    elif not target.startswith("/"):
+                        target = f"{_OUTPUTS}/{target}"
+                    read = await self.inner.exec(Command(("cat", target)))
+                    copy = tarfile.TarInfo(member.name)
+                    copy.size = len(read.stdout)
+                    out.addfile(copy, io.BytesIO(read.stdout))
+                    continue
+                out.addfile(member, source.extractfile(member) if member.isreg() else None)
+        yield _once(rebuilt.getvalue())
+
+
+class ExportFollowsLinks(DockerWrapped):
+    """A symlink to /etc/passwd would publish the file; a FIFO vanishes unnoticed."""
+
+    sandbox_class = DereferencingExportSandbox
+
+
+class ToolsElsewhereSandbox(DockerWrappedSandbox):
+    """File tools keep ``/mnt/session/outputs`` paths in the workspace instead."""
+
+    @staticmethod
+    def _moved(path: str) -> str:
+        if path.startswith(_OUTPUTS + "/"):
+            return "mnt-outputs/" + path[len(_OUTPUTS) + 1 :]
+        return path
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return await self.inner.read_file(self._moved(path), max_bytes=max_bytes)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self.inner.write_file(self._moved(path), data)
+
+
+class ToolsSeeAnotherRoot(DockerWrapped):
+    """The tools' outputs directory is not the shell's."""
+
+    sandbox_class = ToolsElsewhereSandbox
+
+
+DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
+    "uploads-in-workspace": UploadsInWorkspace,
+    "import-in-place": ImportInPlace,
+    "removal-ignores-identity": RemovalIgnoresIdentity,
+    "removal-not-idempotent": RemovalNotIdempotent,
+    "export-consumes": ExportConsumes,
+    "export-buffered": ExportBuffered,
+    "export-follows-links": ExportFollowsLinks,
+    "tools-see-another-root": ToolsSeeAnotherRoot,
+    "docker-unchanged": DockerWrapped,
+}
+"""The Docker mutants; ``docker-unchanged`` is the control (no defect)."""
+
+
+def _docker_target(name: str) -> ConformanceTarget:
+    from mango_provider_docker.conformance import open_conformance_provider
+
+    mutant = DOCKER_MUTANTS[name]
+
+    @contextlib.asynccontextmanager
+    async def open_mutant(scratch: Path) -> AsyncIterator[Provider]:
+        async with open_conformance_provider(scratch) as inner:
+            yield mutant(scratch, inner)
+
+    return ConformanceTarget(provider="docker", open=open_mutant, description=f"mutant: {name}")
+
+
 def target_for(name: str) -> ConformanceTarget:
     """The conformance target of the mutant ``name`` (it keeps its base's provider name)."""
     if name in REMOTE_MUTANTS:
         return _remote_target(name)
+    if name in DOCKER_MUTANTS:
+        return _docker_target(name)
     return provider_target("local", MUTANTS[name], description=f"mutant: {name}")

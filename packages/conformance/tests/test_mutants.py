@@ -126,6 +126,88 @@ def test_mutant_is_caught(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+RESOURCES = "file_resources or session_outputs"
+"""The checks the Docker mutants are run with."""
+
+LIFECYCLE = "test_file_resources_lifecycle"
+READ_ONLY = "test_file_resources_are_read_only_even_to_root"
+ATOMIC = "test_file_resources_replace_atomically"
+INTERRUPTED = "test_file_resources_removal_is_idempotent_after_an_interruption"
+ONE_ROOT = "test_session_outputs_tools_and_shell_see_one_root"
+REPEATABLE = "test_session_outputs_export_is_repeatable_under_the_lock"
+STREAMS = "test_session_outputs_export_streams"
+HOSTILE = "test_session_outputs_hostile_entries_are_rejected"
+
+DOCKER_CAUGHT_BY: dict[str, set[str]] = {
+    "uploads-in-workspace": {READ_ONLY},
+    "import-in-place": {ATOMIC},
+    "removal-ignores-identity": {LIFECYCLE},
+    "removal-not-idempotent": {LIFECYCLE, INTERRUPTED},
+    "export-consumes": {REPEATABLE},
+    "export-buffered": {STREAMS},
+    "export-follows-links": {HOSTILE},
+    "tools-see-another-root": {ONE_ROOT},
+}
+"""The Docker mutants and the file-resource and output checks that must catch them."""
+
+
+@pytest.fixture
+async def docker_daemon() -> None:
+    """The local daemon with the conformance image, else a skip (a failure when required).
+
+    Without it every check would fail, which would make each mutant look caught.
+    """
+    import os
+
+    from mango.domain.errors import MangoError
+    from mango_provider_docker import Engine
+    from mango_provider_docker.conformance import CONFORMANCE_IMAGE
+
+    engine = Engine(os.environ.get("DOCKER_HOST", "").strip() or None)
+    try:
+        ready = await engine.image_exists(CONFORMANCE_IMAGE)
+    except MangoError:
+        ready = False
+    finally:
+        await engine.aclose()
+    if not ready:
+        if os.environ.get("MANGO_REQUIRE_DOCKER", "") == "1":
+            pytest.fail(f"no Docker Engine with {CONFORMANCE_IMAGE} (MANGO_REQUIRE_DOCKER=1)")
+        pytest.skip(f"no Docker Engine with {CONFORMANCE_IMAGE}")
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(DOCKER_CAUGHT_BY))
+def test_resource_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """Each Docker mutant fails the file-resource or output checks named for it."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", RESOURCES)
+    found = outcomes(result)
+    escaped = {name for name in DOCKER_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+def test_unchanged_docker_wrapper_passes_the_resource_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+) -> None:
+    """The control: the same wrapper with no defect passes every check the mutants fail."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", RESOURCES)
+    found = outcomes(result)
+    checks = set().union(*DOCKER_CAUGHT_BY.values())
+    assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
+    assert result.ret == pytest.ExitCode.OK
+
+
 @pytest.mark.parametrize("mutant", sorted(REMOTE_CAUGHT_BY))
 def test_network_and_package_mutant_is_caught(
     suite_pytester: pytest.Pytester,

@@ -186,7 +186,11 @@ def test_missing_target_fixture_is_a_clear_error(suite_pytester: pytest.Pytester
 
 
 def test_capabilities_select_groups(suite_pytester: pytest.Pytester) -> None:
-    """Groups skip as 'not declared'; a declared one checks its protocol, then skips as pending."""
+    """A declared capability's checks run (and fail here: the local sandbox lacks them).
+
+    A capability with no protocol yet fails its protocol check and skips its
+    behaviour as pending; an undeclared one skips as 'not declared'.
+    """
     suite_pytester.makepyfile(
         test_caps="""
 import pytest
@@ -195,26 +199,29 @@ from conformance_mutants import WrappedProvider
 from mango_conformance import ProviderSuite, provider_target
 
 
-class ClaimsFileResources(WrappedProvider):
+class Claims(WrappedProvider):
     @property
     def capabilities(self):
-        return CapabilitySet.of(Capability.FILE_RESOURCES)
+        return CapabilitySet.of(Capability.FILE_RESOURCES, Capability.SKILL_BUNDLES)
 
 
 class TestClaims(ProviderSuite):
     @pytest.fixture
     def conformance_target(self):
-        return provider_target("local", ClaimsFileResources)
+        return provider_target("local", Claims)
 """
     )
-    result = suite_pytester.runpytest("-k", "file_resources or skill_bundles", "-rs")
-    result.assert_outcomes(failed=1, skipped=3)
-    result.stdout.fnmatch_lines(
+    result = suite_pytester.runpytest(
+        "-k", "file_resources or skill_bundles or session_outputs", "-rs"
+    )
+    result.assert_outcomes(failed=6, skipped=6)
+    result.stdout.fnmatch_lines_random(
         [
-            "*test_file_resources_protocol*",
-            "*declares file-resources, but mango defines no sandbox protocol for file resource*",
-            "*file-resources checks arrive with the issue that builds file resource mounts*",
-            "*not declared: local does not declare skill-bundles*",
+            "*test_file_resources_protocol*does not implement FileResourceSandbox*",
+            "*test_file_resources_lifecycle*is not a FileResourceSandbox*",
+            "*declares skill-bundles, but mango defines no sandbox protocol for skill bundle*",
+            "*skill-bundles checks arrive with the issue that builds skill bundle mounts*",
+            "*not declared: local does not declare session-outputs*",
         ]
     )
 

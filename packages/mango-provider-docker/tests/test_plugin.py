@@ -50,11 +50,14 @@ def test_public_names_are_sorted_and_exported() -> None:
         assert hasattr(mango_provider_docker, name)
 
 
-def test_registration_is_available_with_package_setup() -> None:
-    """``docker`` registers through the entry point: available, with package setup only."""
+def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
+    """``docker`` registers through the entry point: available, with package setup, files and outputs."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
-    assert registration.capabilities == CapabilitySet.of(Capability.PACKAGE_SETUP)
+    assert registration.capabilities == CapabilitySet.of(
+        Capability.PACKAGE_SETUP,
+        Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+    )
     names = {setting.env for setting in registration.settings}
     assert {
         "MANGO_SANDBOX_IMAGE",

@@ -15,9 +15,11 @@ from mango_conformance.checks.capabilities import (
 )
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.network import NetworkChecks
+from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
 from mango_conformance.checks.reads import ReadChecks
+from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
@@ -38,6 +40,8 @@ class ProviderSuite(
     CapabilityChecks,
     NetworkChecks,
     PackageChecks,
+    FileResourceChecks,
+    OutputChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

@@ -122,6 +122,9 @@ DEFAULT_MAX_WAIT = 120.0
 EMBEDDED_IDLE_ENV = "MANGO_EMBEDDED_IDLE_SECONDS"
 DEFAULT_EMBEDDED_IDLE_SECONDS = 300.0
 """How long the command line leaves an unused embedded PostgreSQL running (five minutes)."""
+OUTPUTS_QUIET_ENV = "MANGO_OUTPUTS_QUIET_SECONDS"
+DEFAULT_OUTPUTS_QUIET_SECONDS = 10.0
+"""How long a Session is quiet after a step before its workflow publishes its outputs."""
 
 
 def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
@@ -280,6 +283,10 @@ class Settings:
     fleet: FleetPolicy = attrs.field(factory=FleetPolicy)
     """The sandbox limit, periodic orphan sweep and idle eviction (``MANGO_MAX_SANDBOXES``,
     ``MANGO_GC_INTERVAL``, ``MANGO_GC_OLDER_THAN``, ``MANGO_EVICT_IDLE_AFTER``)."""
+    outputs_quiet_period: float | None = DEFAULT_OUTPUTS_QUIET_SECONDS
+    """``MANGO_OUTPUTS_QUIET_SECONDS``: seconds a Session is quiet after a step before the
+    workflows this process starts publish its outputs (on a provider that publishes them);
+    None (the setting ``0``): only on demand."""
     environ: Mapping[str, str] = attrs.field(
         factory=_process_environ, converter=_snapshot, repr=False, hash=False
     )
@@ -328,6 +335,9 @@ class Settings:
         max_wait = number_setting(
             env, MAX_WAIT_ENV, minimum=0.001, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
         )
+        quiet = number_setting(
+            env, OUTPUTS_QUIET_ENV, minimum=0, maximum=EXEC_TIMEOUT_LIMIT, unit="seconds"
+        )
         ui_port = number_setting(
             env, "MANGO_TEMPORAL_UI_PORT", minimum=0, maximum=65535, integer=True, unit=""
         )
@@ -352,6 +362,9 @@ class Settings:
             telemetry_session_ids=session_ids == "1",
             temporal_ui_port=None if ui_port is None else int(ui_port),
             profiles_file=profiles_file,
+            outputs_quiet_period=(
+                DEFAULT_OUTPUTS_QUIET_SECONDS if quiet is None else quiet or None
+            ),
             temporal_max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
             embedded_idle_seconds=DEFAULT_EMBEDDED_IDLE_SECONDS if idle is None else idle,
             namespace=namespace,

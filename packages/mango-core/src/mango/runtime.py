@@ -3,7 +3,9 @@
 It is the only place that wires adapters together: plugins -> provider,
 database (embedded or ``MANGO_DATABASE_URL``) -> store, and both into a
 :class:`~mango.app.SessionManager`; database and Files store
-(``MANGO_FILE_STORE``) into :class:`~mango.app.files.StoredFiles`.
+(``MANGO_FILE_STORE``) into :class:`~mango.app.files.StoredFiles`, and with
+the resource and output catalogs into the manager's
+:class:`~mango.app.session_files.SessionFiles`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mango.app.admission import admit_environment
 from mango.app.files import StoredFiles
 from mango.app.instrumented import instrument
 from mango.app.profiles import environment_fields
+from mango.app.session_files import SessionFiles
 from mango.config import Settings
 from mango.domain.capabilities import Capability
 from mango.domain.environments import SpecFields
@@ -27,7 +30,14 @@ from mango.domain.registry import ProviderContext, ProviderRegistration, Provide
 from mango.domain.values import SandboxSpec
 from mango.filestore import FileStoreSettings, open_file_store
 from mango.plugins import PluginHost, load_plugins
-from mango.postgres import PostgresBindingStore, PostgresFileCatalog, open_store, redact_conninfo
+from mango.postgres import (
+    PostgresBindingStore,
+    PostgresFileCatalog,
+    PostgresOutputCatalog,
+    PostgresResourceCatalog,
+    open_store,
+    redact_conninfo,
+)
 
 __all__ = [
     "PortsWrapper",
@@ -70,6 +80,11 @@ class Runtime:
     manager: SessionManager
     provider: Provider | None = None
     """The selected provider, instrumented (the manager's may be wrapped further by tests)."""
+
+    @property
+    def files(self) -> SessionFiles:
+        """The Session resources, outputs and the Files store."""
+        return self.manager.session_files
 
     def default_spec(self) -> SandboxSpec:
         """The spec used for Sessions created from the command line."""
@@ -168,11 +183,19 @@ async def open_runtime(
     the plain store.
     """
     registry, registration = select_provider(settings, host)
+    file_settings = FileStoreSettings.from_env(settings.environ, state=settings.state_dir)
     async with open_database(settings, linger=linger) as url:
         store = await open_store(url)
+        blobs = None
         try:
-            opened = registry.open(settings.sandbox, await deployment_context(settings, store))
+            context = await deployment_context(settings, store)
+            opened = registry.open(settings.sandbox, context)
             provider = instrument(opened)  # spans and metrics: no-ops unless an SDK is set up
+            blobs = open_file_store(file_settings)
+            stored = StoredFiles(PostgresFileCatalog(store.pool), blobs, context.namespace)
+            files = SessionFiles(
+                PostgresResourceCatalog(store.pool), PostgresOutputCatalog(store.pool), stored
+            )
             managed: tuple[Provider, BindingStore] = (provider, store)
             if wrap_ports is not None:
                 managed = wrap_ports(provider, store)
@@ -184,12 +207,15 @@ async def open_runtime(
                 registration.quirks,
                 package_manager_hosts=settings.package_manager_hosts,
                 max_sandboxes=settings.fleet.max_sandboxes,
+                files=files,
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)
             finally:
                 await manager.aclose()
         finally:
+            if blobs is not None:
+                await blobs.aclose()
             await store.aclose()
 
 

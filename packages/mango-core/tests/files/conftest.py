@@ -25,8 +25,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mango.app import SessionManager
+from mango.app.session_files import SessionFiles
+from mango.domain import MangoError
 from mango.domain.files import FileStore
 from mango.filestore import FileStoreKind, FileStoreSettings, open_file_store
+from mango.local import LocalProvider
+from mango.postgres import PostgresBindingStore
+
+from .docker_sandboxes import docker_provider, make_session_files
 
 STORE_KINDS = ("fs", "s3")
 
@@ -181,3 +188,42 @@ def tamper(file_store_settings: FileStoreSettings) -> Callable[[str, bytes], Awa
         await obstore.put_async(raw, key, data)
 
     return replace
+
+
+# ------------------------------------------------ Session resources and outputs
+
+
+@pytest.fixture
+async def session_files(store: PostgresBindingStore, file_store: FileStore) -> SessionFiles:
+    """SessionFiles on the test's database and a store of each kind."""
+    return make_session_files(store, file_store, await store.deployment_namespace())
+
+
+@pytest.fixture
+async def docker_manager(
+    store: PostgresBindingStore, session_files: SessionFiles, tmp_path: Path
+) -> AsyncIterator[SessionManager]:
+    """A SessionManager on Docker with SessionFiles; every Session it made is deleted after."""
+    provider = await docker_provider(await store.deployment_namespace(), tmp_path / "docker")
+    manager = SessionManager(provider, store, files=session_files)  # type: ignore[arg-type]
+    try:
+        yield manager
+    finally:
+        for record in await store.list_sessions(1000):
+            try:
+                await manager.delete_session(record.session_id)
+            except MangoError:
+                continue  # a test that broke a Session on purpose leaves it to the daemon cleanup
+        await manager.aclose()
+
+
+@pytest.fixture
+async def local_manager(
+    store: PostgresBindingStore, session_files: SessionFiles, tmp_path: Path
+) -> AsyncIterator[SessionManager]:
+    """A SessionManager on the local provider (no resource capability) with SessionFiles."""
+    manager = SessionManager(LocalProvider(tmp_path / "local"), store, files=session_files)
+    try:
+        yield manager
+    finally:
+        await manager.aclose()

@@ -36,6 +36,7 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -570,3 +571,99 @@ async def test_the_count_sees_a_leak(harness: Harness, backend: Backend) -> None
     assert counts.lost == [session_id]
     await backend.provider.destroy(session_id, sandbox.ref)
     assert await count(backend, harness.store, []) == Counts([], [], [], [])
+
+
+# ------------------------------------------------------------------ File Resources and outputs
+
+RESOURCE_BYTES = b"a File Resource, copied before every step\n" * 4096
+RESOURCE_PATH = "/mnt/session/uploads/in/data.txt"
+STEP = (
+    f"wc -c < {RESOURCE_PATH}; ls -A /mnt/session/uploads/in; echo out > /mnt/session/outputs/o.txt"
+)
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), 65536):
+        yield data[start : start + 65536]
+
+
+async def _file_rows(store: BindingStore) -> list[tuple[str, str | None]]:
+    async with store.pool.connection() as conn:  # type: ignore[attr-defined]
+        cursor = await conn.execute("SELECT state, output_path FROM mango_files ORDER BY id")
+        return sorted(await cursor.fetchall(), key=str)
+
+
+@pytest.mark.parametrize("backend", ["docker"], indirect=True)
+async def test_crash_while_importing_or_publishing(
+    harness: Harness,
+    backend: Backend,
+    spawn_worker: Callable[..., WorkerProcess],
+    worker_env: Any,
+) -> None:
+    """Killed mid-import (temporary file, before the marker) or between an output's upload
+    and its completion: after a clean worker and a reconcile pass, no half-written file
+    in the sandbox or the store, no orphan blob, no duplicate output row."""
+    from mango.app.files import StoredFiles
+    from mango.app.session_files import SessionFiles
+    from mango.filestore import FilesystemFileStore
+    from mango.postgres import PostgresFileCatalog, PostgresOutputCatalog, PostgresResourceCatalog
+    from mango.temporal.faults import RESOURCE_POINTS
+
+    store = harness.store
+    blobs = FilesystemFileStore(worker_env.state_dir / "files")
+    stored = StoredFiles(
+        PostgresFileCatalog(store.pool),  # type: ignore[attr-defined]
+        blobs,
+        await store.deployment_namespace(),
+    )
+    files = SessionFiles(
+        PostgresResourceCatalog(store.pool),  # type: ignore[attr-defined]
+        PostgresOutputCatalog(store.pool),  # type: ignore[attr-defined]
+        stored,
+    )
+    source = await stored.put(_chunks(RESOURCE_BYTES), filename="data.txt")
+    lanes = [
+        attrs.evolve(lane, orchestrator=attrs.evolve(lane.orchestrator, outputs_quiet_period=0.5))
+        for lane in lanes_for(harness, backend, list(RESOURCE_POINTS))
+    ]
+    for lane in lanes:
+        await store.ensure_session(lane.session_id)
+        await files.add_resource(lane.session_id, source.file_id, "in/data.txt")
+    faulty = [lane.worker(spawn_worker, backend, faulty=True) for lane in lanes]
+    await all_ready(faulty)
+    call = ToolCall("bash", {"command": STEP})
+    steps = [
+        asyncio.ensure_future(lane.orchestrator.run_tool(lane.session_id, call)) for lane in lanes
+    ]
+    await assert_crashed(lanes, faulty)
+
+    await all_ready([lane.worker(spawn_worker, backend, faulty=False) for lane in lanes])
+    results = await asyncio.wait_for(asyncio.gather(*steps), STEP_BOUND)
+    assert [r.output for r in results] == [f"{len(RESOURCE_BYTES)}\ndata.txt\n"] * len(lanes)
+
+    async def published() -> bool:
+        return all([await files.list_outputs(lane.session_id) for lane in lanes])
+
+    await wait_until(published, STEP_BOUND, "every Session's outputs to be published")
+    report = await stored.reconcile(stale_after=timedelta(0))
+    assert report.failures == ()
+    for lane in lanes:
+        outputs = await files.list_outputs(lane.session_id)
+        assert [(o.output_path, o.size) for o in outputs] == [("o.txt", 4)], lane.point
+    rows = await _file_rows(store)
+    assert rows == sorted([("ready", None)] + [("ready", "o.txt")] * len(lanes), key=str)
+    named = {
+        row.blob_key
+        for row in [
+            source,
+            *[o for lane in lanes for o in await files.list_outputs(lane.session_id)],
+        ]
+    }
+    assert {entry.key async for entry in blobs.scan("")} == named
+    await assert_clean(harness, backend, *[lane.session_id for lane in lanes])
+
+    deleted = [lane.orchestrator.delete_session(lane.session_id) for lane in lanes]
+    assert await asyncio.wait_for(asyncio.gather(*deleted), STEP_BOUND) == [True] * len(lanes)
+    await assert_nothing_left(harness, backend, *[lane.session_id for lane in lanes])
+    assert {entry.key async for entry in blobs.scan("")} == {source.blob_key}
+    await blobs.aclose()

@@ -44,3 +44,21 @@ def test_max_output_bytes_in_range() -> None:
     assert max_output_bytes({MAX_OUTPUT_BYTES_ENV: "1"}) == 1
     limit = str(MAX_OUTPUT_BYTES_LIMIT)
     assert max_output_bytes({MAX_OUTPUT_BYTES_ENV: limit}) == MAX_OUTPUT_BYTES_LIMIT
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "604801", "soon"])
+def test_outputs_quiet_period_out_of_range(tmp_path: Path, value: str) -> None:
+    """The outputs' quiet period is 0 to a week of seconds; anything else names the variable."""
+    env = {"MANGO_STATE_DIR": str(tmp_path), "MANGO_OUTPUTS_QUIET_SECONDS": value}
+    with pytest.raises(ConfigurationError, match="MANGO_OUTPUTS_QUIET_SECONDS must be a number"):
+        Settings.from_env(env)
+
+
+def test_outputs_quiet_period_in_range(tmp_path: Path) -> None:
+    """Unset gives ten seconds, a number is seconds, and 0 means only on demand (None)."""
+    base = {"MANGO_STATE_DIR": str(tmp_path)}
+    assert Settings.from_env(base).outputs_quiet_period == 10.0
+    quiet = {**base, "MANGO_OUTPUTS_QUIET_SECONDS": "2.5"}
+    assert Settings.from_env(quiet).outputs_quiet_period == 2.5
+    off = {**base, "MANGO_OUTPUTS_QUIET_SECONDS": "0"}
+    assert Settings.from_env(off).outputs_quiet_period is None

@@ -10,7 +10,10 @@ Every sandbox container:
   installed (:mod:`mango_provider_docker.network`);
 * has memory, CPU and pids limits: the spec's values, else the provider's
   defaults (``0`` in a default means "no limit");
-* carries the ownership labels of :mod:`mango_provider_docker.layout`.
+* carries the ownership labels of :mod:`mango_provider_docker.layout`;
+* bind-mounts its host directory's ``files/`` read-only at
+  ``/mnt/session/uploads`` and ``outputs/`` writable at
+  ``/mnt/session/outputs`` (:mod:`mango_provider_docker.mounts`).
 
 Labels prove nothing on their own (anyone who reaches the daemon can set
 them), so before adopting an existing container create and attach compare its
@@ -20,6 +23,7 @@ configuration with this list (:func:`configuration_problems`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from mango.provider import SandboxSpec
@@ -39,6 +43,7 @@ from mango_provider_docker.limits import (
     parse_memory,
 )
 from mango_provider_docker.network import creation_labels, creation_mode, network_problems
+from mango_provider_docker.mounts import container_mounts, mount_problems
 
 __all__ = [
     "IDLE_SCRIPT",
@@ -89,13 +94,19 @@ def default_limits(memory: str, cpus: float, pids_limit: int) -> Limits:
 
 
 def container_config(
-    *, image: str, spec: SandboxSpec, limits: Limits, labels: Mapping[str, str]
+    *,
+    image: str,
+    spec: SandboxSpec,
+    limits: Limits,
+    labels: Mapping[str, str],
+    host_dir: Path,
 ) -> dict[str, Any]:
-    """The body of ``POST /containers/create`` for one sandbox."""
+    """The body of ``POST /containers/create`` for one sandbox (mounts from ``host_dir``)."""
     host_config: dict[str, Any] = {
         "Init": True,
         "NetworkMode": creation_mode(spec),
         "RestartPolicy": {"Name": "no"},
+        "Mounts": container_mounts(host_dir),
     }
     if limits.memory_bytes is not None:
         host_config["Memory"] = limits.memory_bytes
@@ -134,8 +145,6 @@ def _isolation_problems(host: Mapping[str, Any]) -> list[str]:
         problems.append("privileged")
     for key, what in (
         ("CapAdd", "added capabilities"),
-        ("Binds", "bind mounts"),
-        ("Mounts", "mounts"),
         ("VolumesFrom", "volumes of other containers"),
         ("Devices", "host devices"),
         ("SecurityOpt", "security options"),
@@ -167,17 +176,19 @@ def _limit_problems(host: Mapping[str, Any], spec: SandboxSpec, expected: Limits
 
 
 def configuration_problems(
-    inspect: Mapping[str, Any], spec: SandboxSpec, defaults: Limits
+    inspect: Mapping[str, Any], spec: SandboxSpec, defaults: Limits, host_dir: Path
 ) -> list[str]:
     """How an existing container differs from what :func:`container_config` makes for ``spec``.
 
     Labels can be forged by anyone who can reach the daemon, so create and
     attach also check the configuration before adopting a container: its
     network (the spec's, see :func:`~mango_provider_docker.network.network_problems`),
-    an init process, no
-    privilege, added capabilities, mounts, devices, security options or
-    shared host namespaces, the spec's image if it names one, and limits (see
-    :func:`_limit_problems`). An empty list means nothing mango would refuse.
+    an init process, no privilege, added capabilities, devices, security
+    options or shared host namespaces, no mount but the two resource binds
+    from ``host_dir`` (or none, for a container older than them: see
+    :func:`~mango_provider_docker.mounts.mount_problems`), the spec's image
+    if it names one, and limits (see :func:`_limit_problems`). An empty list
+    means nothing mango would refuse.
     """
     host = inspect.get("HostConfig")
     config = inspect.get("Config")
@@ -185,6 +196,7 @@ def configuration_problems(
         return ["no configuration in its inspect document"]
     problems = network_problems(inspect, spec)
     problems += _isolation_problems(host)
+    problems += mount_problems(host, host_dir)[1]
     if spec.image is not None and config.get("Image") != spec.image:
         problems.append(f"image {config.get('Image')!r} where the spec asks for {spec.image!r}")
     problems += _limit_problems(host, spec, resolve_limits(spec, defaults))

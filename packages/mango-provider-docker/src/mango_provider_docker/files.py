@@ -1,7 +1,9 @@
 """Workspace files through the Engine's archive API, with no shell in the container.
 
 Paths follow the provider kit's :class:`~mango.provider.paths.PathPolicy`
-(:data:`WORKSPACE_POLICY`: workspace-relative, no ``..``, no symlink anywhere).
+(:data:`WORKSPACE_POLICY`: workspace-relative, no ``..``, no symlink anywhere;
+:data:`MOUNTS_POLICY` for a container with the resource mounts: also
+absolute paths below them, the uploads read-only).
 Its stat callback here is ``HEAD /containers/{id}/archive``, which never
 follows the last component, so ``/workspace`` itself, each parent and the
 target are classified (concurrently) and a symlink anywhere along the path --
@@ -35,8 +37,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from mango.provider import (
+    OUTPUTS_ROOT,
+    UPLOADS_ROOT,
     Entry,
     EntryKind,
+    ExtraRoot,
     PathEscapeError,
     PathPolicy,
     PermanentError,
@@ -52,6 +57,7 @@ from mango_provider_docker.layout import WORKSPACE
 __all__ = [
     "DIRECTORY_MODE",
     "FILE_MODE",
+    "MOUNTS_POLICY",
     "WORKSPACE_POLICY",
     "TarMemberReader",
     "container_stat",
@@ -65,6 +71,14 @@ DIRECTORY_MODE = 0o755
 
 WORKSPACE_POLICY = PathPolicy(WORKSPACE)
 """Workspace-relative paths under ``/workspace``; no extra roots (the port is relative)."""
+MOUNTS_POLICY = PathPolicy(
+    WORKSPACE,
+    extra_roots=(ExtraRoot(UPLOADS_ROOT), ExtraRoot(OUTPUTS_ROOT, writable=True)),
+    accept_absolute=True,
+    absolute_roots_only=True,
+)
+"""With the resource mounts: also absolute paths below ``/mnt/session/uploads`` (read
+only) and ``/mnt/session/outputs``, so tools and commands see one outputs directory."""
 
 
 def container_stat(engine: Engine, container_id: str) -> StatCallback:
@@ -214,10 +228,15 @@ def _check_member(info: tarfile.TarInfo, path: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _member_stream(
-    engine: Engine, container_id: str, path: str, *, limit: int | None
+    engine: Engine,
+    container_id: str,
+    path: str,
+    *,
+    limit: int | None,
+    policy: PathPolicy = WORKSPACE_POLICY,
 ) -> AsyncIterator[tuple[AsyncIterator[bytes], int]]:
     """The checked body of the regular file ``path``, streamed, and its size."""
-    resolved = await WORKSPACE_POLICY.resolve_read(path, container_stat(engine, container_id))
+    resolved = await policy.resolve_read(path, container_stat(engine, container_id))
     if limit is not None and resolved.entry is not None:
         check_size(path, resolved.entry.size, limit)  # before a byte of it moves
     async with engine.open_archive(container_id, resolved.path) as chunks:
@@ -235,7 +254,14 @@ async def _member_stream(
             await body.aclose()
 
 
-async def read_workspace_file(engine: Engine, container_id: str, path: str, limit: int) -> bytes:
+async def read_workspace_file(
+    engine: Engine,
+    container_id: str,
+    path: str,
+    limit: int,
+    *,
+    policy: PathPolicy = WORKSPACE_POLICY,
+) -> bytes:
     """Return the bytes of the regular file ``path`` (workspace-relative), at most ``limit``.
 
     Raises :class:`FileTooLarge` past ``limit`` (checked from the stat before
@@ -245,13 +271,13 @@ async def read_workspace_file(engine: Engine, container_id: str, path: str, limi
     for directories and other non-regular files, and :class:`SandboxNotFound`
     if the container is gone.
     """
-    async with _member_stream(engine, container_id, path, limit=limit) as (body, _):
+    async with _member_stream(engine, container_id, path, limit=limit, policy=policy) as (body, _):
         return await collect_bounded(body, limit, path=path)
 
 
 @contextlib.asynccontextmanager
 async def open_workspace_file(
-    engine: Engine, container_id: str, path: str
+    engine: Engine, container_id: str, path: str, *, policy: PathPolicy = WORKSPACE_POLICY
 ) -> AsyncIterator[AsyncIterator[bytes]]:
     """Stream the regular file ``path`` in chunks, whatever its size.
 
@@ -259,7 +285,7 @@ async def open_workspace_file(
     :func:`read_workspace_file`, except :class:`FileTooLarge`); leaving the
     block closes the transfer.
     """
-    async with _member_stream(engine, container_id, path, limit=None) as (body, _):
+    async with _member_stream(engine, container_id, path, limit=None, policy=policy) as (body, _):
         yield body
 
 
@@ -281,7 +307,14 @@ def _archive(directories: list[str], name: str, data: bytes) -> bytes:
     return buffer.getvalue()
 
 
-async def write_workspace_file(engine: Engine, container_id: str, path: str, data: bytes) -> None:
+async def write_workspace_file(
+    engine: Engine,
+    container_id: str,
+    path: str,
+    data: bytes,
+    *,
+    policy: PathPolicy = WORKSPACE_POLICY,
+) -> None:
     """Create or replace the regular file ``path`` with ``data``, creating missing parents.
 
     Raises :class:`PathEscapeError` for escapes and symlinks (in a parent or
@@ -289,7 +322,7 @@ async def write_workspace_file(engine: Engine, container_id: str, path: str, dat
     regular file or a parent is not a directory, and :class:`SandboxNotFound`
     if the container is gone.
     """
-    resolved = await WORKSPACE_POLICY.resolve_write(path, container_stat(engine, container_id))
+    resolved = await policy.resolve_write(path, container_stat(engine, container_id))
     anchor = resolved.anchor
     directories = [posixpath.relpath(directory, anchor) for directory in resolved.missing_dirs]
     payload = _archive(directories, posixpath.relpath(resolved.path, anchor), data)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mango.provider import (
@@ -33,6 +34,7 @@ from mango.provider.ownership import Ownership
 from mango_provider_docker.container import Limits, configuration_problems
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import verify_ownership
+from mango_provider_docker.mounts import MountState, mount_problems
 
 __all__ = ["CONFLICT_WAIT_SECONDS", "adopt", "await_winner", "ensure_image", "start_new"]
 
@@ -103,15 +105,19 @@ def adopt(
     session_key: str,
     spec: SandboxSpec,
     defaults: Limits,
-) -> str:
-    """Check an existing container's labels and configuration; return its id.
+    *,
+    host_dir: Path,
+) -> tuple[str, MountState]:
+    """Check an existing container's labels and configuration; return its id and mounts.
 
     Raises :class:`OwnershipError` for another key's or deployment's
     container, and for one whose configuration mango would not have made
-    for ``spec`` (forged labels on a hand-made container).
+    for ``spec`` (forged labels on a hand-made container). The mounts say
+    whether the container predates the resource mounts (read from its
+    configuration: see :mod:`mango_provider_docker.mounts`).
     """
     container_id = verify_ownership(inspect, ownership, session_key)
-    problems = configuration_problems(inspect, spec, defaults)
+    problems = configuration_problems(inspect, spec, defaults, host_dir)
     if problems:
         name = str(inspect.get("Name", "")).lstrip("/") or container_id
         raise OwnershipError(
@@ -120,4 +126,4 @@ def adopt(
             hint=f"if mango did not make it, remove it (docker rm -f {name}); "
             "if the spec changed, delete the session to start afresh",
         )
-    return container_id
+    return container_id, mount_problems(inspect.get("HostConfig") or {}, host_dir)[0]

@@ -14,6 +14,7 @@ import attrs
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    Capability,
     CapabilitySet,
     InvalidInput,
     OwnedResource,
@@ -57,9 +58,11 @@ from mango_provider_docker.lifecycle import (
     start_new,
 )
 from mango_provider_docker.network import NETWORK_LABEL, enforce
+from mango_provider_docker.mounts import MountState, ensure_mount_dirs
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
 
 __all__ = [
+    "CAPABILITIES",
     "CLOSE_WAIT_SECONDS",
     "CONFLICT_WAIT_SECONDS",
     "DEFAULT_CPUS",
@@ -74,8 +77,6 @@ log = logging.getLogger(__name__)
 
 CLOSE_WAIT_SECONDS = 30.0
 """How long ``aclose`` waits for the kills of cancelled commands to finish."""
-
-
 def _as_path(value: str | os.PathLike[str]) -> Path:
     # Absolute now, so a later chdir of the worker cannot move the directories.
     return Path(value).absolute()
@@ -154,7 +155,8 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``package-setup``: SessionManager installs packages through ``exec``."""
+        """``package-setup`` (through ``exec``), ``file-resources`` and ``session-outputs``
+        (see :mod:`mango_provider_docker.mounts`)."""
         return CAPABILITIES
 
     @property
@@ -175,7 +177,13 @@ class DockerProvider:
         docker = await self._engine.client()
         return str(docker.api_version)
 
-    def _sandbox(self, session_key: str, container_id: str, spec: SandboxSpec) -> DockerSandbox:
+    def _sandbox(
+        self,
+        session_key: str,
+        container_id: str,
+        spec: SandboxSpec,
+        mounts: MountState | None = None,
+    ) -> DockerSandbox:
         return DockerSandbox(
             ref=SandboxRef(PROVIDER_NAME, container_id),
             spec=spec,
@@ -185,6 +193,7 @@ class DockerProvider:
             max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
             background=self._background,
+            mounts=mounts if mounts is not None else MountState(),
         )
 
     async def create(self, session_key: str, spec: SandboxSpec) -> DockerSandbox:
@@ -215,21 +224,28 @@ class DockerProvider:
             await ensure_image(
                 self._engine, image, pull=self.pull_missing_images, progress=self.progress
             )
-            await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
+            made = await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
+            await asyncio.to_thread(ensure_mount_dirs, made)
             config = container_config(
                 image=image,
                 spec=spec,
                 limits=limits,
                 labels={**self.extra_labels, **ownership.labels(key)},
+                host_dir=made,
             )
             created = await self._engine.create_container(name, config)
             if created is not None:
                 await start_new(self._engine, created)
                 return self._sandbox(key, created, spec)
             inspect = await await_winner(self._engine, name)
-        container_id = adopt(inspect, self.ownership, key, spec, self._defaults)
+        container_id, mounts = adopt(
+            inspect, self.ownership, key, spec, self._defaults, host_dir=self._host_dir(key)
+        )
         await ensure_running(self._engine, container_id, inspect)
-        return self._sandbox(key, container_id, spec)
+        return self._sandbox(key, container_id, spec, mounts)
+
+    def _host_dir(self, session_key: str) -> Path:
+        return host_dir(self.resource_dir, self.ownership, session_key)
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> DockerSandbox:
         """Rebuild a client for ``ref`` after checking it belongs to ``session_key``.
@@ -249,11 +265,13 @@ class DockerProvider:
         inspect = await self._engine.inspect_container(container_id)
         if inspect is None or inspect.get("Id") != container_id:
             raise SandboxNotFound(f"docker container {container_id} no longer exists")
-        adopt(inspect, self.ownership, key, spec, self._defaults)
+        _, mounts = adopt(
+            inspect, self.ownership, key, spec, self._defaults, host_dir=self._host_dir(key)
+        )
         await ensure_running(self._engine, container_id, inspect)
         # A bound sandbox never keeps its setup network, whoever connected it.
         await enforce(self._engine, container_id, inspect)
-        return self._sandbox(key, container_id, spec)
+        return self._sandbox(key, container_id, spec, mounts)
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The reference of ``session_key``'s container in this namespace, or None. Read-only.

@@ -1,9 +1,9 @@
-"""The client for one Docker sandbox: a container with ``/workspace``."""
+"""The client for one Docker sandbox: a container with ``/workspace`` and its resource mounts."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -11,8 +11,12 @@ from typing import Any
 import attrs
 
 from mango.provider import (
+    OUTPUTS_ROOT,
+    UPLOADS_ROOT,
     Command,
     ExecResult,
+    FileResourceMount,
+    PathPolicy,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -21,17 +25,20 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
+from mango.provider.hostfiles import HostFileResources
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
+    MOUNTS_POLICY,
     WORKSPACE_POLICY,
     open_workspace_file,
     read_workspace_file,
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
+from mango_provider_docker.mounts import FILES_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
 
 __all__ = ["DockerSandbox", "ensure_running"]
@@ -67,6 +74,13 @@ class DockerSandbox(StreamedExec):
     (:mod:`mango_provider_docker.network`).
     The sandbox keeps the spec it was created or attached with; its
     ``timeout`` is the default for commands that give none.
+
+    With its resource mounts (every container made today: ``mounts``), it is
+    a ``FileResourceSandbox``, a ``SessionOutputSandbox`` and a
+    ``ResourceLockSandbox`` (see :mod:`mango_provider_docker.mounts`), and
+    its file tools also take absolute paths below ``/mnt/session/uploads``
+    (read only) and ``/mnt/session/outputs``. A container older than the
+    mounts fails those operations closed with a :class:`PermanentError`.
     """
 
     _ref: SandboxRef
@@ -77,6 +91,7 @@ class DockerSandbox(StreamedExec):
     _max_read_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
     _background: set[asyncio.Task[Any]] = attrs.field(repr=False)
+    _mounts: MountState = attrs.field(factory=MountState)
 
     @property
     def ref(self) -> SandboxRef:
@@ -102,6 +117,19 @@ class DockerSandbox(StreamedExec):
     def host_dir(self) -> Path:
         """The provider-owned host directory of this sandbox (removed by destroy)."""
         return self._host_dir
+
+    @property
+    def mounts(self) -> MountState:
+        """Which resource mounts the container has (none: it predates them)."""
+        return self._mounts
+
+    @property
+    def _policy(self) -> PathPolicy:
+        return MOUNTS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+
+    @property
+    def _resources(self) -> HostFileResources:
+        return HostFileResources(self._host_dir / FILES_DIR, self._host_dir / STATE_DIR)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
@@ -138,9 +166,11 @@ class DockerSandbox(StreamedExec):
         what :func:`mango_provider_docker.files.read_workspace_file` documents.
         """
         limit = read_limit(max_bytes, self._max_read_bytes)
-        WORKSPACE_POLICY.locate(path)
+        self._policy.locate(path)
         await asyncio.sleep(0)
-        return await read_workspace_file(self._engine, self.container_id, path, limit)
+        return await read_workspace_file(
+            self._engine, self.container_id, path, limit, policy=self._policy
+        )
 
     @asynccontextmanager
     async def open_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -149,9 +179,11 @@ class DockerSandbox(StreamedExec):
         The path is checked and the transfer opened on entry; leaving the
         block closes it. The same errors as :meth:`read_file` (no bound).
         """
-        WORKSPACE_POLICY.locate(path)
+        self._policy.locate(path)
         await asyncio.sleep(0)
-        async with open_workspace_file(self._engine, self.container_id, path) as chunks:
+        async with open_workspace_file(
+            self._engine, self.container_id, path, policy=self._policy
+        ) as chunks:
             yield chunks
 
     async def write_file(self, path: str, data: bytes) -> None:
@@ -160,10 +192,12 @@ class DockerSandbox(StreamedExec):
         Never writes through a symlink (:class:`PathEscapeError`); a directory
         or other non-regular target raises :class:`PermanentError`.
         """
-        WORKSPACE_POLICY.locate(path, write=True)
+        self._policy.locate(path, write=True)
         payload = file_bytes(data)
         await asyncio.sleep(0)
-        await write_workspace_file(self._engine, self.container_id, path, payload)
+        await write_workspace_file(
+            self._engine, self.container_id, path, payload, policy=self._policy
+        )
 
     async def begin_package_setup(self) -> None:
         """Connect a ``network="none"`` sandbox with packages to the bridge for its setup.
@@ -189,3 +223,69 @@ class DockerSandbox(StreamedExec):
         await self._engine.kill_container(self.container_id)
         await asyncio.to_thread(remove_dir, self._host_dir)
         await self._engine.remove_container(self.container_id)
+
+    # ------------------------------------------------------------------ resources
+
+    async def _host_side(self) -> HostFileResources:
+        """The host side of the mounts; :class:`SandboxNotFound` once the sandbox is gone."""
+        resources = self._resources
+        if not await asyncio.to_thread(resources.state_root.is_dir):
+            if await self._engine.inspect_container(self.container_id) is None:
+                raise SandboxNotFound(f"container {self.container_id} no longer exists")
+            raise ProviderUnavailable(
+                f"the host directory {self._host_dir} of container {self.container_id[:12]} "
+                "is missing (is MANGO_SANDBOX_RESOURCE_DIR on the Docker Engine's host?)"
+            )
+        return resources
+
+    @asynccontextmanager
+    async def resource_lock(self, *, exclusive: bool = False) -> AsyncIterator[None]:
+        """Hold the sandbox's resource lock (``<host dir>/state/.lock``) for the block."""
+        if not (self._mounts.uploads or self._mounts.outputs):
+            raise predates("resource mounts", self.container_id)
+        resources = await self._host_side()
+        async with resources.lock(exclusive=exclusive):
+            yield
+
+    async def has_file_resource(self, mount: FileResourceMount) -> bool:
+        """Whether ``mount``'s read-only copy is in place (False without the uploads mount)."""
+        if not self._mounts.uploads:
+            return False
+        return await (await self._host_side()).has(mount)
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        """Copy ``chunks`` to ``mount.runtime_path``, all or nothing, read-only (see the kit)."""
+        if not self._mounts.uploads:
+            raise predates(f"uploads mount ({UPLOADS_ROOT})", self.container_id)
+        await (await self._host_side()).import_(mount, chunks)
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        """Remove ``identity``'s copy at ``runtime_path``; idempotent (nothing to do without
+        the uploads mount, or once the sandbox is gone)."""
+        if not self._mounts.uploads:
+            return
+        try:
+            resources = await self._host_side()
+        except SandboxNotFound:
+            return
+        await resources.remove(runtime_path, identity)
+
+    @asynccontextmanager
+    async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream ``/mnt/session/outputs`` as the Engine's own tar archive (entries as they are).
+
+        Hold the resource lock around it. A container older than the
+        outputs mount raises :class:`PermanentError`, never an empty archive.
+        """
+        if not self._mounts.outputs:
+            raise predates(f"outputs mount ({OUTPUTS_ROOT})", self.container_id)
+        async with self._engine.open_archive(self.container_id, OUTPUTS_ROOT + "/.") as chunks:
+            if chunks is None:
+                if await self._engine.inspect_container(self.container_id) is None:
+                    raise SandboxNotFound(f"container {self.container_id} no longer exists")
+                raise ProviderUnavailable(
+                    f"{OUTPUTS_ROOT} is missing in container {self.container_id[:12]}"
+                )
+            yield chunks

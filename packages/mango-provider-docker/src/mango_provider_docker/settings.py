@@ -276,7 +276,8 @@ REGISTRATION = ProviderRegistration(
     factory=open_docker_provider,
     description="one container per Session on a Docker Engine (aiodocker, no CLI)",
 )
-"""``docker``: the core contract and ``package-setup``."""
+"""``docker``: the core contract, ``package-setup``, File Resources and Session outputs
+(provider-owned mounts)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,

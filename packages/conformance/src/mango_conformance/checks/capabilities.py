@@ -4,10 +4,11 @@ A group is selected by the provider's *declared* capabilities (its
 registration, or what it reports when no registration is given), never by its
 name. A provider that does not declare a capability skips the group with
 "not declared". A provider that declares it must hand out sandboxes that
-implement the matching protocol of :mod:`mango.domain.ports` (checked here).
-File resources, session outputs, skill bundles and memory stores have no
-protocol yet: a provider that declares one of them fails its protocol check,
-since nothing in mango could use the capability.
+implement the matching protocols of :mod:`mango.domain.ports` (checked here):
+file resources and session outputs need the resource lock as well. Skill
+bundles and memory stores have no protocol yet: a provider that declares one
+of them fails its protocol check, since nothing in mango could use the
+capability.
 
 Behavioural checks: ``limited-network`` (:mod:`.network`) and
 ``package-setup`` (:mod:`.packages`) need what only the target can give
@@ -15,9 +16,10 @@ offline (hosts to reach, a package source): its testbed
 (``ConformanceTarget.testbed``). A declared capability whose target has no
 testbed for it fails those checks (the declaration cannot be checked)
 unless the target waives it with a reason (``ConformanceTarget.waivers``),
-which the run reports as a waiver. The other groups' behavioural checks are
-listed in :data:`PENDING_CHECKS` and skip until the issue that builds the
-capability specifies them.
+which the run reports as a waiver. ``file-resources`` (:mod:`.resources`)
+and ``session-outputs`` (:mod:`.outputs`) need no testbed. The other
+groups' behavioural checks are listed in :data:`PENDING_CHECKS` and skip
+until the issue that builds the capability specifies them.
 """
 
 # Checks are plain asserts on purpose: pytest rewrites them for detailed failure reports.
@@ -27,7 +29,14 @@ from __future__ import annotations
 
 import pytest
 
-from mango.provider import Capability, CapabilitySet, LimitedNetworkSandbox
+from mango.provider import (
+    Capability,
+    CapabilitySet,
+    FileResourceSandbox,
+    LimitedNetworkSandbox,
+    ResourceLockSandbox,
+    SessionOutputSandbox,
+)
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
 
@@ -47,24 +56,18 @@ NOT_DECLARED = "not declared"
 PENDING = "pending"
 """How a declared capability's not-yet-specified check starts its skip reason."""
 
-CAPABILITY_PROTOCOLS: dict[Capability, type | None] = {
-    Capability.LIMITED_NETWORK: LimitedNetworkSandbox,
-    Capability.PACKAGE_SETUP: None,
+CAPABILITY_PROTOCOLS: dict[Capability, tuple[type, ...]] = {
+    Capability.LIMITED_NETWORK: (LimitedNetworkSandbox,),
+    Capability.PACKAGE_SETUP: (),
+    Capability.FILE_RESOURCES: (FileResourceSandbox, ResourceLockSandbox),
+    Capability.SESSION_OUTPUTS: (SessionOutputSandbox, ResourceLockSandbox),
 }
-"""The sandbox protocol each built capability requires (package setup runs through exec).
+"""The sandbox protocols each built capability requires (package setup runs through exec).
 
 A capability missing here has no protocol yet; declaring it fails the group's protocol check.
 """
 
 PENDING_CHECKS: dict[Capability, str] = {
-    Capability.FILE_RESOURCES: (
-        "F-1..F-11: has/import/replace with an interrupted reader, stale-identity removal "
-        "keeps the newer file, fresh-client attach, idempotent removal, escape is permanent"
-    ),
-    Capability.SESSION_OUTPUTS: (
-        "O-1..O-6: tool and shell writes appear in a repeatable tar export with no extra "
-        "or control files; the staging directory is refused and left empty"
-    ),
     Capability.SKILL_BUNDLES: (
         "S-1..S-7: a failed import never becomes visible, a full import is visible with "
         "exec bits, the bundle is read-only to file tools, and survives a fresh-client attach"
@@ -107,19 +110,20 @@ def _protocol_check(harness: Harness, capability: Capability) -> None:
         f"for {capability.description} yet: nothing could use it; declare it once the issue "
         "that builds it has"
     )
-    protocol = CAPABILITY_PROTOCOLS[capability]
-    if protocol is None:
+    protocols = CAPABILITY_PROTOCOLS[capability]
+    if not protocols:
         return
     key = harness.new_key("cap")
     sandbox = harness.create(key)
-    assert isinstance(sandbox, protocol), (
-        f"the provider declares {capability.value} but its sandbox does not implement "
-        f"{protocol.__name__}"
-    )
     attached = harness.attach(key, sandbox.ref, harness.open_provider())
-    assert isinstance(attached, protocol), (
-        f"a sandbox attached through a fresh provider does not implement {protocol.__name__}"
-    )
+    for protocol in protocols:
+        assert isinstance(sandbox, protocol), (
+            f"the provider declares {capability.value} but its sandbox does not implement "
+            f"{protocol.__name__}"
+        )
+        assert isinstance(attached, protocol), (
+            f"a sandbox attached through a fresh provider does not implement {protocol.__name__}"
+        )
 
 
 class CapabilityChecks:
@@ -136,23 +140,13 @@ class CapabilityChecks:
 
     @pytest.mark.mango_capability(Capability.FILE_RESOURCES.value)
     def test_file_resources_protocol(self, conformance: Harness) -> None:
-        """A provider declaring file resources fails: they have no sandbox protocol yet."""
+        """Sandboxes of a provider declaring file resources implement its two protocols."""
         _protocol_check(conformance, Capability.FILE_RESOURCES)
-
-    @pytest.mark.mango_capability(Capability.FILE_RESOURCES.value)
-    def test_file_resources_lifecycle(self) -> None:
-        """F-1..F-11 (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.FILE_RESOURCES))
 
     @pytest.mark.mango_capability(Capability.SESSION_OUTPUTS.value)
     def test_session_outputs_protocol(self, conformance: Harness) -> None:
-        """A provider declaring session outputs fails: they have no sandbox protocol yet."""
+        """Sandboxes of a provider declaring session outputs implement its two protocols."""
         _protocol_check(conformance, Capability.SESSION_OUTPUTS)
-
-    @pytest.mark.mango_capability(Capability.SESSION_OUTPUTS.value)
-    def test_session_outputs_export(self) -> None:
-        """O-1..O-6 (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.SESSION_OUTPUTS))
 
     @pytest.mark.mango_capability(Capability.SKILL_BUNDLES.value)
     def test_skill_bundles_protocol(self, conformance: Harness) -> None:

@@ -26,19 +26,26 @@ import contextlib
 import logging
 import mimetypes
 import os
-import stat
-import tempfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
+from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
 
 import attrs
 
+from mango.app.file_reconcile import DEFAULT_STALE_AFTER, FileReconcileReport, reconcile_files
+from mango.app.local_io import (
+    blocking,
+    close_first,
+    discard_target,
+    finish_target,
+    open_source,
+    open_target,
+    opened,
+    write_all,
+)
 from mango.domain.errors import (
     ContentMismatch,
-    InvalidInput,
     MangoError,
     PreconditionFailed,
     StoredFileNotFound,
@@ -52,7 +59,6 @@ from mango.domain.files import (
     NewFile,
     StoredFile,
     file_blob_key,
-    file_blob_prefix,
     new_file_id,
     validate_file_id,
     validate_filename,
@@ -67,12 +73,8 @@ __all__ = [
     "guess_mime_type",
 ]
 
-T = TypeVar("T")
-
 DEFAULT_HEARTBEAT = 30.0
 """Seconds between refreshes of an upload's row while its bytes stream."""
-DEFAULT_STALE_AFTER = timedelta(hours=1)
-"""How long an upload's row may go untouched before the reconciler gives it up."""
 _CHUNK = 1024 * 1024
 _LOG = logging.getLogger("mango.files")
 
@@ -81,92 +83,6 @@ def guess_mime_type(filename: str) -> str:
     """The MIME type for ``filename``'s extension, else ``application/octet-stream``."""
     guessed, _ = mimetypes.guess_type(filename, strict=False)
     return guessed or DEFAULT_MIME_TYPE
-
-
-@attrs.frozen
-class FileReconcileReport:
-    """What one reconciler pass did; ``failures`` are ``(file id or key, message)``."""
-
-    abandoned_uploads: int = 0
-    removed_files: int = 0
-    orphan_blobs: int = 0
-    incomplete_puts: int = 0
-    failures: tuple[tuple[str, str], ...] = ()
-
-
-async def _blocking(function: Callable[..., T], *args: object) -> T:
-    """Run ``function`` in a thread; a cancelled caller first waits for it to finish."""
-    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        await asyncio.wait({future})
-        if not future.cancelled():
-            future.exception()  # retrieved: the caller has gone
-        raise
-
-
-async def _opened(undo: Callable[[T], object], function: Callable[..., T], *args: object) -> T:
-    """Run ``function`` (which opens something) in a thread; if cancelled, ``undo`` its result."""
-    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-
-        def release(done: asyncio.Future[T]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                undo(done.result())
-
-        future.add_done_callback(release)
-        raise
-
-
-def _close_first(opened: tuple[int, object]) -> None:
-    os.close(opened[0])
-
-
-def _discard_target(opened: tuple[int, Path | None]) -> None:
-    fd, temp = opened
-    os.close(fd)
-    if temp is not None:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-
-
-def _open_source(path: Path) -> tuple[int, int]:
-    """Open ``path`` for reading: ``(fd, size)``; bad paths are :class:`InvalidInput`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InvalidInput(f"no file {str(path)!r}", hint="check the path") from None
-    except IsADirectoryError:
-        raise _directory(path) from None
-    except PermissionError:
-        raise InvalidInput(
-            f"cannot read {str(path)!r}: permission denied", hint="check its permissions"
-        ) from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise _directory(path)
-        raise InvalidInput(
-            f"{str(path)!r} is not a regular file", hint="store a regular file (not a device)"
-        )
-    return fd, info.st_size
-
-
-def _directory(path: Path) -> InvalidInput:
-    return InvalidInput(
-        f"{str(path)!r} is a directory",
-        hint="store one file at a time (make an archive of a directory first)",
-    )
-
-
-def _write_all(fd: int, chunk: bytes) -> None:
-    view = memoryview(chunk)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 @attrs.define
@@ -222,16 +138,16 @@ class StoredFiles:
         await self.catalog.begin_upload(new)
         try:
             info = await self.blobs.put(
-                new.blob_key, self._refreshing(file_id, chunks), size=size, sha256=sha256
+                new.blob_key, self.refreshing(file_id, chunks), size=size, sha256=sha256
             )
             return await self.catalog.complete_upload(file_id, info)
         except BaseException:
-            cleanup = asyncio.ensure_future(self._discard(file_id, new.blob_key))
+            cleanup = asyncio.ensure_future(self.discard_upload(file_id, new.blob_key))
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(cleanup)
             raise
 
-    async def _refreshing(
+    async def refreshing(
         self, file_id: str, chunks: AsyncIterable[bytes]
     ) -> AsyncGenerator[bytes, None]:
         """``chunks``, refreshing the upload's row every ``heartbeat`` seconds."""
@@ -247,7 +163,7 @@ class StoredFiles:
                         hint="the reconciler gives up uploads that stall; store the file again",
                     )
 
-    async def _discard(self, file_id: str, key: str) -> None:
+    async def discard_upload(self, file_id: str, key: str) -> None:
         """Undo a failed upload: row ``deleting``, blob, row. Best effort: reconcile finishes."""
         try:
             await self.catalog.abandon_upload(file_id)
@@ -271,11 +187,11 @@ class StoredFiles:
         """
         source = Path(path)
         filename = validate_filename(name if name is not None else source.name)
-        fd, size = await _opened(_close_first, _open_source, source)
+        fd, size = await opened(close_first, open_source, source)
         try:
 
             async def read() -> AsyncIterator[bytes]:
-                while chunk := await _blocking(os.read, fd, _CHUNK):
+                while chunk := await blocking(os.read, fd, _CHUNK):
                     yield chunk
 
             try:
@@ -316,19 +232,26 @@ class StoredFiles:
         return await self.catalog.list_files(limit)
 
     @contextlib.asynccontextmanager
-    async def open(self, file_id: str) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def open(
+        self, file_id: str, *, hash_check: bool = True
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a ready file's content: ``async with files.open(id) as chunks``.
 
         Every byte is checked against the row: a blob that is missing, longer,
         shorter or different raises :class:`ContentMismatch` (a surplus before
         it is passed on; the rest when the iteration ends). Raises as
-        :meth:`get` on entry.
+        :meth:`get` on entry. ``hash_check=False`` leaves the SHA-256 to a
+        consumer that checks it itself (a File Resource import does, against
+        the same row), so the bytes are hashed once; the size is checked
+        either way.
         """
         row = await self.get(file_id)
         async with contextlib.AsyncExitStack() as stack:
             try:
                 chunks = await stack.enter_async_context(
-                    self.blobs.open(row.blob_key, size=row.size, sha256=row.sha256)
+                    self.blobs.open(
+                        row.blob_key, size=row.size, sha256=row.sha256 if hash_check else None
+                    )
                 )
             except FileNotFoundError:
                 raise ContentMismatch(
@@ -351,14 +274,14 @@ class StoredFiles:
         """
         target = Path(destination)
         row = await self.get(file_id)
-        fd, temp = await _opened(_discard_target, _open_target, target)
+        fd, temp = await opened(discard_target, open_target, target)
         done = False
         try:
             async with self.open(file_id) as chunks:
                 async for chunk in chunks:
-                    await _blocking(_write_all, fd, chunk)
+                    await blocking(write_all, fd, chunk)
             if temp is not None:
-                await _blocking(_finish_target, fd, temp, target)
+                await blocking(finish_target, fd, temp, target)
             done = True
         finally:
             os.close(fd)
@@ -400,52 +323,12 @@ class StoredFiles:
         Uploads untouched for ``stale_after`` are given up; ``deleting``
         rows lose their blob and then the row; a blob under this
         deployment's prefix that no row names, older than ``stale_after``,
-        is removed; then the store's leftovers of interrupted puts.
+        is removed; then the store's leftovers of interrupted puts
+        (:mod:`mango.app.file_reconcile`).
         """
-        failures: list[tuple[str, str]] = []
-        abandoned = await self.catalog.abandon_stale_uploads(stale_after, limit)
-        removed = 0
-        for row in await self.catalog.deleting_files(limit):
-            try:
-                await self.blobs.delete(row.blob_key)
-                removed += await self.catalog.remove_file(row.file_id)
-            except MangoError as exc:
-                failures.append((row.file_id, str(exc)))
-        orphans = await self._remove_orphans(stale_after, failures)
-        incomplete = await self.blobs.discard_incomplete(stale_after)
-        return FileReconcileReport(abandoned, removed, orphans, incomplete, tuple(failures))
-
-    async def _remove_orphans(self, stale_after: timedelta, failures: list[tuple[str, str]]) -> int:
-        prefix = file_blob_prefix(self.namespace)
-        cutoff = datetime.now(UTC) - stale_after
-        removed = 0
-        batch: list[str] = []
-
-        async def sweep() -> int:
-            known = await self.catalog.known_blob_keys(batch)
-            count = 0
-            for key in batch:
-                if key in known:
-                    continue
-                try:
-                    count += await self.blobs.delete(key)
-                except MangoError as exc:
-                    failures.append((key, str(exc)))
-            batch.clear()
-            return count
-
-        async for entry in self.blobs.scan(prefix):
-            try:
-                validate_file_id(entry.key[len(prefix) :])
-            except InvalidInput:
-                continue  # not a stored file's key: not ours to judge
-            if entry.modified <= cutoff:
-                batch.append(entry.key)
-            if len(batch) >= 500:
-                removed += await sweep()
-        if batch:
-            removed += await sweep()
-        return removed
+        return await reconcile_files(
+            self.catalog, self.blobs, self.namespace, stale_after=stale_after, limit=limit
+        )
 
 
 _DAMAGED_HINT = (
@@ -468,43 +351,3 @@ async def _relabelled(chunks: AsyncIterator[bytes], file_id: str) -> AsyncGenera
             sha256=exc.sha256,
             hint=_DAMAGED_HINT,
         ) from exc
-
-
-def _open_target(target: Path) -> tuple[int, Path | None]:
-    """A descriptor to write ``target``'s new content to, and the temporary file (if any)."""
-    try:
-        info = target.stat()
-    except FileNotFoundError:
-        info = None
-    except NotADirectoryError:
-        raise InvalidInput(f"{str(target)!r}: a parent is not a directory") from None
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        raise InvalidInput(f"{str(target)!r} is a directory", hint="name a file to write")
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        return os.open(target, os.O_WRONLY | os.O_CLOEXEC), None
-    parent = target.parent
-    if not parent.is_dir():
-        raise InvalidInput(
-            f"cannot write {str(target)!r}: {str(parent)!r} is not a directory",
-            hint="create the directory first",
-        )
-    try:
-        fd, name = tempfile.mkstemp(dir=parent, prefix=f".{target.name[:100]}.", suffix=".part")
-    except PermissionError:
-        raise InvalidInput(f"cannot write in {str(parent)!r}: permission denied") from None
-    return fd, Path(name)
-
-
-def _finish_target(fd: int, temp: Path, target: Path) -> None:
-    os.fsync(fd)
-    os.fchmod(fd, 0o666 & ~_umask())  # what a plain open() would have made
-    temp.replace(target)
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would, for every thread)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    return 0o022

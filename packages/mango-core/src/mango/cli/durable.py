@@ -88,6 +88,7 @@ async def _orchestrator(settings: Settings) -> AsyncIterator[Orchestrator]:
                 settings.sandbox,
                 task_queue_prefix=settings.task_queue_prefix,
                 capabilities=registry.capabilities,
+                outputs_quiet_period=settings.outputs_quiet_period,
             )
         finally:
             await store.aclose()

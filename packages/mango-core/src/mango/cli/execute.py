@@ -126,6 +126,8 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
         await rt.manager.ensure_session(session_id, spec)
         with progress_scope(report):
             sandbox = await rt.manager.acquire(session_id, spec)
+        # A command is a tool step: the Session's File Resources are in place first.
+        await rt.manager.materialize(session_id, spec)
         return _emit(await _stream(sandbox, command))
 
     sys.exit(with_runtime(run))

@@ -48,6 +48,8 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
                 f"no session {session_id!r} with a sandbox to read from",
                 hint="check the id with 'mango sessions list'",
             )
+        # A file operation is a tool step: the Session's File Resources are in place first.
+        await rt.manager.materialize(session_id, rt.default_spec())
         async with contextlib.AsyncExitStack() as stack:
             try:
                 chunks = await stack.enter_async_context(sandbox.open_file(path))
@@ -78,6 +80,7 @@ def files_write(session_id: str, source: Path | None, path: str) -> None:
     async def run(rt: Runtime) -> None:
         await rt.manager.ensure_session(session_id)
         sandbox = await rt.manager.acquire(session_id, rt.default_spec())
+        await rt.manager.materialize(session_id, rt.default_spec())
         await sandbox.write_file(path, data)
 
     with_runtime(run)

@@ -7,8 +7,10 @@ there is one, a ``hint:`` line; never a traceback.
 One module per command group: :mod:`~mango.cli.providers`,
 :mod:`~mango.cli.execute` (``exec``), :mod:`~mango.cli.files`,
 :mod:`~mango.cli.sessions`, :mod:`~mango.cli.reconcile`, :mod:`~mango.cli.gc`,
-:mod:`~mango.cli.doctor`, :mod:`~mango.cli.embedded` and
-:mod:`~mango.cli.worker`; what they share is in :mod:`~mango.cli.common`.
+:mod:`~mango.cli.doctor`, :mod:`~mango.cli.embedded`,
+:mod:`~mango.cli.worker`, :mod:`~mango.cli.store`,
+:mod:`~mango.cli.resources` and :mod:`~mango.cli.outputs`; what they share
+is in :mod:`~mango.cli.common`.
 
 Start-up time matters here (an agent may run hundreds of commands): only
 click, attrs and mango's own light modules are imported up front. The
@@ -41,8 +43,10 @@ from mango.cli.embedded import embedded
 from mango.cli.execute import exec_
 from mango.cli.files import files
 from mango.cli.gc import gc
+from mango.cli.outputs import outputs
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
+from mango.cli.resources import resources
 from mango.cli.sessions import sessions
 from mango.cli.store import store
 from mango.cli.worker import worker
@@ -103,6 +107,8 @@ for _command in (
     worker,
     store,
     dev_env,
+    resources,
+    outputs,
 ):
     cli.add_command(_command)
 

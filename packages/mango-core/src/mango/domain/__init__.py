@@ -24,6 +24,7 @@ from mango.domain.errors import (
     InvalidTransition,
     LifecycleTableError,
     MangoError,
+    OutputRejected,
     OwnershipError,
     PackageSetupFailed,
     PackageSetupInterrupted,
@@ -66,8 +67,17 @@ from mango.domain.lifecycle import (
     transition,
 )
 from mango.domain.paths import normalize_workspace_dir, normalize_workspace_path
-from mango.domain.ports import BindingStore, Clock, Provider, Sandbox
+from mango.domain.ports import (
+    BindingStore,
+    Clock,
+    FileResourceSandbox,
+    Provider,
+    ResourceLockSandbox,
+    Sandbox,
+    SessionOutputSandbox,
+)
 from mango.domain.registry import ProviderRegistration, SupportLevel
+from mango.domain.resources import FileResourceMount, SessionResource
 from mango.domain.values import (
     Binding,
     Command,
@@ -97,6 +107,8 @@ __all__ = [
     "ContentMismatch",
     "ExecResult",
     "FileCatalog",
+    "FileResourceMount",
+    "FileResourceSandbox",
     "FileState",
     "FileStore",
     "FileStoreUnavailable",
@@ -114,6 +126,7 @@ __all__ = [
     "LifecycleTableError",
     "MangoError",
     "NetworkMode",
+    "OutputRejected",
     "OwnershipError",
     "PackagePlan",
     "PackageSetupFailed",
@@ -128,6 +141,7 @@ __all__ = [
     "ProvisioningBlocked",
     "ProvisioningIntent",
     "ResourceConflict",
+    "ResourceLockSandbox",
     "Sandbox",
     "SandboxEvicted",
     "SandboxNotFound",
@@ -135,7 +149,9 @@ __all__ = [
     "SandboxRef",
     "SandboxSpec",
     "SessionDeleting",
+    "SessionOutputSandbox",
     "SessionRecord",
+    "SessionResource",
     "StoredFile",
     "StoredFileNotFound",
     "StoredFileNotReady",

@@ -32,6 +32,7 @@ message text::
         │   ├── CapabilityNotSupported
         │   └── FleetFull          the deployment runs MANGO_MAX_SANDBOXES sandboxes already
         ├── UnsafeArchiveError     an archive tries to escape, link out, or exceed its limits
+        │   └── OutputRejected     a Session's outputs cannot be published as they are; has path
         ├── SessionDeleting        the Session is fenced for deletion; no new admissions
         ├── InvalidTransition      the lifecycle state machine refused a command
         ├── LifecycleTableError    a lifecycle table breaks its rules (raised when it is built)
@@ -78,6 +79,7 @@ __all__ = [
     "InvalidTransition",
     "LifecycleTableError",
     "MangoError",
+    "OutputRejected",
     "OwnershipError",
     "PackageSetupFailed",
     "PackageSetupInterrupted",
@@ -447,6 +449,23 @@ class FleetFull(AdmissionRejected):
 
 class UnsafeArchiveError(PermanentError):
     """An archive member escapes its root, is a link or device, or breaks a limit."""
+
+
+class OutputRejected(UnsafeArchiveError):
+    """A Session's outputs directory holds something that cannot be published as it is.
+
+    A symlink, hardlink, device or FIFO; a name that is not UTF-8, holds a
+    control character or climbs out; more files or a larger file than the
+    limits; a file that changed while it was exported. Permanent: publishing
+    the same directory fails the same way until a command in the sandbox
+    changes it, so a retry loop would never end. Nothing was published.
+    ``path`` names the entry at fault (as the archive spelt it, ``repr``-quoted
+    where it is not printable), ``None`` when no one entry is.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
 
 
 class SessionDeleting(PermanentError):

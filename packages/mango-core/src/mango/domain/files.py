@@ -255,17 +255,27 @@ class ContentCheck:
     ``update`` raises :class:`ContentMismatch` as soon as more bytes than
     ``size`` arrived (the surplus is never passed on); ``finish`` raises it
     for too few bytes or another digest, and returns the measured
-    :class:`BlobInfo`. ``what`` names the content in messages.
+    :class:`BlobInfo`. ``what`` names the content in messages; ``digest=False``
+    skips hashing when no ``sha256`` is expected (a read whose consumer
+    hashes the bytes itself).
     """
 
-    def __init__(self, what: str, *, size: int | None = None, sha256: str | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        size: int | None = None,
+        sha256: str | None = None,
+        digest: bool = True,
+    ) -> None:
         if size is not None and size < 0:
             raise InvalidInput(f"size of {what} must be at least 0, got {size}")
         self.what = what
         self.expected_size = size
         self.expected_sha256 = None if sha256 is None else validate_sha256(sha256)
         self.size = 0
-        self._digest = hashlib.sha256()
+        # A read whose caller checks the digest itself need not pay for it twice.
+        self._digest = hashlib.sha256() if digest or sha256 is not None else None
 
     def update(self, chunk: bytes | bytearray | memoryview) -> None:
         """Account for ``chunk``; raise if it takes the total past the expected size."""
@@ -277,11 +287,15 @@ class ContentCheck:
                 size=self.size,
                 expected_sha256=self.expected_sha256,
             )
-        self._digest.update(chunk)
+        if self._digest is not None:
+            self._digest.update(chunk)
 
     def finish(self) -> BlobInfo:
-        """The measured size and digest; raise :class:`ContentMismatch` if they are wrong."""
-        digest = self._digest.hexdigest()
+        """The measured size and digest; raise :class:`ContentMismatch` if they are wrong.
+
+        With ``digest=False`` and no expected digest the digest is not measured (``""``).
+        """
+        digest = self._digest.hexdigest() if self._digest is not None else ""
         if self.expected_size is not None and self.size != self.expected_size:
             raise ContentMismatch(
                 f"{self.what} has {self.size} bytes, {self.expected_size} expected",

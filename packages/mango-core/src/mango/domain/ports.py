@@ -14,6 +14,11 @@ from typing import Protocol, runtime_checkable
 
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.fleet import FleetRecords
+from mango.domain.resource_ports import (
+    FileResourceSandbox,
+    ResourceLockSandbox,
+    SessionOutputSandbox,
+)
 from mango.domain.values import (
     Binding,
     Command,
@@ -29,12 +34,15 @@ from mango.domain.values import (
 __all__ = [
     "BindingStore",
     "Clock",
+    "FileResourceSandbox",
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
     "PackageSetupSandbox",
     "Provider",
     "PurgingProvider",
+    "ResourceLockSandbox",
     "Sandbox",
+    "SessionOutputSandbox",
 ]
 
 
@@ -337,8 +345,9 @@ class Clock(Protocol):
 # Optional sandbox protocols. A provider that declares a capability must give
 # sandboxes that implement its protocol. A capability's protocol enters this
 # module (and the provider surface) only together with a provider that
-# implements it and conformance checks for it: file resources, session
-# outputs, skill bundles and memory stores have none yet.
+# implements it and conformance checks for it. File resources, session
+# outputs and the resource lock are in mango.domain.resource_ports (Docker
+# implements them); skill bundles and memory stores have none yet.
 
 
 @runtime_checkable

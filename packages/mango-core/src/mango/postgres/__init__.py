@@ -2,14 +2,17 @@
 
 ``open_store(url)`` connects (psycopg 3, async pool), applies pending
 migrations under an advisory lock, and returns a :class:`PostgresBindingStore`;
-:class:`PostgresFileCatalog` keeps the stored files' rows on the same pool, and
-:class:`PostgresSessionClaims` answers the orphan sweep from the same rows.
+    "PostgresOutputCatalog",
+    "PostgresResourceCatalog",
+    "PostgresSessionClaims",
 """
 
 from mango.postgres._errors import redact, redact_conninfo
 from mango.postgres.claims import PostgresSessionClaims
 from mango.postgres.connect import open_store
 from mango.postgres.files import PostgresFileCatalog
+from mango.postgres.outputs import PostgresOutputCatalog
+from mango.postgres.resources import PostgresResourceCatalog
 from mango.postgres.schema import (
     MIGRATION_LOCK_KEY,
     Migration,
@@ -25,6 +28,8 @@ __all__ = [
     "Pool",
     "PostgresBindingStore",
     "PostgresFileCatalog",
+    "PostgresOutputCatalog",
+    "PostgresResourceCatalog",
     "PostgresSessionClaims",
     "apply_migrations",
     "load_migrations",

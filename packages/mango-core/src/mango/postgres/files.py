@@ -29,37 +29,38 @@ from mango.domain.files import BlobInfo, FileState, NewFile, StoredFile
 from mango.postgres._errors import translate_errors
 from mango.postgres.schema import Pool
 
-__all__ = ["PostgresFileCatalog"]
+__all__ = ["COLUMNS", "PostgresFileCatalog", "stored_file"]
 
-_COLUMNS = (
+COLUMNS = (
     "id AS file_id, filename, mime_type, state, blob_key, created_at, updated_at,"
     " size_bytes AS size, checksum_sha256 AS sha256, session_id, output_path"
 )
 # Built from constants only (S608 cannot tell): no value is ever formatted into SQL.
-_SELECT = f"SELECT {_COLUMNS} FROM mango_files"  # noqa: S608
+_SELECT = f"SELECT {COLUMNS} FROM mango_files"  # noqa: S608
 _INSERT = (
     "INSERT INTO mango_files"  # noqa: S608
     " (id, filename, mime_type, state, blob_key, session_id, output_path)"
-    f" VALUES (%s, %s, %s, 'uploading', %s, %s, %s) RETURNING {_COLUMNS}"
+    f" VALUES (%s, %s, %s, 'uploading', %s, %s, %s) RETURNING {COLUMNS}"
 )
 _COMPLETE = (
     "UPDATE mango_files SET state = 'ready', size_bytes = %s, checksum_sha256 = %s,"  # noqa: S608
-    f" updated_at = now() WHERE id = %s AND state = 'uploading' RETURNING {_COLUMNS}"
+    f" updated_at = now() WHERE id = %s AND state = 'uploading' RETURNING {COLUMNS}"
 )
 _ABANDON = (
     "UPDATE mango_files SET state = 'deleting', updated_at = now()"  # noqa: S608
-    f" WHERE id = %s AND state = 'uploading' RETURNING {_COLUMNS}"
+    f" WHERE id = %s AND state = 'uploading' RETURNING {COLUMNS}"
 )
 _MARK_DELETING = (
     "UPDATE mango_files SET state = 'deleting', updated_at = now()"  # noqa: S608
-    f" WHERE id = %s RETURNING {_COLUMNS}"
+    f" WHERE id = %s RETURNING {COLUMNS}"
 )
 
 _converter = cattrs.Converter()
 _converter.register_structure_hook(datetime, lambda value, _: value.astimezone(UTC))
 
 
-def _file(row: dict[str, Any]) -> StoredFile:
+def stored_file(row: dict[str, Any]) -> StoredFile:
+    """A ``mango_files`` row (selected as :data:`COLUMNS`) as a :class:`StoredFile`."""
     return _converter.structure(row, StoredFile)
 
 
@@ -83,14 +84,14 @@ class PostgresFileCatalog:
             cursor = conn.cursor(row_factory=dict_row)
             await cursor.execute(query.encode(), params)
             row = await cursor.fetchone()
-        return None if row is None else _file(row)
+        return None if row is None else stored_file(row)
 
     async def _many(self, action: str, query: str, params: Sequence[object]) -> list[StoredFile]:
         async with self._connection(action) as conn:
             cursor = conn.cursor(row_factory=dict_row)
             await cursor.execute(query.encode(), params)
             rows = await cursor.fetchall()
-        return [_file(row) for row in rows]
+        return [stored_file(row) for row in rows]
 
     # ------------------------------------------------------------------ uploads
 
@@ -126,7 +127,7 @@ class PostgresFileCatalog:
         except psycopg.errors.UniqueViolation as exc:
             raise PreconditionFailed(f"stored file {new.file_id!r} exists already") from exc
         assert row is not None  # noqa: S101 - INSERT ... RETURNING yields one row
-        return _file(row)
+        return stored_file(row)
 
     async def touch_upload(self, file_id: str) -> bool:
         """Refresh ``updated_at`` of an ``uploading`` row; False if it is not uploading."""
@@ -194,7 +195,7 @@ class PostgresFileCatalog:
             found = await rows.fetchone()
             if found is None:
                 return None
-            current = _file(found)
+            current = stored_file(found)
             if current.state is not FileState.READY:
                 return current
             cursor = await conn.execute(
@@ -212,7 +213,7 @@ class PostgresFileCatalog:
             await rows.execute(_MARK_DELETING.encode(), (file_id,))
             updated = await rows.fetchone()
         assert updated is not None  # noqa: S101 - the row is locked by this transaction
-        return _file(updated)
+        return stored_file(updated)
 
     async def remove_file(self, file_id: str) -> bool:
         """Delete a ``deleting`` row; True if it was there."""

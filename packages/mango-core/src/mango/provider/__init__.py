@@ -30,8 +30,12 @@ over a file API's stat, download, mkdir and upload; the write's bytes check),
 "is the sandbox gone?" rule for files and exec, the remote sandbox base),
 :mod:`mango.provider.execution` (exec tracking, the timeout rule, streams),
 :mod:`mango.provider.tasks` (waiting for a task even when cancelled),
-:mod:`mango.provider.locks` (host file locks that time out instead of hanging),
-and :mod:`mango.provider.hostdirs` (provider-owned directories on the worker host).
+:mod:`mango.provider.locks` (host file locks, shared or exclusive, that time
+out instead of hanging), :mod:`mango.provider.hostdirs` (provider-owned
+directories on the worker host), :mod:`mango.provider.hostfiles` (File
+Resources kept in such a directory: atomic imports, markers, idempotent
+removal) and :mod:`mango.provider.outputs` (an outputs archive read and
+checked as mango publishes it).
 
 Settings: a provider's factory receives a :class:`ProviderContext` and reads
 every setting from ``context.environ`` (never ``os.environ``), checking
@@ -63,10 +67,12 @@ from mango.config import (
 from mango.domain.capabilities import Capability, CapabilitySet, admit
 from mango.domain.errors import (
     ConfigurationError,
+    ContentMismatch,
     FileTooLarge,
     InvalidInput,
     InvalidPathError,
     MangoError,
+    OutputRejected,
     OwnershipError,
     PathEscapeError,
     PermanentError,
@@ -93,12 +99,15 @@ from mango.domain.paths import (
     split_workspace_path,
 )
 from mango.domain.ports import (
+    FileResourceSandbox,
     KeepAliveSandbox,
     LimitedNetworkSandbox,
     PackageSetupSandbox,
     Provider,
     PurgingProvider,
+    ResourceLockSandbox,
     Sandbox,
+    SessionOutputSandbox,
 )
 from mango.domain.registry import (
     ConformanceTarget,
@@ -111,6 +120,7 @@ from mango.domain.registry import (
     SupportLevel,
     TargetCost,
 )
+from mango.domain.resources import OUTPUTS_ROOT, UPLOADS_ROOT, FileResourceMount
 from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
@@ -157,6 +167,8 @@ __all__ = [
     "MAX_READ_BYTES_SETTING",
     "MAX_SETTING_SECONDS",
     "MEMORY_GRAMMAR",
+    "OUTPUTS_ROOT",
+    "UPLOADS_ROOT",
     "Capability",
     "CapabilitySet",
     "Command",
@@ -164,12 +176,15 @@ __all__ = [
     "ConformanceTarget",
     "ConformanceTargetRegistry",
     "ConformanceTestbed",
+    "ContentMismatch",
     "EgressProbe",
     "Entry",
     "EntryKind",
     "ExecEvent",
     "ExecResult",
     "ExtraRoot",
+    "FileResourceMount",
+    "FileResourceSandbox",
     "FileTooLarge",
     "InvalidInput",
     "InvalidPathError",
@@ -181,6 +196,7 @@ __all__ = [
     "NetworkMode",
     "NetworkTestbed",
     "OutputChunk",
+    "OutputRejected",
     "OutputStream",
     "OwnedResource",
     "OwnershipError",
@@ -200,11 +216,13 @@ __all__ = [
     "Quirk",
     "ResolvedPath",
     "ResourceConflict",
+    "ResourceLockSandbox",
     "Sandbox",
     "SandboxNotFound",
     "SandboxNotRunning",
     "SandboxRef",
     "SandboxSpec",
+    "SessionOutputSandbox",
     "SettingSpec",
     "StatCallback",
     "SupportLevel",

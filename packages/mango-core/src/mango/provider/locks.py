@@ -1,4 +1,4 @@
-"""Exclusive locks on host files that give up instead of hanging (kit helper).
+"""Locks on host files that give up instead of hanging (kit helper).
 
 A provider (or an adapter) that serializes work across processes on one
 host -- starting a shared server, laying out a host directory -- holds an
@@ -12,7 +12,14 @@ what the caller was doing, instead of a silent hang:
 
 * :func:`exclusive_lock` -- a context manager for blocking code (a thread);
 * :func:`exclusive_lock_async` -- the same for a coroutine, which sleeps with
-  :func:`asyncio.sleep` between attempts and so never blocks its event loop.
+  :func:`asyncio.sleep` between attempts and so never blocks its event loop;
+* :func:`file_lock_async` -- either mode for a coroutine: shared holders
+  exclude only exclusive ones (a resource lock: exports shared, imports
+  exclusive).
+
+Each acquisition opens the file afresh, so holders in one process exclude
+each other as holders in different processes do (``flock`` locks belong to
+the open file description); the lock is not reentrant.
 
 The lock file is created (mode 0600) if missing and never removed. POSIX
 only, stdlib only.
@@ -29,7 +36,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from mango.domain.errors import ProviderUnavailable
 
-__all__ = ["exclusive_lock", "exclusive_lock_async"]
+__all__ = ["exclusive_lock", "exclusive_lock_async", "file_lock_async"]
 
 _FIRST_WAIT = 0.01
 _LONGEST_WAIT = 0.25
@@ -39,23 +46,25 @@ def _open(path: str | os.PathLike[str]) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
-def _locked(fd: int) -> bool:
-    """Take the exclusive lock now if nobody holds it."""
+def _locked(fd: int, *, exclusive: bool = True) -> bool:
+    """Take the lock now if no holder excludes it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True
 
 
-def _pauses(fd: int, path: str | os.PathLike[str], timeout: float, what: str) -> Iterator[float]:
+def _pauses(
+    fd: int, path: str | os.PathLike[str], timeout: float, what: str, *, exclusive: bool = True
+) -> Iterator[float]:
     """Take the lock on ``fd``, yielding the pause to make before each further attempt.
 
     Ends once the lock is held; :class:`ProviderUnavailable` when ``timeout`` is spent.
     """
     deadline = time.monotonic() + timeout
     delay = _FIRST_WAIT
-    while not _locked(fd):
+    while not _locked(fd, exclusive=exclusive):
         if time.monotonic() >= deadline:
             raise ProviderUnavailable(
                 f"another process held {os.fspath(path)} for more than {timeout:g} s while {what}",
@@ -90,9 +99,23 @@ async def exclusive_lock_async(
     The same rules as :func:`exclusive_lock`. Cancelling the waiting task
     gives up the wait and closes the file.
     """
+    async with file_lock_async(path, exclusive=True, timeout=timeout, what=what):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def file_lock_async(
+    path: str | os.PathLike[str], *, exclusive: bool, timeout: float, what: str
+) -> AsyncIterator[None]:
+    """Hold a shared or exclusive ``flock`` on ``path`` for the block (a coroutine).
+
+    Shared holders exclude exclusive ones only; otherwise the rules of
+    :func:`exclusive_lock`. Cancelling the waiting task gives up the wait and
+    closes the file.
+    """
     fd = _open(path)
     try:
-        for pause in _pauses(fd, path, timeout, what):
+        for pause in _pauses(fd, path, timeout, what, exclusive=exclusive):
             await asyncio.sleep(pause)
         yield
     finally:

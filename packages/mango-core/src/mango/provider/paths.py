@@ -241,6 +241,9 @@ class PathPolicy:
     )
     control_dirs: tuple[str, ...] = attrs.field(default=(), converter=_roots, kw_only=True)
     accept_absolute: bool = attrs.field(default=False, kw_only=True)
+    absolute_roots_only: bool = attrs.field(default=False, kw_only=True)
+    """With ``accept_absolute``: absolute paths only below the extra roots; a workspace
+    path must still be given relative (as the Sandbox port says)."""
 
     def __attrs_post_init__(self) -> None:
         for control in self.control_dirs:
@@ -278,6 +281,10 @@ class PathPolicy:
     def _locate_absolute(self, path: str, *, directory: bool) -> Location:
         parts = split_absolute_path(path)
         target = _join("/", parts)
+        if _within(target, self.root) and self.absolute_roots_only:
+            raise PathEscapeError(
+                f"path {path!r} is absolute; give a path relative to the workspace"
+            )
         if _within(target, self.root):
             anchor = self.root
         else:

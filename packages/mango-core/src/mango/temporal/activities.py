@@ -77,6 +77,7 @@ from mango.temporal.messages import (
     WriteFileInput,
     WriteFileOutput,
 )
+from mango.temporal.resource_activities import ResourceActivities
 from mango.temporal.routing import (
     DEFAULT_TASK_QUEUE_PREFIX,
     task_queue_for,
@@ -88,8 +89,12 @@ _LOG = logging.getLogger(__name__)
 
 
 @attrs.define
-class MangoActivities:
-    """The activities of one worker, bound to its provider through ``manager``."""
+class MangoActivities(ResourceActivities):
+    """The activities of one worker, bound to its provider through ``manager``.
+
+    The resource activities (materialize, publish outputs, reconcile files)
+    come from :class:`~mango.temporal.resource_activities.ResourceActivities`.
+    """
 
     manager: SessionManager
     store: BindingStore
@@ -128,6 +133,9 @@ class MangoActivities:
             self.reconcile_provisioning,
             self.finish_deletions,
             self.provider_health,
+            self.materialize_resources,
+            self.publish_outputs,
+            self.reconcile_files,
         ]
 
     # ------------------------------------------------------------ helpers
@@ -158,7 +166,9 @@ class MangoActivities:
 
         async def work() -> AcquireOutput:
             sandbox = await self._sandbox(request.session_id, request.spec)
-            return AcquireOutput(ref=sandbox.ref)
+            return AcquireOutput(
+                ref=sandbox.ref, materializes=self.materializes, publishes=self.publishes
+            )
 
         return await boundary(heartbeating(work(), self.heartbeat_interval))
 
@@ -295,7 +305,9 @@ class MangoActivities:
         return await boundary(self._delete_record(request.session_id))
 
     async def _delete_record(self, session_id: str) -> DeleteSessionRecordOutput:
-        return DeleteSessionRecordOutput(deleted=await self.store.delete_session(session_id))
+        # Through the table: the Session's resource rows and output files go first.
+        deleted = await self.manager.finish_deletion(session_id, deadline=activity_deadline())
+        return DeleteSessionRecordOutput(deleted=deleted)
 
     # ------------------------------------------------------------ reconciliation
 

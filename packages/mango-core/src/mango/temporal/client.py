@@ -159,6 +159,9 @@ class Orchestrator:
     policy: StepPolicy = attrs.field(factory=StepPolicy)
     idle_timeout: float = 900.0
     steps_per_run: int = 500
+    outputs_quiet_period: float | None = 10.0
+    """Seconds a Session is quiet after a step before its workflow publishes its outputs
+    (on a provider that publishes them); None: only on demand."""
     require_worker: bool = True
     """Fail fast with an explanation when no worker polls the target queue."""
     capabilities: Callable[[str], CapabilitySet] | None = None
@@ -224,6 +227,7 @@ class Orchestrator:
                 policy=self.policy,
                 idle_timeout=self.idle_timeout,
                 steps_per_run=self.steps_per_run,
+                outputs_quiet_period=self.outputs_quiet_period,
             ),
             id=session_workflow_id(session_id),
             task_queue=task_queue,

@@ -27,11 +27,18 @@ deletion
                            still stored
 ``after-binding-removed``  the binding was removed; intent (if any) and Session row remain
 ``after-intent-removed``   the intent was removed; the Session row remains
+resources
+``during-import``          a File Resource's temporary file is complete (in the target's
+                           directory), not yet renamed onto the target
+``after-import-rename``    the copy is in place; its marker is not written yet
+``after-output-upload``    an output's bytes are stored; its row is still ``uploading``
 =========================  ==============================================================
 
 The two points inside destroy are reached through
-:func:`mango.provider.hostdirs.observe_removals`, so they stop the process
-between the real steps of a removal, not in a copy of them.
+:func:`mango.provider.hostdirs.observe_removals`, the import points through
+:func:`mango.provider.hostfiles.observe_imports` and the output point
+through :func:`mango.app.outputs.observe_publications`, so they stop the
+process between the real steps, not in a copy of them.
 """
 
 from __future__ import annotations
@@ -41,16 +48,24 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import attrs
 
+from mango.app.outputs import PublicationStep, observe_publications
 from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.errors import ConfigurationError
-from mango.domain.ports import BindingStore, Provider, PurgingProvider, Sandbox
+from mango.domain.ports import (
+    BindingStore,
+    FileResourceSandbox,
+    Provider,
+    PurgingProvider,
+    Sandbox,
+)
+from mango.domain.resources import FileResourceMount
 from mango.domain.values import (
     Binding,
     OwnedResource,
@@ -60,10 +75,12 @@ from mango.domain.values import (
     SessionRecord,
 )
 from mango.provider.hostdirs import RemovalStep, observe_removals
+from mango.provider.hostfiles import ImportStep, observe_imports
 
 __all__ = [
     "DELETION_POINTS",
     "FAULT_POINT_ENV",
+    "RESOURCE_POINTS",
     "FaultPoint",
     "fault_point_from_env",
     "inject_faults",
@@ -86,6 +103,9 @@ class FaultPoint(enum.StrEnum):
     DURING_DESTROY = "during-destroy"
     AFTER_BINDING_REMOVED = "after-binding-removed"
     AFTER_INTENT_REMOVED = "after-intent-removed"
+    DURING_IMPORT = "during-import"
+    AFTER_IMPORT_RENAME = "after-import-rename"
+    AFTER_OUTPUT_UPLOAD = "after-output-upload"
 
 
 DELETION_POINTS = (
@@ -97,6 +117,13 @@ DELETION_POINTS = (
     FaultPoint.AFTER_INTENT_REMOVED,
 )
 """The points of a deletion, in the order a deletion reaches them."""
+
+RESOURCE_POINTS = (
+    FaultPoint.DURING_IMPORT,
+    FaultPoint.AFTER_IMPORT_RENAME,
+    FaultPoint.AFTER_OUTPUT_UPLOAD,
+)
+"""The points of a File Resource import and an output's publication."""
 
 
 def fault_point_from_env(env: Mapping[str, str] | None = None) -> FaultPoint | None:
@@ -130,6 +157,35 @@ class _Sandbox(SandboxWrapper):
 
 
 @attrs.define
+class _ResourceSandbox(_Sandbox):
+    """A sandbox with the resource protocols, delegated by name (a runtime protocol check
+    does not look through ``__getattr__`` from Python 3.12)."""
+
+    async def has_file_resource(self, mount: FileResourceMount) -> bool:
+        return await self.inner.has_file_resource(mount)  # type: ignore[attr-defined, no-any-return]
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        await self.inner.import_file_resource(mount, chunks)  # type: ignore[attr-defined]
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        await self.inner.remove_file_resource(runtime_path, identity)  # type: ignore[attr-defined]
+
+    def resource_lock(self, *, exclusive: bool = False) -> Any:
+        return self.inner.resource_lock(exclusive=exclusive)  # type: ignore[attr-defined]
+
+    def open_session_outputs(self) -> Any:
+        return self.inner.open_session_outputs()  # type: ignore[attr-defined]
+
+
+def _wrap(sandbox: Sandbox, point: FaultPoint) -> Sandbox:
+    if isinstance(sandbox, FileResourceSandbox):
+        return _ResourceSandbox(sandbox, point)
+    return _Sandbox(sandbox, point)
+
+
+@attrs.define
 class _Provider:
     inner: Provider
     point: FaultPoint
@@ -146,10 +202,10 @@ class _Provider:
         sandbox = await self.inner.create(session_key, spec)
         if self.point is FaultPoint.AFTER_CREATE:
             _crash(self.point)
-        return _Sandbox(sandbox, self.point)
+        return _wrap(sandbox, self.point)
 
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> Sandbox:
-        return _Sandbox(await self.inner.attach(session_key, ref, spec), self.point)
+        return _wrap(await self.inner.attach(session_key, ref, spec), self.point)
 
     async def find(self, session_key: str) -> SandboxRef | None:
         return await self.inner.find(session_key)
@@ -283,4 +339,22 @@ def inject_faults(
                 _crash(point)
 
         observe_removals(observe)
+    imports: dict[FaultPoint, ImportStep] = {
+        FaultPoint.DURING_IMPORT: "written",
+        FaultPoint.AFTER_IMPORT_RENAME: "renamed",
+    }
+    if point in imports:
+
+        def on_import(step: ImportStep, _target: Path) -> None:
+            if step == imports[point]:
+                _crash(point)
+
+        observe_imports(on_import)
+    if point is FaultPoint.AFTER_OUTPUT_UPLOAD:
+
+        def on_publication(step: PublicationStep, _path: str) -> None:
+            if step == "uploaded":
+                _crash(point)
+
+        observe_publications(on_publication)
     return _Provider(provider, point), _Store(store, point)

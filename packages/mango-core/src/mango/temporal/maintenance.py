@@ -3,7 +3,9 @@
 * :class:`SandboxCleanupWorkflow` (id ``sandbox-cleanup:<session id>``):
   stops the Session workflow, releases the sandbox, deletes the Session row.
 * :class:`ReconcilerWorkflow` (id ``mango-reconciler:<task queue>``): one per
-  provider, every ``interval``: provisioning intents, then fenced Sessions.
+  provider, every ``interval``: provisioning intents, then fenced Sessions,
+  then the Files store (stalled uploads, outputs' included; unfinished
+  deletions; unrecorded blobs).
 * :class:`ProviderHealthWorkflow`: the health activity on a provider's worker.
 
 See :mod:`mango.temporal.workflows` for the whole set. Registered names are
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         StopSessionWorkflowInput,
     )
+    from mango.temporal.resource_messages import ReconcileFilesInput, ReconcileFilesOutput
     from mango.temporal.routing import CLEANUP_WORKFLOW, HEALTH_WORKFLOW, RECONCILER_WORKFLOW
 
 __all__ = ["ProviderHealthWorkflow", "ReconcilerWorkflow", "SandboxCleanupWorkflow"]
@@ -121,6 +124,19 @@ class ReconcilerWorkflow:
                 )
             except ActivityError as err:
                 errors.append(f"finish deletions: {err.cause or err}")
+            files: ReconcileFilesOutput | None = None
+            if workflow.patched("reconcile-files"):
+                try:
+                    files = await workflow.execute_activity_method(
+                        MangoActivities.reconcile_files,
+                        ReconcileFilesInput(stale_after=request.file_stale_after),
+                        start_to_close_timeout=attempt,
+                        heartbeat_timeout=heartbeat,
+                        retry_policy=retry,
+                        summary="reconcile files",
+                    )
+                except ActivityError as err:
+                    errors.append(f"reconcile files: {err.cause or err}")
             for error in errors:
                 workflow.logger.warning("reconciler pass failed: %s", error)
             self._status = ReconcilerStatus(
@@ -128,6 +144,7 @@ class ReconcilerWorkflow:
                 provisioning=provisioning,
                 deletions=deletions,
                 errors=tuple(errors),
+                files=files,
             )
             progressed = provisioning is not None and provisioning.completed > 0
             await workflow.sleep(min(0.1, request.interval) if progressed else request.interval)

@@ -27,6 +27,7 @@ from mango.domain.values import (
     SandboxSpec,
     validate_session_id,
 )
+from mango.temporal.resource_messages import ReconcileFilesOutput
 
 __all__ = [
     "AcquireInput",
@@ -117,9 +118,13 @@ class AcquireInput:
 
 @attrs.frozen
 class AcquireOutput:
-    """The sandbox the Session is bound to."""
+    """The sandbox the Session is bound to, and which resource steps its worker runs."""
 
     ref: SandboxRef
+    materializes: bool = False
+    """The provider takes File Resources: materialize before each step."""
+    publishes: bool = False
+    """The provider publishes outputs: publish once the Session has been quiet."""
 
 
 @attrs.frozen
@@ -149,6 +154,11 @@ class ExecStepInput:
     session_id: str = attrs.field(validator=_session_id)
     command: Command
     spec: SandboxSpec = attrs.field(factory=SandboxSpec)
+
+
+def _optional_seconds(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _positive(_instance, attribute, value)
 
 
 def _optional_positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -305,6 +315,9 @@ class SessionWorkflowInput:
     """Seconds without a tool step after which the run completes (a new one starts on demand)."""
     steps_per_run: int = attrs.field(default=500, validator=_positive)
     """Tool steps after which the run continues as new, keeping histories short."""
+    outputs_quiet_period: float | None = attrs.field(default=10.0, validator=_optional_seconds)
+    """Seconds without a step after which the Session's outputs are published (on a
+    provider that publishes them); None: never on its own."""
 
 
 @attrs.frozen
@@ -342,6 +355,8 @@ class ReconcilerInput:
     """Passes after which the loop continues as new, keeping its history short."""
     retry_failed_after: float = attrs.field(default=300.0, validator=_non_negative)
     policy: StepPolicy = attrs.field(factory=StepPolicy)
+    file_stale_after: float = attrs.field(default=3600.0, validator=_non_negative)
+    """Seconds a stored file's upload may go unheard of before the pass gives it up."""
 
 
 @attrs.frozen
@@ -352,6 +367,7 @@ class ReconcilerStatus:
     provisioning: ReconcileReport | None = None
     deletions: ReconcileReport | None = None
     errors: tuple[str, ...] = ()
+    files: ReconcileFilesOutput | None = None
 
 
 def _warm_up() -> None:

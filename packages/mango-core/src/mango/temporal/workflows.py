@@ -9,7 +9,11 @@
   of a run acquires the sandbox (provisioning it durably). A run ends after
   ``idle_timeout`` without a step (the next request starts a new one) and
   continues as new after ``steps_per_run`` steps. Cancelling it cancels the running step and the
-  command inside the sandbox.
+  command inside the sandbox. On a provider that takes File Resources each step is preceded
+  by the ``MaterializeResources`` activity; on one that publishes outputs the
+  ``PublishOutputs`` activity runs once the Session has been quiet for
+  ``outputs_quiet_period`` seconds after a step (the acquire's answer says which apply, so
+  histories of older runs replay unchanged).
 * :class:`SandboxCleanupWorkflow` (id ``sandbox-cleanup:<session id>``): stops
   the Session workflow, releases the sandbox (destroy, binding, intent), then
   deletes the Session row, each step retried durably. Started with id
@@ -35,6 +39,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -52,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         ToolStepInput,
     )
+    from mango.temporal.resource_messages import MaterializeInput, PublishOutputsInput
     from mango.temporal.routing import (
         CANCEL_STEP_SIGNAL,
         EXEC_UPDATE,
@@ -90,6 +96,9 @@ class SessionWorkflow:
         self._input = request
         self._lock = asyncio.Lock()
         self._acquired = False
+        self._materializes = False
+        self._publishes = False
+        self._unpublished = False
         self._steps = 0
         self._busy = 0
         self._touched = False
@@ -110,13 +119,17 @@ class SessionWorkflow:
         try:
             while True:
                 self._touched = False
+                quiet = request.outputs_quiet_period if self._unpublished else None
                 try:
                     await workflow.wait_condition(
                         lambda: self._touched or self._should_roll(),
-                        timeout=timedelta(seconds=request.idle_timeout),
-                        timeout_summary="idle",
+                        timeout=timedelta(seconds=quiet or request.idle_timeout),
+                        timeout_summary="quiet" if quiet else "idle",
                     )
                 except TimeoutError:
+                    if self._busy == 0 and self._unpublished:
+                        await self._publish()
+                        continue
                     if self._busy == 0:
                         break
                     continue
@@ -124,6 +137,8 @@ class SessionWorkflow:
                     roll = True
                     break
             await workflow.wait_condition(workflow.all_handlers_finished)
+            if roll and self._unpublished:
+                await self._publish()
         except asyncio.CancelledError:
             self._cancelled = True
             for handle in self._running:
@@ -153,6 +168,7 @@ class SessionWorkflow:
                     return await self._step(call)
                 finally:
                     self._steps += 1
+                    self._unpublished = self._publishes
         finally:
             self._busy -= 1
             self._touched = True
@@ -186,6 +202,7 @@ class SessionWorkflow:
                 finally:
                     self._current_step = None
                     self._steps += 1
+                    self._unpublished = self._publishes
         finally:
             self._pending_steps.discard(step.step_id)
             self._cancelled_steps.discard(step.step_id)
@@ -230,6 +247,7 @@ class SessionWorkflow:
         wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         try:
             await self._acquire()
+            await self._materialize()
             if timeout is not None and timeout <= policy.local_exec_limit:
                 # Short and bounded: no server round trip for scheduling and
                 # completion. A crash still re-runs it (the workflow task times
@@ -267,7 +285,7 @@ class SessionWorkflow:
         if self._acquired:
             return
         policy = self._input.policy
-        await self._tracked(
+        acquired = await self._tracked(
             workflow.start_activity_method(
                 MangoActivities.acquire_sandbox,
                 AcquireInput(session_id=self._input.session_id, spec=self._input.spec),
@@ -279,12 +297,63 @@ class SessionWorkflow:
             )
         )
         self._acquired = True
+        self._materializes = acquired.materializes
+        self._publishes = acquired.publishes and self._input.outputs_quiet_period is not None
+
+    async def _materialize(self) -> None:
+        """Bring the Session's File Resources into its sandbox before a step (if it takes any)."""
+        if not self._materializes:
+            return
+        policy = self._input.policy
+        await self._tracked(
+            workflow.start_activity_method(
+                MangoActivities.materialize_resources,
+                MaterializeInput(session_id=self._input.session_id, spec=self._input.spec),
+                start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                retry_policy=retry_policy(policy),
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary="materialize resources",
+            )
+        )
+
+    async def _publish(self) -> None:
+        """Publish the Session's outputs once it has been quiet; a failure is logged, not raised.
+
+        A few attempts only: a publication that keeps failing must not hold
+        the Session's steps back (the next quiet period tries again).
+        """
+        self._unpublished = False
+        policy = self._input.policy
+        async with self._lock:
+            if self._cancelled:
+                return
+            try:
+                await self._tracked(
+                    workflow.start_activity_method(
+                        MangoActivities.publish_outputs,
+                        PublishOutputsInput(
+                            session_id=self._input.session_id, spec=self._input.spec
+                        ),
+                        start_to_close_timeout=timedelta(seconds=policy.start_to_close),
+                        heartbeat_timeout=timedelta(seconds=policy.heartbeat_timeout),
+                        retry_policy=RetryPolicy(
+                            initial_interval=timedelta(seconds=policy.initial_retry),
+                            maximum_attempts=3,
+                        ),
+                        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                        summary="publish outputs",
+                    )
+                )
+            except ActivityError as err:
+                workflow.logger.warning("publishing the Session's outputs failed: %s", err.cause)
 
     async def _step(self, call: ToolCall) -> ToolResult:
         policy = self._input.policy
         wait = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         try:
             await self._acquire()
+            await self._materialize()
             result = await self._tracked(
                 workflow.start_activity_method(
                     MangoActivities.execute_tool,

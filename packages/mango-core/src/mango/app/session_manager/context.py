@@ -17,6 +17,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import attrs
 
+from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import CachedClient, ClientCache
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
@@ -72,6 +73,9 @@ class Ports:
     max_sandboxes: int | None = None
     """``MANGO_MAX_SANDBOXES``: live sandboxes the whole deployment may hold (None: no limit)."""
     use_interval: float = USE_INTERVAL
+    files: SessionFiles | None = None
+    """The Session resource and output rows and the Files store (None: a manager without
+    them, whose Sessions have no resources and publish no outputs)."""
 
 
 # ------------------------------------------------------------------ outcomes

@@ -24,6 +24,9 @@ import attrs
 
 from mango.app import telemetry
 from mango.app.admission import admit_environment
+from mango.app.materializer import MaterializeReport
+from mango.app.outputs import PublishReport
+from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import ClientCache, SessionLocks
 from mango.app.session_manager.context import (
     USE_INTERVAL,
@@ -43,9 +46,11 @@ from mango.app.session_manager.reconcile import (
     reconcile_provisioning,
 )
 from mango.app.session_manager.registry import Handlers, default_handlers
+from mango.app.session_manager.resources import Materialized, Published
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    ConfigurationError,
     InvalidInput,
     InvalidTransition,
     MangoError,
@@ -62,6 +67,7 @@ from mango.domain.lifecycle import (
 )
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.registry import Quirk
+from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
@@ -129,6 +135,8 @@ class SessionManager:
     )
     table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
+    files: SessionFiles | None = attrs.field(default=None, kw_only=True)
+    """The Session resource and output rows and the Files store, for the resource steps."""
     _clients: ClientCache = attrs.field(init=False)
     _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
     _ports: Ports = attrs.field(init=False)
@@ -143,6 +151,7 @@ class SessionManager:
             self.package_manager_hosts,
             max_sandboxes=self.max_sandboxes,
             use_interval=self.use_interval,
+            files=self.files,
         )
 
     @property
@@ -246,11 +255,94 @@ class SessionManager:
         ``force`` as for :meth:`release`.
         """
         await self.release(session_id, deadline=deadline, force=force)
-        async with self._locks.hold(session_id):
-            # Our own release fenced it: a row that is gone now was deleted, not never made.
-            facts = await self._run(Operation(session_id, _C.DELETION_FINISHED), fenced_here=True)
+        # Our own release fenced it: a row that is gone now was deleted, not never made.
+        return await self.finish_deletion(session_id, deadline=deadline)
+
+    async def finish_deletion(self, session_id: str, *, deadline: float | None = None) -> bool:
+        """Delete a fenced Session's row once its sandbox is released; False if already gone.
+
+        Its resource rows and output files go first (``deletion-finished``).
+        """
+        validate_session_id(session_id)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(
+                    Operation(session_id, _C.DELETION_FINISHED), fenced_here=True
+                )
         deleted = facts.last(SessionDeleted)
         return deleted is not None and deleted.deleted
+
+    # ------------------------------------------------------------------ resources
+
+    @property
+    def session_files(self) -> SessionFiles:
+        """The Session resources, outputs and Files store this manager works with."""
+        if self.files is None:
+            raise ConfigurationError(
+                "this SessionManager has no Files store, so Sessions have no resources or outputs",
+                hint="open it with mango.open_session_manager(), or pass files=SessionFiles(...)",
+            )
+        return self.files
+
+    async def add_file_resource(
+        self, session_id: str, file_id: str, mount_path: str | None = None
+    ) -> SessionResource:
+        """Attach a stored file to the Session (created if absent) at ``mount_path``.
+
+        Admission first (every reason listed), then every rule of
+        :meth:`SessionFiles.add_resource`; the next :meth:`materialize` copies it.
+        """
+        self.admit(SandboxSpec(), (Capability.FILE_RESOURCES,))
+        files = self.session_files
+        await self.ensure_session(session_id)
+        return await files.add_resource(session_id, file_id, mount_path)
+
+    async def remove_resource(
+        self,
+        session_id: str,
+        resource_id: str,
+        spec: SandboxSpec | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> MaterializeReport:
+        """Remove a resource: marked at once, then out of a bound sandbox (never provisions)."""
+        await self.session_files.begin_remove(session_id, resource_id)
+        return await self.materialize(session_id, spec or SandboxSpec(), deadline=deadline)
+
+    async def materialize(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> MaterializeReport:
+        """Bring the bound sandbox's File Resources in line with the Session's rows.
+
+        Run before every tool step (after :meth:`acquire`): only what changed
+        is done. Never provisions; with no bound sandbox only removals are
+        finished in the rows. :class:`SandboxNotFound` for a vanished sandbox.
+        """
+        validate_session_id(session_id)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
+        done = facts.last(Materialized)
+        return done.report if done is not None else MaterializeReport()
+
+    async def publish_outputs(
+        self, session_id: str, spec: SandboxSpec | None = None, *, deadline: float | None = None
+    ) -> PublishReport | None:
+        """Publish the bound sandbox's outputs directory; None if it has none (never creates one).
+
+        Admission first (every reason listed); :class:`OutputRejected` names
+        the entry that cannot be published (nothing is published partly).
+        """
+        validate_session_id(session_id)
+        chosen = spec or SandboxSpec()
+        self.admit(chosen, (Capability.SESSION_OUTPUTS,))
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.PUBLISH_OUTPUTS, chosen))
+        done = facts.last(Published)
+        return done.report if done is not None else None
+
+    # ------------------------------------------------------------------ reconciliation
 
     async def reconcile_provisioning(
         self, limit: int = 100, *, deadline: float | None = None

@@ -1,0 +1,108 @@
+"""The sandbox protocols of the resource capabilities (re-exported by :mod:`mango.domain.ports`).
+
+A provider that declares ``file-resources`` hands out sandboxes that are
+:class:`FileResourceSandbox` and :class:`ResourceLockSandbox`; one that
+declares ``session-outputs``, sandboxes that are :class:`SessionOutputSandbox`
+and :class:`ResourceLockSandbox`. The mango-conformance suite checks each
+contract below on the provider (its ``file-resources`` and
+``session-outputs`` groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from mango.domain.resources import FileResourceMount
+
+__all__ = ["FileResourceSandbox", "ResourceLockSandbox", "SessionOutputSandbox"]
+
+
+@runtime_checkable
+class ResourceLockSandbox(Protocol):
+    """The resource lock of one sandbox: shared while exporting, exclusive while importing.
+
+    It excludes holders in every process of the host (a ``flock`` on a
+    provider-owned file), so two workers never import into, and export from,
+    one sandbox at once. File Resource imports and removals take it
+    exclusively themselves; an output export's caller holds it shared across
+    both passes of a publication. Not reentrant: a holder of the shared lock
+    must not import.
+    """
+
+    def resource_lock(self, *, exclusive: bool = False) -> AbstractAsyncContextManager[None]:
+        """Hold the lock for the block (``async with sandbox.resource_lock():``).
+
+        A wait longer than the provider's bound is
+        :class:`~mango.domain.errors.ProviderUnavailable` (retry); a sandbox
+        that has no provider-owned state to lock (a container older than its
+        mounts) is a :class:`~mango.domain.errors.PermanentError`.
+        """
+        ...
+
+
+@runtime_checkable
+class FileResourceSandbox(Protocol):
+    """Capability ``file-resources``: stored files, read-only below ``/mnt/session/uploads``."""
+
+    async def has_file_resource(self, mount: FileResourceMount) -> bool:
+        """True if ``mount.runtime_path`` holds this identity's complete, read-only copy.
+
+        Checked by the provider's own marker and the file's type, size and
+        permissions (the content is not hashed again). A sandbox without
+        the uploads mount answers False.
+        """
+        ...
+
+    async def import_file_resource(
+        self, mount: FileResourceMount, chunks: AsyncIterable[bytes]
+    ) -> None:
+        """Copy the bytes of ``chunks`` to ``mount.runtime_path``, all or nothing.
+
+        * Streamed into a temporary file beside the target (memory O(chunk)),
+          counted and hashed: another size or SHA-256 than ``mount`` says is
+          :class:`~mango.domain.errors.ContentMismatch`, and an error raised
+          by ``chunks`` propagates; either way nothing visible changes (the
+          previous file at the path, if any, stays).
+        * Then made durable and read-only, and renamed onto the target in
+          one step; the marker naming ``mount.identity`` is written last.
+        * The copy is read-only to everything in the sandbox, its root
+          user included.
+        * Takes the exclusive resource lock. A sandbox that predates the
+          uploads mount raises :class:`~mango.domain.errors.PermanentError`
+          saying to recreate it.
+        """
+        ...
+
+    async def remove_file_resource(self, runtime_path: str, identity: str) -> None:
+        """Remove ``identity``'s copy at ``runtime_path``; idempotent.
+
+        A path whose marker names another identity (a newer resource reused
+        it) is left as it is. Whatever an interrupted import or removal left
+        at the path (a temporary file, a copy without its marker) goes.
+        Parents left empty are pruned. A sandbox without the uploads mount
+        has nothing to remove: success.
+        """
+        ...
+
+
+@runtime_checkable
+class SessionOutputSandbox(Protocol):
+    """Capability ``session-outputs``: ``/mnt/session/outputs``, exported as a tar stream."""
+
+    def open_session_outputs(self) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Stream the outputs directory as a tar archive (``async with ... as chunks``).
+
+        * The archive is the backend's own, streamed (memory O(chunk)): its
+          entries keep their types, so a symlink, hardlink, device or FIFO
+          reaches the caller as such, never resolved or dropped.
+        * Repeatable: while the caller holds the resource lock, a second
+          export gives the same entries and bytes.
+        * Tools (``write_file`` with an absolute path below the mount) and
+          commands see the same directory.
+        * A sandbox that predates the outputs mount raises
+          :class:`~mango.domain.errors.PermanentError` saying to recreate it,
+          never an empty archive.
+        """
+        ...
