@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def test_the_readme_example_runs(
         MANGO_SANDBOX_RESOURCE_DIR=str(tmp_path / "resources"),
         MANGO_SANDBOX_PULL="0",
         MANGO_EMBEDDED_IDLE_SECONDS="0",
-        MANGO_NAMESPACE="readme-test",
+        # Its own namespace: a container left by an interrupted run is never adopted.
+        MANGO_NAMESPACE=f"readme-test-{uuid.uuid4().hex[:12]}",
     )
     done = subprocess.run(
         ["bash", "-c", script],

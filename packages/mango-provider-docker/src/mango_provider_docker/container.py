@@ -42,8 +42,8 @@ from mango_provider_docker.limits import (
     check_pids_limit,
     parse_memory,
 )
-from mango_provider_docker.network import creation_labels, creation_mode, network_problems
 from mango_provider_docker.mounts import container_mounts, mount_problems
+from mango_provider_docker.network import creation_labels, creation_mode, network_problems
 
 __all__ = [
     "IDLE_SCRIPT",

@@ -14,7 +14,6 @@ import attrs
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
-    Capability,
     CapabilitySet,
     InvalidInput,
     OwnedResource,
@@ -57,8 +56,8 @@ from mango_provider_docker.lifecycle import (
     ensure_image,
     start_new,
 )
-from mango_provider_docker.network import NETWORK_LABEL, enforce
 from mango_provider_docker.mounts import MountState, ensure_mount_dirs
+from mango_provider_docker.network import NETWORK_LABEL, enforce
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
 
 __all__ = [
@@ -77,6 +76,8 @@ log = logging.getLogger(__name__)
 
 CLOSE_WAIT_SECONDS = 30.0
 """How long ``aclose`` waits for the kills of cancelled commands to finish."""
+
+
 def _as_path(value: str | os.PathLike[str]) -> Path:
     # Absolute now, so a later chdir of the worker cannot move the directories.
     return Path(value).absolute()
