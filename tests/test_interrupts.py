@@ -38,6 +38,10 @@ def _interrupt(case: str, tmp_path: Path) -> tuple[int, str]:
             "-v",
             "-p",
             "no:cacheprovider",
+            # One process: the interrupt lands in the test itself, not in an xdist
+            # controller that relays it to its workers.
+            "-n",
+            "0",
             f"--basetemp={tmp_path / 'basetemp'}",
             f"{CASES}::{case}",
             f"{CASES}::test_after_the_interrupt",

@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -102,6 +103,19 @@ def embedded_data_dir(embedded_root: Path) -> Path:
     parent = Path(tempfile.mkdtemp(dir=embedded_root))
     parent.chmod(0o711)
     return parent / "pgdata"
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for the whole test.
+
+    Bound but never listening: a connection is refused, and no other process
+    (another pytest-xdist worker, a server starting meanwhile) can take the
+    port, as it could one that was merely free a moment ago.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

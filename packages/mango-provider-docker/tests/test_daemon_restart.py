@@ -3,7 +3,8 @@
 The test stops the daemon named by ``/var/run/docker.pid`` with SIGTERM and
 starts it again with ``.ci/start-dockerd`` (default flags: ``--live-restore``,
 so running containers survive). It disturbs every other user of the daemon
-for a few seconds, which is why it only runs when asked for.
+for a few seconds, which is why it only runs when asked for, and never beside
+other pytest-xdist workers: ``MANGO_DOCKER_RESTART_TEST=1 uv run pytest -n 0 THIS``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ pytestmark = [
     pytest.mark.skipif(
         os.environ.get("MANGO_DOCKER_RESTART_TEST", "") != "1",
         reason="restarts dockerd; set MANGO_DOCKER_RESTART_TEST=1 to run it",
+    ),
+    # The tests of the other pytest-xdist workers use the same daemon meanwhile.
+    pytest.mark.skipif(
+        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1,
+        reason="restarts dockerd under the other workers' tests; run it in one process (-n 0)",
     ),
 ]
 

@@ -41,13 +41,17 @@ from mango_provider_docker.testimages import (
     served_sources,
 )
 
+from .conftest import RUN_ID
 from .helpers import eventually, sh
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.slow]
 
 MANGO = Path(sys.executable).with_name("mango")
 FAULTY_MANGO = Path(__file__).parents[2] / "mango-core" / "tests" / "faulty_mango.py"
-NAMESPACE = "packages-test"
+# This process's own: container names derive from namespace and Session id, and
+# the daemon is shared with every other test process (other xdist workers, other
+# runs), whose containers of the same fixed name would be refused as foreign.
+NAMESPACE = f"pkg-{RUN_ID}"
 APT = ("mango-probe-apt", "mango-probe-slow")
 PIP = ("mango-probe-pip",)
 SLOW_DEB = "apt/mango-probe-slow_1.0_all.deb"

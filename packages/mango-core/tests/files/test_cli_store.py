@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -345,11 +344,11 @@ def test_bad_settings_fail_before_anything_opens(
     assert not (tmp_path / "state").exists()
 
 
-def test_an_unreachable_s3_endpoint_is_one_error_line(database_url: str, tmp_path: Path) -> None:
+def test_an_unreachable_s3_endpoint_is_one_error_line(
+    database_url: str, tmp_path: Path, refused_port: int
+) -> None:
     """Connection refused: exit 2 with the endpoint and a hint; no traceback, no secret."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = refused_port
     source = tmp_path / "f.txt"
     source.write_bytes(b"going nowhere")
     env = {

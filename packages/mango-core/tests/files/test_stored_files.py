@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -365,12 +364,10 @@ async def test_reconcile_removes_what_crashes_left(
 
 
 async def test_an_unreachable_s3_endpoint_is_retryable_and_leaves_nothing_visible(
-    store: PostgresBindingStore, aws_env: dict[str, str]
+    store: PostgresBindingStore, aws_env: dict[str, str], refused_port: int
 ) -> None:
     """Connection refused: FileStoreUnavailable with a hint, quickly; no ready row appears."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = refused_port
     blobs = S3FileStore("mango-down", endpoint_url=f"http://127.0.0.1:{port}")
     files = StoredFiles(PostgresFileCatalog(store.pool), blobs, NS)
     with pytest.raises(FileStoreUnavailable) as caught:

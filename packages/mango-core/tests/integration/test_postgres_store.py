@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -396,11 +395,9 @@ async def test_no_credential_reaches_a_row(database_url: str) -> None:
         assert password not in text
 
 
-async def test_unreachable_server_is_unavailable_and_redacted() -> None:
+async def test_unreachable_server_is_unavailable_and_redacted(refused_port: int) -> None:
     """A refused connection is ProviderUnavailable and its message hides the password."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = refused_port
     url = f"postgresql://mango:s3cret-pw@127.0.0.1:{port}/mango"
     with pytest.raises(ProviderUnavailable) as caught:
         await open_store(url, timeout=5)

@@ -54,7 +54,16 @@ from mango.temporal.faults import FaultPoint
 from .served import ServedFake
 from .support import FAST_POLICY, Harness, WorkerProcess, wait_until
 
-pytestmark = [pytest.mark.temporal, pytest.mark.postgres, pytest.mark.slow]
+# One lane per fault point, each with its own `mango worker` subprocesses: a test
+# starts eight or more interpreters at once. Under pytest-xdist these tests share
+# one worker, so two of them never start their fleets on the same CPUs together
+# (four at once kept workers from becoming ready within their bound).
+pytestmark = [
+    pytest.mark.temporal,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("crash-matrix"),
+]
 
 SIGKILLED = -signal.SIGKILL
 DOCKER_IMAGE = "mango-test-busybox:latest"

@@ -19,8 +19,23 @@ __all__ = ["ToolboxRoutes"]
 
 _DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 _SHELL_EXEC = ("/bin/sh", "-c", "exec /bin/sh 2>&1")
-# The wrapper's directories (the fake's sandboxes have no TMPDIR, so they land in /tmp).
-_TMP_PREFIXES = ("/tmp/.mango-exec", "/tmp/.mango-stdin")  # noqa: S108
+# The wrapper's control files live under ${TMPDIR:-/tmp}/.mango-exec. The fake's
+# sandboxes are host processes, whose /tmp every sandbox (and every other process
+# on the machine) shares; a real sandbox's /tmp is its own, so each fake sandbox
+# gets a private TMPDIR beside its workspace, and the file API maps the path there.
+_CONTROL_PREFIX = "/tmp/.mango-exec"  # noqa: S108
+# Staged stdin: commands read it at this literal path, so it stays on the host's
+# /tmp (each file has a fresh random name).
+_STDIN_PREFIX = "/tmp/.mango-stdin"  # noqa: S108
+
+
+def _under(target: str, prefix: str) -> bool:
+    return target == prefix or target.startswith(prefix + "/")
+
+
+def _private_tmp(record: FakeSandbox) -> Path:
+    """The sandbox's own TMPDIR: in its session directory, removed with it."""
+    return Path(record.local.root).parent / "tmp"
 
 
 class ToolboxRoutes(DaytonaState):
@@ -42,7 +57,9 @@ class ToolboxRoutes(DaytonaState):
         target = os.path.normpath(Path(root, path))
         if target == root or target.startswith(root + "/"):
             return Path(target)
-        if any(target == p or target.startswith(p + "/") for p in _TMP_PREFIXES):
+        if _under(target, _CONTROL_PREFIX):
+            return _private_tmp(record) / os.path.relpath(target, "/tmp")  # noqa: S108
+        if _under(target, _STDIN_PREFIX):
             return Path(target)
         return None
 
@@ -61,9 +78,12 @@ class ToolboxRoutes(DaytonaState):
         if not isinstance(line, str) or not line.strip():
             return error(400, "command cannot be empty or whitespace-only")
         timeout = body.get("timeout")
+        tmp = _private_tmp(record)
+        tmp.mkdir(mode=0o700, exist_ok=True)
         command = Command(
             argv=_SHELL_EXEC,
             stdin=line.encode(),
+            env={"TMPDIR": str(tmp)},
             timeout=float(timeout) if isinstance(timeout, int) and timeout > 0 else None,
         )
         # The daemon runs the command with exec.Command, not bound to the request: a client
