@@ -255,3 +255,34 @@ def test_delete_with_the_wrong_provider_selected_changes_nothing(
         state_dir, resources, "unused:latest", "sessions", "delete", "mine", extra=local
     )
     assert deleted.returncode == 0, deleted.stderr
+
+
+def test_a_failed_first_use_says_how_to_free_the_id(state_dir: Path, tmp_path: Path) -> None:
+    """A first exec that failed on Docker (image missing): local is told how to free the id."""
+    resources = tmp_path / "resources"
+    local = {"MANGO_SANDBOX": "local"}
+    failed = _mango(
+        state_dir, resources, "mango-test/absent:latest", "exec", "--session", "x", "true"
+    )
+    assert failed.returncode == 2, failed.stderr
+    refused = _mango(
+        state_dir, resources, "unused:latest", "exec", "--session", "x", "true", extra=local
+    )
+    assert refused.returncode == 2
+    error, hint = refused.stderr.decode().splitlines()
+    assert error == (
+        "error: session 'x' is being provisioned by provider 'docker' (its first use there has "
+        "not finished: it failed or is still running), not by 'local' (the provider selected "
+        "here)"
+    )
+    assert hint == (
+        "hint: finish it by retrying with MANGO_SANDBOX=docker, or free the id with "
+        "'MANGO_SANDBOX=docker mango sessions delete x' (on the durable path: in a worker of "
+        "that provider)"
+    )
+    freed = _mango(state_dir, resources, "unused:latest", "sessions", "delete", "x")
+    assert freed.returncode == 0, freed.stderr
+    again = _mango(
+        state_dir, resources, "unused:latest", "exec", "--session", "x", "true", extra=local
+    )
+    assert again.returncode == 0, again.stderr
