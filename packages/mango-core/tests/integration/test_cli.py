@@ -88,9 +88,12 @@ def test_files_round_trip_and_escape(run) -> None:  # type: ignore[no-untyped-de
     assert escape.stderr.startswith(b"error: path '../etc/passwd' contains '..'")
     assert b"Traceback" not in escape.stderr
     missing = run("files", "read", "--session", "f", "absent.txt")
-    assert (missing.returncode, missing.stderr) == (
+    assert (missing.returncode, missing.stderr.decode().splitlines()) == (
         2,
-        b"error: no file 'absent.txt' in session 'f'\n",
+        [
+            "error: no file 'absent.txt' in session 'f'",
+            "hint: see what the workspace holds with 'mango exec --session f -- ls -la'",
+        ],
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from mango.cli.output import echo_json, echo_table
+from mango.cli.params import Seconds
 
 if TYPE_CHECKING:
     from mango.app.files import StoredFiles
@@ -166,7 +167,7 @@ def store_rm(file_ids: tuple[str, ...]) -> None:
     "--stale-after",
     default=3600.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Seconds(0, open_=False),
     metavar="SECONDS",
     help="Give up uploads not heard of for this long, and remove unrecorded blobs this old.",
 )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mango.cli.params import Seconds
 from mango.config import Settings, max_read_bytes
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def _announce_ui(settings: Settings) -> None:
 @click.command(name="worker")
 @click.option(
     "--reconcile-interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, open_=False),
     default=5.0,
     show_default=True,
     help="Seconds between reconciler passes (intents and interrupted deletions).",
@@ -161,14 +162,14 @@ def _announce_ui(settings: Settings) -> None:
 )
 @click.option(
     "--graceful-shutdown",
-    type=click.FloatRange(min=0),
+    type=Seconds(0, open_=False),
     default=10.0,
     show_default=True,
     help="Seconds running steps get after SIGTERM before they are cancelled.",
 )
 @click.option(
     "--sticky-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, open_=False),
     default=5.0,
     show_default=True,
     help="Seconds a workflow task waits for the worker that cached the workflow "
