@@ -172,24 +172,30 @@ async def test_missing_program_and_sigterm_read_like_local(
         )
         script = "sleep 301 & sleep 302 & printf ready; wait"
         env = _environ(state_dir, resources, test_image)
-        code, err = _terminate_when_ready(
-            env, "exec", "--session", session, "--", "sh", "-c", script
-        )
-        assert (code, err) == (143, b"error: terminated\n")
-        # Right after mango exited: nothing of the command runs in the container any more.
-        listing = _mango(
-            state_dir, resources, test_image, "exec", "--session", session, "ps", "-o", "args"
-        )
-        assert listing.returncode == 0, listing.stderr
-        assert b"sleep 30" not in listing.stdout
+        for signum, expected in (
+            (signal.SIGTERM, (143, b"error: terminated\n")),
+            (signal.SIGHUP, (129, b"error: hung up\n")),  # the terminal closed
+        ):
+            code, err = _terminate_when_ready(
+                env, signum, "exec", "--session", session, "--", "sh", "-c", script
+            )
+            assert (code, err) == expected, signum
+            # Right after mango exited: nothing of the command runs in the container any more.
+            listing = _mango(
+                state_dir, resources, test_image, "exec", "--session", session, "ps", "-o", "args"
+            )
+            assert listing.returncode == 0, listing.stderr
+            assert b"sleep 30" not in listing.stdout, signum
     finally:
         leftover = await docker_engine.inspect_container(name)
         if leftover is not None:
             await docker_engine.remove_container(str(leftover["Id"]))
 
 
-def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
-    """Run ``mango ARGS``; once it printed ``ready``, SIGTERM it. Its exit code and stderr."""
+def _terminate_when_ready(
+    env: dict[str, str], signum: signal.Signals, *args: str
+) -> tuple[int, bytes]:
+    """Run ``mango ARGS``; once it printed ``ready``, send it ``signum``. Its exit and stderr."""
     with subprocess.Popen(
         [str(MANGO), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as process:
@@ -198,7 +204,7 @@ def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
             ready, _, _ = select.select([process.stdout], [], [], 120)
             assert ready
             assert os.read(process.stdout.fileno(), 5) == b"ready"
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signum)
             _, err = process.communicate(timeout=120)
         finally:
             process.kill()

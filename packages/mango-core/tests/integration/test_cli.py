@@ -272,22 +272,30 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def test_exec_sigterm_kills_the_command_tree_before_exiting(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """SIGTERM ends mango with 143, and the command and its children are gone by then."""
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGTERM, 143, b"error: terminated\n"), (signal.SIGHUP, 129, b"error: hung up\n")],
+    ids=["SIGTERM", "SIGHUP"],
+)
+def test_exec_sigterm_kills_the_command_tree_before_exiting(  # type: ignore[no-untyped-def]
+    run, tmp_path: Path, signum: signal.Signals, code: int, line: bytes
+) -> None:
+    """SIGTERM (143) or SIGHUP (129, the terminal closed) ends mango, the command tree first."""
     pids = tmp_path / "pids"
     script = 'sleep 300 & printf "%s %s" "$$" "$!" > "$1"; printf ready; wait'
-    process = run.popen("exec", "--session", "term", "--", "sh", "-c", script, "sh", str(pids))
+    session = f"term-{signum.name.lower()}"
+    process = run.popen("exec", "--session", session, "--", "sh", "-c", script, "sh", str(pids))
     try:
         _read_until(process.stdout, b"ready")
         shell, child = (int(pid) for pid in pids.read_text().split())
         assert _alive(shell)
         assert _alive(child)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=120)
     finally:
         process.kill()
-    assert process.returncode == 143
-    assert err.endswith(b"error: terminated\n")
+    assert process.returncode == code
+    assert err.endswith(line)
     # Checked right after mango exited, without waiting: nothing may outlive it.
     assert not _alive(shell)
     assert not _alive(child)

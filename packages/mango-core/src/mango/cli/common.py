@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_ERROR",
+    "EXIT_HANGUP",
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_TIMEOUT",
@@ -56,6 +57,14 @@ EXIT_INTERRUPTED = 130
 """SIGINT (128 + 2)."""
 EXIT_TERMINATED = 143
 """SIGTERM (128 + 15)."""
+EXIT_HANGUP = 129
+"""SIGHUP (128 + 1): the terminal mango ran in went away."""
+
+STOP_SIGNALS: dict[signal.Signals, tuple[str, int]] = {
+    signal.SIGTERM: ("terminated", EXIT_TERMINATED),
+    signal.SIGHUP: ("hung up", EXIT_HANGUP),
+}
+"""The signals besides SIGINT that cancel a command, with its ``error:`` line and exit status."""
 EXIT_BROKEN_PIPE = 141
 """The reader of our output went away (``mango files read ... | head``): 128 + SIGPIPE, as
 the shell reports for ``cat`` in the same place."""
@@ -115,30 +124,30 @@ def reader_gone() -> NoReturn:
 def run_async(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning mango errors into one clear line.
 
-    SIGINT and SIGTERM both cancel it, and a cancelled command is killed (its
-    process tree, wherever it runs) before we exit, so no work outlives
-    ``mango``. Further signals during that clean-up are ignored: SIGKILL is
-    the way to leave without it.
+    SIGINT, SIGTERM and SIGHUP (the terminal closed) all cancel it, and a
+    cancelled command is killed (its process tree, wherever it runs) before
+    we exit, so no work outlives ``mango``. Further signals during that
+    clean-up are ignored: SIGKILL is the way to leave without it.
     """
-    terminated = False
+    stopped_by: list[signal.Signals] = []
 
     async def main() -> T:
-        nonlocal terminated
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - asyncio.run runs us in a task
 
-        def on_sigterm() -> None:
-            nonlocal terminated
-            if not terminated:
-                terminated = True
+        def on_signal(signum: signal.Signals) -> None:
+            if not stopped_by:
+                stopped_by.append(signum)
                 task.cancel()
 
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
         try:
             return await factory()
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
 
     try:
         return asyncio.run(main())
@@ -147,8 +156,9 @@ def run_async(factory: Callable[[], Awaitable[T]]) -> T:
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED)
     except asyncio.CancelledError:
-        if terminated:
-            fail("terminated", code=EXIT_TERMINATED)
+        if stopped_by:
+            message, code = STOP_SIGNALS[stopped_by[0]]
+            fail(message, code=code)
         raise
     except BrokenPipeError as exc:
         if stdout_reader_gone():

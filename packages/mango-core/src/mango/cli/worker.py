@@ -4,7 +4,7 @@ It selects the provider (an unknown ``MANGO_SANDBOX`` fails here, before
 anything starts), connects to Temporal (``MANGO_TEMPORAL_ADDRESS`` and
 ``MANGO_TEMPORAL_NAMESPACE``, or an embedded dev server under the state
 directory, stopped again on exit), opens the database and the provider, and
-serves the provider's task queue until SIGTERM or SIGINT. The first signal
+serves the provider's task queue until SIGTERM, SIGINT or SIGHUP. The first signal
 shuts down gracefully (running steps get ``--graceful-shutdown`` seconds);
 a second one stops at once.
 
@@ -49,7 +49,7 @@ async def run_worker(
     sticky_queue_timeout: float = 5.0,
     wrap_ports: PortsWrapper | None = None,
 ) -> None:
-    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT.
+    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT/SIGHUP.
 
     ``wrap_ports`` is passed to :func:`mango.runtime.open_runtime`.
     """
@@ -75,7 +75,7 @@ async def run_worker(
             _LOG.warning("%s received again: stopping now", signum.name)
             main.cancel()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         _LOG.info(
@@ -111,7 +111,7 @@ async def run_worker(
                 on_ready=lambda: click.echo(READY_MESSAGE, err=True),
             )
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
 
 
