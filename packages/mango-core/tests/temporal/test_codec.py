@@ -15,6 +15,7 @@ from mango.app import SessionManager
 from mango.app.tools import ToolFailed
 from mango.config import PAYLOAD_KEYS_ENV, PayloadKey, payload_keys
 from mango.domain import BindingStore, ConfigurationError
+from mango.domain.values import Command
 from mango.local import LocalProvider
 from mango.temporal import MangoActivities, Orchestrator, connect, serve, session_workflow_id
 from mango.temporal.codec import ENCODING, EncryptionCodec, RefuseEncrypted
@@ -189,3 +190,44 @@ async def test_refuse_encrypted_passes_plain_payloads() -> None:
     sealed = await EncryptionCodec([_key("k9")]).encode(plain)
     with pytest.raises(ConfigurationError, match="key 'k9'"):
         await RefuseEncrypted().decode(sealed)
+
+
+async def test_a_client_with_another_key_gets_one_clear_error(
+    temporal_address: str, store: BindingStore, tmp_path: Path, queue_prefix: str
+) -> None:
+    """Client and worker with different keys: the client hears of the mismatch while it
+    waits (the worker cannot open the step), not only when --max-wait runs out."""
+    keyed = await connect(temporal_address, payload_keys=(_key("k1"),))
+    other = await connect(temporal_address, payload_keys=(_key("k2"),))
+    activities = MangoActivities(
+        SessionManager(LocalProvider(tmp_path / "sandboxes"), store),
+        store,
+        keyed,
+        task_queue_prefix=queue_prefix,
+        heartbeat_interval=0.2,
+    )
+    orchestrator = Orchestrator(
+        other, store, "local", task_queue_prefix=queue_prefix, policy=FAST_POLICY
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(
+        serve(keyed, activities, stop=stop, graceful_shutdown=2.0, on_ready=ready.set)
+    )
+    await asyncio.wait_for(ready.wait(), 60)
+    try:
+        with pytest.raises(ConfigurationError) as caught:
+            await orchestrator.exec(
+                f"{queue_prefix}-otherkey", Command(("echo", "hi")), max_wait=600
+            )
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+    message = str(caught.value)
+    assert message.startswith(
+        "the worker cannot run this step: MANGO_TEMPORAL_PAYLOAD_KEYS differs between this "
+        "process and the worker ("
+    ), message
+    # What the worker recorded is encrypted with its key, which this client does not have.
+    assert "key 'k1'" in message, message
+    assert caught.value.hint is not None
+    assert "the same MANGO_TEMPORAL_PAYLOAD_KEYS" in caught.value.hint
