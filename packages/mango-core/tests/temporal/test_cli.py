@@ -31,6 +31,19 @@ def test_worker_refuses_an_unknown_provider() -> None:
     assert "unknown sandbox provider 'nosuch' (installed: local)" in result.output
 
 
+def test_a_stale_ready_file_is_removed_before_anything_starts(tmp_path: Path) -> None:
+    """A ready file left by an earlier worker is gone even if this one cannot start."""
+    ready = tmp_path / "ready"
+    ready.write_text("12345\n")
+    result = CliRunner().invoke(
+        cli,
+        ["worker", "--ready-file", str(ready)],
+        env={"MANGO_SANDBOX": "nosuch", "MANGO_DISABLE_PLUGINS": "1"},
+    )
+    assert result.exit_code == 2
+    assert not ready.exists()
+
+
 def test_fault_injection_is_inert_unless_configured(tmp_path: Path) -> None:
     """Unset, nothing is wrapped; set, only the known points are accepted."""
     provider, store = LocalProvider(tmp_path), object()
@@ -161,6 +174,36 @@ async def test_commands_travel_the_durable_path(
         False,
         "start one: MANGO_SANDBOX=local mango worker",
     )
+
+
+@pytest.mark.temporal
+@pytest.mark.postgres
+async def test_the_ready_file_says_a_worker_polls(
+    harness: Harness,
+    worker_env: WorkerEnv,
+    spawn_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    """--ready-file appears once the worker polls (a step then runs at once), holding the
+    worker's pid, and is gone when it stops: what the README's Temporal example waits for."""
+    ready = tmp_path / "ready"
+    worker = spawn_worker(None, "--ready-file", str(ready))
+
+    async def appeared() -> bool:
+        if worker.process.poll() is not None:
+            pytest.fail(f"worker exited with {worker.process.returncode}:\n{worker.text()}")
+        return ready.exists()
+
+    await wait_until(appeared, 60, "the ready file")
+    assert ready.read_text() == f"{worker.process.pid}\n"
+    assert "mango worker ready" in worker.text()
+    code, out, err = await mango(
+        worker_env.environ(), "exec", "--session", harness.sid("ready"), "--", "echo", "hi"
+    )
+    assert (code, out) == (0, "hi\n"), err
+    worker.stop()
+    assert worker.process.returncode == 0, worker.text()
+    assert not ready.exists()
 
 
 def _alive(pid: int) -> bool:

@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -48,10 +50,13 @@ async def run_worker(
     graceful_shutdown: float,
     sticky_queue_timeout: float = 5.0,
     wrap_ports: PortsWrapper | None = None,
+    ready_file: Path | None = None,
 ) -> None:
     """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT/SIGHUP.
 
-    ``wrap_ports`` is passed to :func:`mango.runtime.open_runtime`.
+    ``wrap_ports`` is passed to :func:`mango.runtime.open_runtime`. Once the
+    worker polls, ``ready_file`` (if given) is written with its pid (the
+    command removes it again when the worker stops).
     """
     # Imported here, not at module level: every other mango command stays quick to start.
     from mango.app.tools import ToolRunner
@@ -108,11 +113,20 @@ async def run_worker(
                 reconciler=reconciler,
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_queue_timeout,
-                on_ready=lambda: click.echo(READY_MESSAGE, err=True),
+                on_ready=lambda: _announce_ready(ready_file),
             )
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+
+
+def _announce_ready(ready_file: Path | None) -> None:
+    """The ready line on stderr and, if asked for, the ready file (written whole, then renamed)."""
+    click.echo(READY_MESSAGE, err=True)
+    if ready_file is not None:
+        partial = ready_file.with_name(f".{ready_file.name}.{os.getpid()}")
+        partial.write_text(f"{os.getpid()}\n")
+        partial.replace(ready_file)
 
 
 METRICS_MESSAGE = "metrics:"
@@ -186,20 +200,32 @@ def _announce_ui(settings: Settings) -> None:
     help="Run the embedded Temporal dev server with its web UI on 127.0.0.1 (at PORT, or a "
     "free port) and print its URL. Default: MANGO_TEMPORAL_UI_PORT, else headless.",
 )
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write FILE (the worker's pid) once the worker polls its task queue, so a script "
+    "can wait for it; a FILE left from before is removed at start, and FILE when it stops.",
+)
 def worker(
+    *,
     reconcile_interval: float,
     no_reconciler: bool,
     graceful_shutdown: float,
     sticky_timeout: float,
     ui_port: int | None,
+    ready_file: Path | None,
 ) -> None:
     """Run a Temporal worker for the provider MANGO_SANDBOX.
 
     It serves the task queue mango-<provider> (prefix: MANGO_TEMPORAL_TASK_QUEUE_PREFIX)
     on MANGO_TEMPORAL_ADDRESS / MANGO_TEMPORAL_NAMESPACE; with no address it
     runs an embedded Temporal dev server under the state directory. Stop it
-    with SIGTERM or Ctrl-C.
+    with SIGTERM or Ctrl-C. A script waits for it with --ready-file.
     """
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)  # a waiter must not take a stale file for this worker
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
     import attrs
@@ -219,7 +245,11 @@ def worker(
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_timeout,
                 wrap_ports=ports_wrapper(),
+                ready_file=ready_file,
             )
         )
     except asyncio.CancelledError:
         sys.exit(130)
+    finally:
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
