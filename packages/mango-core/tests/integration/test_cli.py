@@ -453,7 +453,8 @@ def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path
 
 
 def test_providers_list_their_settings_without_values(run) -> None:  # type: ignore[no-untyped-def]
-    """providers shows each provider's settings (name, default, required, set), never a value."""
+    """providers shows a provider's settings (name, default, required, set) when asked for,
+    never a value."""
     marker = "s3cret-value-never-shown"
     result = run("providers", "--json", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
     assert result.returncode == 0, result.stderr
@@ -462,7 +463,22 @@ def test_providers_list_their_settings_without_values(run) -> None:  # type: ign
     assert settings["MANGO_LOCAL_SANDBOX_DIR"]["set"] is True
     assert settings["MANGO_MAX_OUTPUT_BYTES"]["default"] == "1048576"
     assert marker.encode() not in result.stdout
-    text = run("providers", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
-    assert b"local settings:" in text.stdout
-    assert b"MANGO_LOCAL_SANDBOX_DIR (set)" in text.stdout
-    assert marker.encode() not in text.stdout
+    # By default only the table and where the settings are; NAME or -v shows them.
+    short = run("providers")
+    assert short.returncode == 0, short.stderr
+    assert b"local settings:" not in short.stdout
+    assert b"MANGO_LOCAL_SANDBOX_DIR" not in short.stdout
+    assert short.stdout.endswith(b"\nsettings: 'mango providers NAME' (or -v for every provider)\n")
+    for args in (("providers", "local"), ("providers", "-v")):
+        text = run(*args, extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
+        assert b"local settings:" in text.stdout, args
+        assert b"MANGO_LOCAL_SANDBOX_DIR (set)" in text.stdout, args
+        assert marker.encode() not in text.stdout
+    unknown = run("providers", "nosuch")
+    assert (unknown.returncode, unknown.stderr.decode().splitlines()) == (
+        2,
+        [
+            "error: no provider 'nosuch' is installed (installed: local)",
+            "hint: 'mango providers' lists the installed providers",
+        ],
+    )
