@@ -174,24 +174,30 @@ async def test_missing_program_and_sigterm_read_like_local(
         )
         script = "sleep 301 & sleep 302 & printf ready; wait"
         env = _environ(state_dir, resources, test_image)
-        code, err = _terminate_when_ready(
-            env, "exec", "--session", session, "--", "sh", "-c", script
-        )
-        assert (code, err) == (143, b"error: terminated\n")
-        # Right after mango exited: nothing of the command runs in the container any more.
-        listing = _mango(
-            state_dir, resources, test_image, "exec", "--session", session, "ps", "-o", "args"
-        )
-        assert listing.returncode == 0, listing.stderr
-        assert b"sleep 30" not in listing.stdout
+        for signum, expected in (
+            (signal.SIGTERM, (143, b"error: terminated\n")),
+            (signal.SIGHUP, (129, b"error: hung up\n")),  # the terminal closed
+        ):
+            code, err = _terminate_when_ready(
+                env, signum, "exec", "--session", session, "--", "sh", "-c", script
+            )
+            assert (code, err) == expected, signum
+            # Right after mango exited: nothing of the command runs in the container any more.
+            listing = _mango(
+                state_dir, resources, test_image, "exec", "--session", session, "ps", "-o", "args"
+            )
+            assert listing.returncode == 0, listing.stderr
+            assert b"sleep 30" not in listing.stdout, signum
     finally:
         leftover = await docker_engine.inspect_container(name)
         if leftover is not None:
             await docker_engine.remove_container(str(leftover["Id"]))
 
 
-def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
-    """Run ``mango ARGS``; once it printed ``ready``, SIGTERM it. Its exit code and stderr."""
+def _terminate_when_ready(
+    env: dict[str, str], signum: signal.Signals, *args: str
+) -> tuple[int, bytes]:
+    """Run ``mango ARGS``; once it printed ``ready``, send it ``signum``. Its exit and stderr."""
     with subprocess.Popen(
         [str(MANGO), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as process:
@@ -200,7 +206,7 @@ def _terminate_when_ready(env: dict[str, str], *args: str) -> tuple[int, bytes]:
             ready, _, _ = select.select([process.stdout], [], [], 120)
             assert ready
             assert os.read(process.stdout.fileno(), 5) == b"ready"
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signum)
             _, err = process.communicate(timeout=120)
         finally:
             process.kill()
@@ -259,3 +265,34 @@ def test_delete_with_the_wrong_provider_selected_changes_nothing(
         state_dir, resources, "unused:latest", "sessions", "delete", "mine", extra=local
     )
     assert deleted.returncode == 0, deleted.stderr
+
+
+def test_a_failed_first_use_says_how_to_free_the_id(state_dir: Path, tmp_path: Path) -> None:
+    """A first exec that failed on Docker (image missing): local is told how to free the id."""
+    resources = tmp_path / "resources"
+    local = {"MANGO_SANDBOX": "local"}
+    failed = _mango(
+        state_dir, resources, "mango-test/absent:latest", "exec", "--session", "x", "true"
+    )
+    assert failed.returncode == 2, failed.stderr
+    refused = _mango(
+        state_dir, resources, "unused:latest", "exec", "--session", "x", "true", extra=local
+    )
+    assert refused.returncode == 2
+    error, hint = refused.stderr.decode().splitlines()
+    assert error == (
+        "error: session 'x' is being provisioned by provider 'docker' (its first use there has "
+        "not finished: it failed or is still running), not by 'local' (the provider selected "
+        "here)"
+    )
+    assert hint == (
+        "hint: finish it by retrying with MANGO_SANDBOX=docker, or free the id with "
+        "'MANGO_SANDBOX=docker mango sessions delete x' (on the durable path: in a worker of "
+        "that provider)"
+    )
+    freed = _mango(state_dir, resources, "unused:latest", "sessions", "delete", "x")
+    assert freed.returncode == 0, freed.stderr
+    again = _mango(
+        state_dir, resources, "unused:latest", "exec", "--session", "x", "true", extra=local
+    )
+    assert again.returncode == 0, again.stderr

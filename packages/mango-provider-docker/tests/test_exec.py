@@ -215,6 +215,26 @@ async def test_stdin_is_binary_exact_and_closed(sandbox: DockerSandbox) -> None:
     assert digest.stdout.decode().strip() == hashlib.sha256(big).hexdigest()
 
 
+@pytest.mark.parametrize(
+    "script", ["echo done; exit 3", "head -c 5 >/dev/null; echo done; exit 3"], ids=["none", "some"]
+)
+async def test_a_command_that_leaves_its_stdin_unread_ends_when_it_exits(
+    sandbox: DockerSandbox, script: str
+) -> None:
+    """Megabytes of stdin the command never reads do not hold its result back.
+
+    The Engine stops reading stdin once the command is gone; the result must
+    not wait for the unsent rest (it did, for a minute or more: a command
+    given a timeout was reported as timed out).
+    """
+    unread = os.urandom(8 * 1024 * 1024)
+    result = await sandbox.exec(sh(script, stdin=unread, timeout=30.0))
+    assert (result.stdout, result.exit_code, result.timed_out) == (b"done\n", 3, False)
+    # The next command on the same container is not held up either.
+    again = await sandbox.exec(sh("cat >/dev/null; echo read", stdin=unread, timeout=30.0))
+    assert (again.stdout, again.exit_code, again.timed_out) == (b"read\n", 0, False)
+
+
 async def test_without_stdin_the_command_reads_end_of_file(sandbox: DockerSandbox) -> None:
     """No stdin means an immediate end-of-file, not a hang."""
     result = await sandbox.exec(Command(("cat",), timeout=20.0))

@@ -117,9 +117,12 @@ def test_files_round_trip_and_escape(run) -> None:  # type: ignore[no-untyped-de
     assert escape.stderr.startswith(b"error: path '../etc/passwd' contains '..'")
     assert b"Traceback" not in escape.stderr
     missing = run("files", "read", "--session", "f", "absent.txt")
-    assert (missing.returncode, missing.stderr) == (
+    assert (missing.returncode, missing.stderr.decode().splitlines()) == (
         2,
-        b"error: no file 'absent.txt' in session 'f'\n",
+        [
+            "error: no file 'absent.txt' in session 'f'",
+            "hint: see what the workspace holds with 'mango exec --session f -- ls -la'",
+        ],
     )
 
 
@@ -318,22 +321,30 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def test_exec_sigterm_kills_the_command_tree_before_exiting(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """SIGTERM ends mango with 143, and the command and its children are gone by then."""
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGTERM, 143, b"error: terminated\n"), (signal.SIGHUP, 129, b"error: hung up\n")],
+    ids=["SIGTERM", "SIGHUP"],
+)
+def test_exec_sigterm_kills_the_command_tree_before_exiting(  # type: ignore[no-untyped-def]
+    run, tmp_path: Path, signum: signal.Signals, code: int, line: bytes
+) -> None:
+    """SIGTERM (143) or SIGHUP (129, the terminal closed) ends mango, the command tree first."""
     pids = tmp_path / "pids"
     script = 'sleep 300 & printf "%s %s" "$$" "$!" > "$1"; printf ready; wait'
-    process = run.popen("exec", "--session", "term", "--", "sh", "-c", script, "sh", str(pids))
+    session = f"term-{signum.name.lower()}"
+    process = run.popen("exec", "--session", session, "--", "sh", "-c", script, "sh", str(pids))
     try:
         _read_until(process.stdout, b"ready")
         shell, child = (int(pid) for pid in pids.read_text().split())
         assert _alive(shell)
         assert _alive(child)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=120)
     finally:
         process.kill()
-    assert process.returncode == 143
-    assert err.endswith(b"error: terminated\n")
+    assert process.returncode == code
+    assert err.endswith(line)
     # Checked right after mango exited, without waiting: nothing may outlive it.
     assert not _alive(shell)
     assert not _alive(child)
@@ -525,7 +536,8 @@ def test_forced_delete_of_a_session_whose_record_a_command_removed(run, tmp_path
 
 
 def test_providers_list_their_settings_without_values(run) -> None:  # type: ignore[no-untyped-def]
-    """providers shows each provider's settings (name, default, required, set), never a value."""
+    """providers shows a provider's settings (name, default, required, set) when asked for,
+    never a value."""
     marker = "s3cret-value-never-shown"
     result = run("providers", "--json", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
     assert result.returncode == 0, result.stderr
@@ -534,7 +546,22 @@ def test_providers_list_their_settings_without_values(run) -> None:  # type: ign
     assert settings["MANGO_LOCAL_SANDBOX_DIR"]["set"] is True
     assert settings["MANGO_MAX_OUTPUT_BYTES"]["default"] == "1048576"
     assert marker.encode() not in result.stdout
-    text = run("providers", extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
-    assert b"local settings:" in text.stdout
-    assert b"MANGO_LOCAL_SANDBOX_DIR (set)" in text.stdout
-    assert marker.encode() not in text.stdout
+    # By default only the table and where the settings are; NAME or -v shows them.
+    short = run("providers")
+    assert short.returncode == 0, short.stderr
+    assert b"local settings:" not in short.stdout
+    assert b"MANGO_LOCAL_SANDBOX_DIR" not in short.stdout
+    assert short.stdout.endswith(b"\nsettings: 'mango providers NAME' (or -v for every provider)\n")
+    for args in (("providers", "local"), ("providers", "-v")):
+        text = run(*args, extra={"MANGO_LOCAL_SANDBOX_DIR": f"/tmp/{marker}"})
+        assert b"local settings:" in text.stdout, args
+        assert b"MANGO_LOCAL_SANDBOX_DIR (set)" in text.stdout, args
+        assert marker.encode() not in text.stdout
+    unknown = run("providers", "nosuch")
+    assert (unknown.returncode, unknown.stderr.decode().splitlines()) == (
+        2,
+        [
+            "error: no provider 'nosuch' is installed (installed: local)",
+            "hint: 'mango providers' lists the installed providers",
+        ],
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,19 @@ def test_worker_refuses_an_unknown_provider() -> None:
     )
     assert result.exit_code == 2
     assert "unknown sandbox provider 'nosuch' (installed: local)" in result.output
+
+
+def test_a_stale_ready_file_is_removed_before_anything_starts(tmp_path: Path) -> None:
+    """A ready file left by an earlier worker is gone even if this one cannot start."""
+    ready = tmp_path / "ready"
+    ready.write_text("12345\n")
+    result = CliRunner().invoke(
+        cli,
+        ["worker", "--ready-file", str(ready)],
+        env={"MANGO_SANDBOX": "nosuch", "MANGO_DISABLE_PLUGINS": "1"},
+    )
+    assert result.exit_code == 2
+    assert not ready.exists()
 
 
 def test_fault_injection_is_inert_unless_configured(tmp_path: Path) -> None:
@@ -162,6 +176,91 @@ async def test_commands_travel_the_durable_path(
         False,
         "start one: MANGO_SANDBOX=local mango worker",
     )
+
+
+@pytest.mark.temporal
+@pytest.mark.postgres
+async def test_the_ready_file_says_a_worker_polls(
+    harness: Harness,
+    worker_env: WorkerEnv,
+    spawn_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    """--ready-file appears once the worker polls (a step then runs at once), holding the
+    worker's pid, and is gone when it stops: what the README's Temporal example waits for."""
+    ready = tmp_path / "ready"
+    worker = spawn_worker(None, "--ready-file", str(ready))
+
+    async def appeared() -> bool:
+        if worker.process.poll() is not None:
+            pytest.fail(f"worker exited with {worker.process.returncode}:\n{worker.text()}")
+        return ready.exists()
+
+    await wait_until(appeared, 60, "the ready file")
+    assert ready.read_text() == f"{worker.process.pid}\n"
+    assert "mango worker ready" in worker.text()
+    code, out, err = await mango(
+        worker_env.environ(), "exec", "--session", harness.sid("ready"), "--", "echo", "hi"
+    )
+    assert (code, out) == (0, "hi\n"), err
+    worker.stop()
+    assert worker.process.returncode == 0, worker.text()
+    assert not ready.exists()
+
+
+@pytest.mark.temporal
+@pytest.mark.postgres
+async def test_a_worker_brings_its_embedded_server_back(
+    harness: Harness,
+    worker_env: WorkerEnv,
+    spawn_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the embedded Temporal server under a worker: the worker starts it again
+    and polls it, so a --via-temporal step runs (it polled the dead address for ever)."""
+    import json
+    import signal
+
+    from mango.temporal import connect
+    from mango.temporal.client import active_pollers
+
+    own = {"MANGO_STATE_DIR": str(tmp_path / "own-state"), "MANGO_TEMPORAL_ADDRESS": ""}
+    env = worker_env.environ(**own)
+    ready = tmp_path / "ready"
+    worker = spawn_worker(None, "--ready-file", str(ready), **own)
+    process = worker.process
+    try:
+
+        async def is_ready() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"worker exited with {process.returncode}:\n{worker.text()}")
+            return ready.exists()
+
+        await wait_until(is_ready, 120, "the worker")
+        server_json = tmp_path / "own-state" / "temporal" / "server.json"
+        first = json.loads(server_json.read_text())
+        os.kill(first["pid"], signal.SIGKILL)
+
+        async def polling_again() -> bool:
+            try:
+                current = json.loads(server_json.read_text())
+            except (OSError, ValueError):
+                return False
+            if current["pid"] == first["pid"]:
+                return False
+            try:
+                client = await connect(f"127.0.0.1:{current['port']}")
+                return bool(await active_pollers(client, f"{harness.queue_prefix}-local"))
+            except Exception:  # noqa: BLE001 - still starting
+                return False
+
+        await wait_until(polling_again, 120, "the worker to poll a new server")
+        code, out, err = await mango(
+            env, "exec", "--via-temporal", "--session", harness.sid("revived"), "--", "echo", "hi"
+        )
+        assert (code, out) == (0, "hi\n"), (err, worker.text())
+    finally:
+        worker.stop()
 
 
 def _alive(pid: int) -> bool:

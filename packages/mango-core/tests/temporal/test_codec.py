@@ -15,9 +15,10 @@ from mango.app import SessionManager
 from mango.app.tools import ToolFailed
 from mango.config import PAYLOAD_KEYS_ENV, PayloadKey, payload_keys
 from mango.domain import BindingStore, ConfigurationError
+from mango.domain.values import Command
 from mango.local import LocalProvider
 from mango.temporal import MangoActivities, Orchestrator, connect, serve, session_workflow_id
-from mango.temporal.codec import ENCODING, EncryptionCodec
+from mango.temporal.codec import ENCODING, EncryptionCodec, RefuseEncrypted
 from mango.temporal.messages import ToolCall
 
 from .support import FAST_POLICY
@@ -141,3 +142,92 @@ def _payloads(message: Message) -> list[Payload]:
             elif isinstance(item, Message):
                 found.extend(_payloads(item))
     return found
+
+
+async def test_a_client_without_the_workers_keys_gets_one_clear_error(
+    temporal_address: str, store: BindingStore, tmp_path: Path, queue_prefix: str
+) -> None:
+    """No MANGO_TEMPORAL_PAYLOAD_KEYS here, keys on the worker: a ConfigurationError naming
+    the key and the setting (the SDK's 'unknown payload encoding' KeyError before)."""
+    keyed = await connect(temporal_address, payload_keys=(_key("k1"),))
+    plain = await connect(temporal_address)
+    activities = MangoActivities(
+        SessionManager(LocalProvider(tmp_path / "sandboxes"), store),
+        store,
+        keyed,
+        task_queue_prefix=queue_prefix,
+        heartbeat_interval=0.2,
+    )
+    orchestrator = Orchestrator(
+        plain, store, "local", task_queue_prefix=queue_prefix, policy=FAST_POLICY
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(
+        serve(keyed, activities, stop=stop, graceful_shutdown=2.0, on_ready=ready.set)
+    )
+    await asyncio.wait_for(ready.wait(), 60)
+    try:
+        with pytest.raises(ConfigurationError) as caught:
+            await orchestrator.run_tool(
+                f"{queue_prefix}-nokeys", ToolCall("bash", {"command": "echo hi"})
+            )
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+    assert str(caught.value) == (
+        "a Temporal payload is encrypted with key 'k1', but MANGO_TEMPORAL_PAYLOAD_KEYS is "
+        "not set in this process"
+    )
+    assert caught.value.hint is not None
+    assert "the same MANGO_TEMPORAL_PAYLOAD_KEYS" in caught.value.hint
+
+
+async def test_refuse_encrypted_passes_plain_payloads() -> None:
+    """Without keys, plain payloads are untouched both ways; an encrypted one is refused."""
+    plain = [Payload(metadata={"encoding": b"json/plain"}, data=b"{}")]
+    assert await RefuseEncrypted().encode(plain) == plain
+    assert await RefuseEncrypted().decode(plain) == plain
+    sealed = await EncryptionCodec([_key("k9")]).encode(plain)
+    with pytest.raises(ConfigurationError, match="key 'k9'"):
+        await RefuseEncrypted().decode(sealed)
+
+
+async def test_a_client_with_another_key_gets_one_clear_error(
+    temporal_address: str, store: BindingStore, tmp_path: Path, queue_prefix: str
+) -> None:
+    """Client and worker with different keys: the client hears of the mismatch while it
+    waits (the worker cannot open the step), not only when --max-wait runs out."""
+    keyed = await connect(temporal_address, payload_keys=(_key("k1"),))
+    other = await connect(temporal_address, payload_keys=(_key("k2"),))
+    activities = MangoActivities(
+        SessionManager(LocalProvider(tmp_path / "sandboxes"), store),
+        store,
+        keyed,
+        task_queue_prefix=queue_prefix,
+        heartbeat_interval=0.2,
+    )
+    orchestrator = Orchestrator(
+        other, store, "local", task_queue_prefix=queue_prefix, policy=FAST_POLICY
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(
+        serve(keyed, activities, stop=stop, graceful_shutdown=2.0, on_ready=ready.set)
+    )
+    await asyncio.wait_for(ready.wait(), 60)
+    try:
+        with pytest.raises(ConfigurationError) as caught:
+            await orchestrator.exec(
+                f"{queue_prefix}-otherkey", Command(("echo", "hi")), max_wait=600
+            )
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+    message = str(caught.value)
+    assert message.startswith(
+        "the worker cannot run this step: MANGO_TEMPORAL_PAYLOAD_KEYS differs between this "
+        "process and the worker ("
+    ), message
+    # What the worker recorded is encrypted with its key, which this client does not have.
+    assert "key 'k1'" in message, message
+    assert caught.value.hint is not None
+    assert "the same MANGO_TEMPORAL_PAYLOAD_KEYS" in caught.value.hint

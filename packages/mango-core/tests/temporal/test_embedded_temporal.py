@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from mango.embedded._host import is_process_alive
 from mango.embedded.temporal import EmbeddedTemporal, embedded_temporal, running_address
 from mango.temporal import connect
+
+from .support import wait_until
 
 pytestmark = pytest.mark.temporal
 
@@ -67,3 +70,28 @@ async def test_stale_records_are_replaced(tmp_path: Path) -> None:
         async with embedded_temporal(tmp_path) as address:
             assert record(tmp_path)["pid"] not in (dead.pid, os.getpid())
             assert address == running_address(tmp_path)
+
+
+async def test_a_kept_alive_server_comes_back_after_a_kill(tmp_path: Path) -> None:
+    """SIGKILL of the server under a worker's handle: a new one on the same address and
+    database, and a client connected before answers again (it would poll a dead one)."""
+    async with embedded_temporal(tmp_path, keep_alive=True) as address:
+        pid = record(tmp_path)["pid"]
+        client = await connect(address)
+        assert (await client.service_client.check_health()) is True
+        os.kill(pid, signal.SIGKILL)
+
+        async def back() -> bool:
+            current = record(tmp_path)["pid"] if running_address(tmp_path) else pid
+            if current == pid:
+                return False
+            try:
+                return bool(await client.service_client.check_health())
+            except Exception:  # noqa: BLE001 - still starting
+                return False
+
+        await wait_until(back, 90, "the server to come back")
+        assert running_address(tmp_path) == address
+        new_pid = record(tmp_path)["pid"]
+    assert not is_process_alive(new_pid)
+    assert running_address(tmp_path) is None

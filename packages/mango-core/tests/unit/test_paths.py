@@ -34,7 +34,8 @@ def test_normalisation_is_idempotent_and_safe(parts: list[str]) -> None:
     try:
         normal = normalize_workspace_path(path)
     except InvalidPathError:
-        assert not [p for p in parts if p not in ("", ".")]
+        # Nothing but the root, or a directory (a trailing '/' or '/.').
+        assert not [p for p in parts if p not in ("", ".")] or parts[-1] in ("", ".")
         return
     assert not normal.startswith("/")
     assert "." not in normal.split("/")
@@ -65,8 +66,12 @@ def test_control_characters_refused(code: int, name: str) -> None:
 
 
 def test_examples() -> None:
-    """Folding of '.', repeated slashes and a trailing slash."""
-    assert normalize_workspace_path("./a//b/./c/") == "a/b/c"
+    """Folding of '.' and repeated slashes; a trailing slash names a directory, not a file."""
+    assert normalize_workspace_path("./a//b/./c") == "a/b/c"
+    assert split_workspace_path("a/b/", allow_root=True) == ("a", "b")
+    for directory in ("notes.d/", "notes.d/.", "a//b//"):
+        with pytest.raises(InvalidPathError, match="names a directory, not a file"):
+            normalize_workspace_path(directory)
     assert split_workspace_path(".", allow_root=True) == ()
     with pytest.raises(InvalidPathError):
         normalize_workspace_path("")

@@ -9,6 +9,13 @@ connection and then its write side is closed so that the command sees
 end-of-file. The exit code comes from ``GET /exec/{id}/json``, polled until
 the exec is no longer running (the stream can end first).
 
+A command may exit without reading all of its stdin. The Engine then keeps
+the stream open, its stdin copy stuck, for a minute or more; so while stdin
+is still being written the exec is polled too, and once it has exited the
+rest of stdin is dropped, what the command printed is read until the stream
+has been quiet for :data:`QUIET_SECONDS` (at most :data:`DRAIN_SECONDS`), and
+the connection is closed.
+
 Termination keeps the sandbox usable: only the command's process tree dies.
 
 * **timeout** (``Command.timeout``, else the spec's): a second exec runs
@@ -71,6 +78,7 @@ from mango_provider_docker.streams import OutputPump, close_write_side, write_st
 __all__ = [
     "DRAIN_SECONDS",
     "MAX_COMMAND_BYTES",
+    "QUIET_SECONDS",
     "SAFE_PATH",
     "SETTLE_SECONDS",
     "SHELL",
@@ -84,6 +92,9 @@ log = logging.getLogger(__name__)
 
 DRAIN_SECONDS = 5.0
 """After a kill, how long the stream may stay open before it is abandoned."""
+QUIET_SECONDS = 0.25
+"""After a command exited leaving stdin unread: how long no output may arrive before the
+stream the Engine holds open is taken as ended."""
 SETTLE_SECONDS = 15.0
 """How long a kill waits for an in-flight start, or for the wrapper's pid line."""
 _EXIT_TIMED_OUT = -1
@@ -113,6 +124,7 @@ class _Run:
         self._channel = channel
         self._pump = OutputPump(engine, self._stream, channel)
         self._tasks: list[asyncio.Future[Any]] = []
+        self._writer: asyncio.Future[None] | None = None
 
     @property
     def exec_id(self) -> str:
@@ -136,12 +148,53 @@ class _Run:
         pump = asyncio.ensure_future(self._pump.run())
         self._tasks.append(pump)
         if stdin:
-            self._tasks.append(asyncio.ensure_future(write_stdin(self._stream, stdin)))
+            self._writer = asyncio.ensure_future(write_stdin(self._stream, stdin))
+            self._tasks.append(self._writer)
         else:
             close_write_side(self._stream)
         return pump
 
-    async def wait_exited(self) -> dict[str, Any] | None:
+    async def output_ended(self, pump: asyncio.Future[None]) -> None:
+        """Wait until the command's output has ended (``pump`` is never cancelled here).
+
+        While stdin is still being written, the exec is watched as well: once
+        the command has exited, stdin left unread is dropped and the stream,
+        which the Engine keeps open until its stdin copy ends, is closed as
+        soon as no more output arrives (see the module docstring).
+        """
+        writer = self._writer
+        if writer is not None and not writer.done():
+            exited = asyncio.ensure_future(self.wait_exited(max_delay=0.25))
+            try:
+                watched: set[asyncio.Future[Any]] = {pump, writer, exited}
+                await asyncio.wait(watched, return_when="FIRST_COMPLETED")
+                # A failed poll is not an exit: the output and the later poll decide.
+                exited_first = exited.done() and exited.exception() is None
+                if exited_first and not pump.done() and not writer.done():
+                    await self._abandon_stdin(writer, pump)
+                    return
+            finally:
+                exited.cancel()
+                if exited.done() and not exited.cancelled():
+                    exited.exception()  # retrieved
+        await asyncio.shield(pump)
+
+    async def _abandon_stdin(
+        self, writer: asyncio.Future[None], pump: asyncio.Future[None]
+    ) -> None:
+        """The command exited with stdin unread: drop the rest, read what it printed, close."""
+        writer.cancel()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + DRAIN_SECONDS
+        while not pump.done() and loop.time() < until:
+            seen = self._pump.frames
+            await asyncio.wait({pump}, timeout=QUIET_SECONDS)
+            if self._pump.frames == seen:
+                break
+        log.debug("exec %s exited leaving stdin unread; its stream is closed", self.exec_id)
+        await self.close()
+
+    async def wait_exited(self, *, max_delay: float = 0.1) -> dict[str, Any] | None:
         """Poll the exec until it no longer runs; ``None`` if it is gone with its container."""
         delay = 0.002
         while True:
@@ -149,7 +202,7 @@ class _Run:
             if info is None or not info.get("Running"):
                 return info
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            delay = min(delay * 2, max_delay)
 
     async def kill_tree(self, pump: asyncio.Future[None]) -> None:
         """Kill the command's process tree, then let the stream drain (bounded)."""
@@ -280,7 +333,7 @@ async def _supervise(
                 await asyncio.shield(opening)
             pump = run.start_io(stdin)
             async with asyncio.timeout_at(deadline):
-                await asyncio.shield(pump)
+                await run.output_ended(pump)
                 info = await run.wait_exited()
         except (TimeoutError, asyncio.CancelledError) as exc:
             handed_off = True

@@ -56,6 +56,8 @@ class OutputPump:
         self._pass_stderr = False
         self.failure = bytearray()
         """What arrived instead of the status line (at most :data:`MAX_FAILURE_TEXT` bytes)."""
+        self.frames = 0
+        """How many frames have been read: whether output still arrives."""
 
     @property
     def started(self) -> bool:
@@ -123,6 +125,7 @@ class OutputPump:
         try:
             with self._engine.errors("read command output"):
                 while (message := await self._stream.read_out()) is not None:
+                    self.frames += 1
                     stream = OutputStream.STDERR if message.stream == 2 else OutputStream.STDOUT
                     if not self.status_seen.is_set():
                         await self._before_status(stream, message.data)

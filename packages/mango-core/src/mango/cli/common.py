@@ -9,7 +9,9 @@ imported by :func:`with_runtime` when a command needs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import select
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import attrs
 import click
 
+from mango.cli.hints import OS_ERROR_HINT, hint_for
 from mango.config import Settings
 from mango.domain.errors import InvalidInput, MangoError
 from mango.domain.values import validate_session_id
@@ -26,7 +29,9 @@ if TYPE_CHECKING:
     from mango.runtime import PortsWrapper, Runtime
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_ERROR",
+    "EXIT_HANGUP",
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_TIMEOUT",
@@ -35,8 +40,10 @@ __all__ = [
     "fail",
     "load_settings",
     "ports_wrapper",
+    "reader_gone",
     "run_async",
     "session_id_arg",
+    "stdout_reader_gone",
     "use_temporal",
     "with_runtime",
 ]
@@ -50,6 +57,17 @@ EXIT_INTERRUPTED = 130
 """SIGINT (128 + 2)."""
 EXIT_TERMINATED = 143
 """SIGTERM (128 + 15)."""
+EXIT_HANGUP = 129
+"""SIGHUP (128 + 1): the terminal mango ran in went away."""
+
+STOP_SIGNALS: dict[signal.Signals, tuple[str, int]] = {
+    signal.SIGTERM: ("terminated", EXIT_TERMINATED),
+    signal.SIGHUP: ("hung up", EXIT_HANGUP),
+}
+"""The signals besides SIGINT that cancel a command, with its ``error:`` line and exit status."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of our output went away (``mango files read ... | head``): 128 + SIGPIPE, as
+the shell reports for ``cat`` in the same place."""
 
 
 @attrs.frozen
@@ -75,46 +93,79 @@ def fail(message: str, hint: str | None = None, code: int = EXIT_ERROR) -> NoRet
     sys.exit(code)
 
 
+def stdout_reader_gone() -> bool:
+    """Whether our standard output is a pipe (or socket) whose reader has closed it.
+
+    A ``BrokenPipeError`` is ours to swallow only then: one from a
+    connection to a provider is a failure to report.
+    """
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):  # no descriptor, or no poll on this platform
+        return False
+    return any(mask & select.POLLERR for _, mask in events)
+
+
+def reader_gone() -> NoReturn:
+    """Our standard output's reader went away: stop quietly, as a Unix tool does (exit 141).
+
+    Nothing more is written to it (what Python would still flush at exit goes
+    to ``/dev/null``) and nothing is printed: the reader chose to stop.
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 def run_async(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning mango errors into one clear line.
 
-    SIGINT and SIGTERM both cancel it, and a cancelled command is killed (its
-    process tree, wherever it runs) before we exit, so no work outlives
-    ``mango``. Further signals during that clean-up are ignored: SIGKILL is
-    the way to leave without it.
+    SIGINT, SIGTERM and SIGHUP (the terminal closed) all cancel it, and a
+    cancelled command is killed (its process tree, wherever it runs) before
+    we exit, so no work outlives ``mango``. Further signals during that
+    clean-up are ignored: SIGKILL is the way to leave without it.
     """
-    terminated = False
+    stopped_by: list[signal.Signals] = []
 
     async def main() -> T:
-        nonlocal terminated
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - asyncio.run runs us in a task
 
-        def on_sigterm() -> None:
-            nonlocal terminated
-            if not terminated:
-                terminated = True
+        def on_signal(signum: signal.Signals) -> None:
+            if not stopped_by:
+                stopped_by.append(signum)
                 task.cancel()
 
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
         try:
             return await factory()
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
 
     try:
         return asyncio.run(main())
     except MangoError as exc:
-        fail(str(exc), exc.hint)
+        fail(str(exc), hint_for(exc))
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED)
     except asyncio.CancelledError:
-        if terminated:
-            fail("terminated", code=EXIT_TERMINATED)
+        if stopped_by:
+            message, code = STOP_SIGNALS[stopped_by[0]]
+            fail(message, code=code)
         raise
+    except BrokenPipeError as exc:
+        if stdout_reader_gone():
+            reader_gone()
+        fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})", OS_ERROR_HINT)
     except OSError as exc:
-        fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})")
+        fail(f"{exc.strerror or exc} ({exc.filename or 'no file'})", OS_ERROR_HINT)
 
 
 def load_settings() -> Settings:
@@ -122,7 +173,7 @@ def load_settings() -> Settings:
     try:
         return Settings.from_env()
     except MangoError as exc:
-        fail(str(exc), exc.hint)
+        fail(str(exc), hint_for(exc))
 
 
 def use_temporal(flag: bool | None) -> bool:

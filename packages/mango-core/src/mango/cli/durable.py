@@ -57,7 +57,7 @@ async def open_temporal(
         return
     if start_embedded:
         async with embedded_temporal(
-            settings.state_dir, namespace=namespace, ui_port=ui_port
+            settings.state_dir, namespace=namespace, ui_port=ui_port, keep_alive=True
         ) as address:
             yield await connect(address, namespace, payload_keys=keys, telemetry=telemetry)
         return

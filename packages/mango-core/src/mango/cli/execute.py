@@ -18,6 +18,7 @@ from mango.cli.common import (
     with_runtime,
 )
 from mango.cli.environment import environment_options, resolve_environment
+from mango.cli.params import Seconds
 from mango.domain.errors import MangoError, PermanentError
 from mango.domain.progress import progress_scope
 from mango.domain.values import Command, ExecResult, OutputChunk, OutputStream
@@ -43,7 +44,7 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--session", "session_id", required=True, help="Session id; created on first use.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     help="Seconds before the command is terminated.",
 )
 @click.option("--cwd", default="", help="Working directory, relative to the workspace.")
@@ -60,7 +61,7 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--via-temporal/--direct", "via_temporal", default=None, help=VIA_TEMPORAL_HELP)
 @click.option(
     "--max-wait",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     metavar="SECONDS",
     help="With --via-temporal: how long to wait while the provider is unavailable (attempts "
     "fail and are retried) before giving up. Default: MANGO_TEMPORAL_MAX_WAIT, else 120.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,7 +55,11 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
             try:
                 chunks = await stack.enter_async_context(sandbox.open_file(path))
             except FileNotFoundError:
-                raise InvalidInput(f"no file {path!r} in session {session_id!r}") from None
+                raise InvalidInput(
+                    f"no file {path!r} in session {session_id!r}",
+                    hint="see what the workspace holds with "
+                    f"'mango exec --session {shlex.quote(session_id)} -- ls -la'",
+                ) from None
             target = sys.stdout.buffer if output is None else stack.enter_context(output.open("wb"))
             async for chunk in chunks:
                 target.write(chunk)

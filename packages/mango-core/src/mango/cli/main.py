@@ -36,6 +36,8 @@ from mango.cli.common import (
     EXIT_TIMEOUT,
     Wiring,
     fail,
+    reader_gone,
+    stdout_reader_gone,
 )
 from mango.cli.devenv import dev_env
 from mango.cli.doctor import doctor
@@ -43,6 +45,7 @@ from mango.cli.embedded import embedded
 from mango.cli.execute import exec_
 from mango.cli.files import files
 from mango.cli.gc import gc
+from mango.cli.hints import hint_for
 from mango.cli.outputs import outputs
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
@@ -59,13 +62,56 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TIMEOUT", 
 
 
 class _MangoGroup(click.Group):
-    """A group whose commands never print a traceback for expected errors."""
+    """The root group: every expected failure in mango's own two lines, never a traceback.
+
+    click's usage errors (an unknown option, a bad value) are ``error:`` and
+    ``hint:`` lines too, not click's ``Usage: ... Error: ...`` block; Ctrl-C
+    outside a command's event loop is ``error: interrupted`` (130), not
+    click's ``Aborted!`` (1); a reader that went away (``... | head``) ends
+    the command quietly (141), as a Unix tool does.
+    """
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            path = exc.ctx.command_path if exc.ctx is not None else "mango"
+            fail(_sentence(exc.format_message()), f"see '{path} --help'", exc.exit_code)
+        except click.ClickException as exc:
+            fail(_sentence(exc.format_message()), code=exc.exit_code)
+        except click.Abort:
+            fail("interrupted", code=EXIT_INTERRUPTED)
+        # Not standalone, click returns what --help and --version exit with.
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MangoError as exc:
-            fail(str(exc), exc.hint)
+            fail(str(exc), hint_for(exc))
+        except KeyboardInterrupt:
+            fail("interrupted", code=EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            if not stdout_reader_gone():
+                raise
+            reader_gone()
+
+
+def _sentence(message: str) -> str:
+    """click's message as one of mango's: one line, no capital, no full stop."""
+    text = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    if text[:1].isupper() and text[1:2].islower():
+        text = text[0].lower() + text[1:]
+    return text.removesuffix(".")
 
 
 @click.group(cls=_MangoGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -14,13 +14,28 @@ __all__ = ["providers"]
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def providers(as_json: bool) -> None:
-    """List installed sandbox providers, their support level and capabilities."""
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (settings included).")
+@click.option("-v", "--verbose", is_flag=True, help="Show every listed provider's settings too.")
+def providers(names: tuple[str, ...], as_json: bool, verbose: bool) -> None:
+    """List installed sandbox providers, their support level and capabilities.
+
+    Settings (names, defaults, whether each is set; never a value) are shown
+    for the providers NAMEd, or for every provider with -v.
+    """
     settings = load_settings()
+    from mango.domain.errors import InvalidInput
     from mango.plugins import load_plugins
 
-    registry = load_plugins().providers()
+    installed = load_plugins().providers()
+    registry = [reg for reg in installed if not names or reg.name in names]
+    unknown = sorted(set(names) - {reg.name for reg in registry})
+    if unknown:
+        listing = ", ".join(sorted(reg.name for reg in installed))
+        raise InvalidInput(
+            f"no provider {unknown[0]!r} is installed (installed: {listing})",
+            hint="'mango providers' lists the installed providers",
+        )
     rows: list[dict[str, Any]] = [
         {
             "name": reg.name,
@@ -59,6 +74,9 @@ def providers(as_json: bool) -> None:
             for row in rows
         ],
     )
+    if not (names or verbose):
+        click.echo("\nsettings: 'mango providers NAME' (or -v for every provider)")
+        return
     for row in rows:
         if row["settings"]:
             click.echo(f"\n{row['name']} settings:")

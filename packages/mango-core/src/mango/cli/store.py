@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from mango.cli.common import EXIT_INTERRUPTED, STOP_SIGNALS
 from mango.cli.output import echo_json, echo_table
+from mango.cli.params import Seconds
 
 if TYPE_CHECKING:
     from mango.app.files import StoredFiles
@@ -28,22 +30,19 @@ __all__ = ["store"]
 
 T = TypeVar("T")
 
-_EXIT_INTERRUPTED = 130
-_EXIT_TERMINATED = 143
-
 
 def _run(body: Callable[[StoredFiles], Awaitable[T]]) -> T:
     """Open the Files store (settings checked first), run ``body``, close it.
 
-    SIGTERM cancels the command like Ctrl-C does, so an upload in progress
-    removes what it started before ``mango`` exits 143.
+    SIGTERM and SIGHUP cancel the command like Ctrl-C does, so an upload in
+    progress removes what it started before ``mango`` exits 143 (129).
     """
     from mango.config import Settings
     from mango.filestore import FileStoreSettings
 
     settings = Settings.from_env()
     file_settings = FileStoreSettings.from_env(state=settings.state_dir)
-    terminated = False
+    stopped_by: list[signal.Signals] = []
 
     async def main() -> T:
         from mango.runtime import open_stored_files
@@ -52,28 +51,30 @@ def _run(body: Callable[[StoredFiles], Awaitable[T]]) -> T:
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - asyncio.run runs us in a task
 
-        def on_sigterm() -> None:
-            nonlocal terminated
-            if not terminated:
-                terminated = True
+        def on_signal(signum: signal.Signals) -> None:
+            if not stopped_by:
+                stopped_by.append(signum)
                 task.cancel()
 
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
         try:
             async with open_stored_files(settings, file_settings, linger=True) as files:
                 return await body(files)
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
 
     try:
         return asyncio.run(main())
     except KeyboardInterrupt:
         click.echo("error: interrupted", err=True)
-        sys.exit(_EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
     except asyncio.CancelledError:
-        if terminated:
-            click.echo("error: terminated", err=True)
-            sys.exit(_EXIT_TERMINATED)
+        if stopped_by:
+            message, code = STOP_SIGNALS[stopped_by[0]]
+            click.echo(f"error: {message}", err=True)
+            sys.exit(code)
         raise
 
 
@@ -166,7 +167,7 @@ def store_rm(file_ids: tuple[str, ...]) -> None:
     "--stale-after",
     default=3600.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Seconds(0, open_=False),
     metavar="SECONDS",
     help="Give up uploads not heard of for this long, and remove unrecorded blobs this old.",
 )

@@ -4,7 +4,7 @@ It selects the provider (an unknown ``MANGO_SANDBOX`` fails here, before
 anything starts), connects to Temporal (``MANGO_TEMPORAL_ADDRESS`` and
 ``MANGO_TEMPORAL_NAMESPACE``, or an embedded dev server under the state
 directory, stopped again on exit), opens the database and the provider, and
-serves the provider's task queue until SIGTERM or SIGINT. The first signal
+serves the provider's task queue until SIGTERM, SIGINT or SIGHUP. The first signal
 shuts down gracefully (running steps get ``--graceful-shutdown`` seconds);
 a second one stops at once.
 
@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from mango.cli.params import Seconds
 from mango.config import Settings, max_read_bytes
 from mango.domain.errors import MangoError
 
@@ -69,12 +72,15 @@ async def run_worker(
     sticky_queue_timeout: float = 5.0,
     wrap_ports: PortsWrapper | None = None,
     schedules: bool = True,
+    ready_file: Path | None = None,
 ) -> None:
-    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT.
+    """Serve ``settings.sandbox``'s task queue until SIGTERM/SIGINT/SIGHUP.
 
     With ``schedules``, the provider's fleet schedules (orphan sweep, idle
     eviction) are made to match ``settings.fleet``. ``wrap_ports`` is passed
-    to :func:`mango.runtime.open_runtime`.
+    to :func:`mango.runtime.open_runtime`. Once the worker polls, ``ready_file``
+    (if given) is written with its pid (the command removes it again when the
+    worker stops).
     """
     # Imported here, not at module level: every other mango command stays quick to start.
     from mango.app.tools import ToolRunner
@@ -101,7 +107,7 @@ async def run_worker(
             _LOG.warning("%s received again: stopping now", signum.name)
             main.cancel()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         _LOG.info(
@@ -137,11 +143,20 @@ async def run_worker(
                 schedules=settings.fleet if schedules else None,
                 graceful_shutdown=graceful_shutdown,
                 sticky_queue_timeout=sticky_queue_timeout,
-                on_ready=lambda: click.echo(READY_MESSAGE, err=True),
+                on_ready=lambda: _announce_ready(ready_file),
             )
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+
+
+def _announce_ready(ready_file: Path | None) -> None:
+    """The ready line on stderr and, if asked for, the ready file (written whole, then renamed)."""
+    click.echo(READY_MESSAGE, err=True)
+    if ready_file is not None:
+        partial = ready_file.with_name(f".{ready_file.name}.{os.getpid()}")
+        partial.write_text(f"{os.getpid()}\n")
+        partial.replace(ready_file)
 
 
 METRICS_MESSAGE = "metrics:"
@@ -181,7 +196,7 @@ def _announce_ui(settings: Settings) -> None:
 @click.command(name="worker")
 @click.option(
     "--reconcile-interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, open_=False),
     default=5.0,
     show_default=True,
     help="Seconds between reconciler passes (intents and interrupted deletions).",
@@ -194,14 +209,14 @@ def _announce_ui(settings: Settings) -> None:
 )
 @click.option(
     "--graceful-shutdown",
-    type=click.FloatRange(min=0),
+    type=Seconds(0, open_=False),
     default=10.0,
     show_default=True,
     help="Seconds running steps get after SIGTERM before they are cancelled.",
 )
 @click.option(
     "--sticky-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, open_=False),
     default=5.0,
     show_default=True,
     help="Seconds a workflow task waits for the worker that cached the workflow "
@@ -218,12 +233,22 @@ def _announce_ui(settings: Settings) -> None:
     help="Run the embedded Temporal dev server with its web UI on 127.0.0.1 (at PORT, or a "
     "free port) and print its URL. Default: MANGO_TEMPORAL_UI_PORT, else headless.",
 )
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write FILE (the worker's pid) once the worker polls its task queue, so a script "
+    "can wait for it; a FILE left from before is removed at start, and FILE when it stops.",
+)
 def worker(
+    *,
     reconcile_interval: float,
     no_reconciler: bool,
     graceful_shutdown: float,
     sticky_timeout: float,
     ui_port: int | None,
+    ready_file: Path | None,
 ) -> None:
     """Run a Temporal worker for the provider MANGO_SANDBOX.
 
@@ -232,8 +257,10 @@ def worker(
     runs an embedded Temporal dev server under the state directory. With
     MANGO_GC_INTERVAL or MANGO_EVICT_IDLE_AFTER set it schedules the orphan
     sweep or the idle eviction (Temporal schedules; unset settings delete
-    them). Stop it with SIGTERM or Ctrl-C.
+    them). Stop it with SIGTERM or Ctrl-C. A script waits for it with --ready-file.
     """
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)  # a waiter must not take a stale file for this worker
     for name in ("mango", "mango.worker"):
         logging.getLogger(name).setLevel(logging.INFO)
     import attrs
@@ -254,7 +281,11 @@ def worker(
                 sticky_queue_timeout=sticky_timeout,
                 wrap_ports=ports_wrapper(),
                 schedules=not no_reconciler,
+                ready_file=ready_file,
             )
         )
     except asyncio.CancelledError:
         sys.exit(130)
+    finally:
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)

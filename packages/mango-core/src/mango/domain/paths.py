@@ -7,6 +7,8 @@ for every provider, so a path that one backend accepts no other refuses:
 * no component is ``..`` (:class:`PathEscapeError`), even one that would stay
   inside, so the rule can be checked without knowing the tree;
 * ``.`` components and repeated slashes are folded away;
+* a file path that ends in ``/`` (or ``/.``) names a directory: refused, never
+  folded into the file ``notes.d`` for ``notes.d/``;
 * no NUL, no control character (U+0000-U+001F, U+007F), no backslash;
 * it is valid Unicode that encodes to UTF-8: a string holding surrogate escapes
   (what :func:`os.fsdecode` makes of undecodable bytes) is refused;
@@ -91,6 +93,11 @@ def split_workspace_path(path: str, *, allow_root: bool = False) -> tuple[str, .
     parts = _components(path)
     if not parts and not allow_root:
         raise InvalidPathError(f"path {path!r} names the workspace root, not a file")
+    if not allow_root and path.rsplit("/", 1)[-1] in ("", "."):
+        raise InvalidPathError(
+            f"path {path!r} ends in '/', so it names a directory, not a file",
+            hint=f"give the file's name after it (for example '{parts[-1]}/NAME')",
+        )
     return parts
 
 

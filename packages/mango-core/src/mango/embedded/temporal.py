@@ -20,6 +20,11 @@ directory (``temporal server start-dev``). Everything lives in
   kernel drops the locks of a killed process, so a crash never pins the server;
 * ``server.log``: the server's output.
 
+**Restart.** A worker keeps its server alive (``keep_alive``): a server that
+dies under it (killed, crashed) is started again on the same port and
+database, checked every :data:`WATCH_INTERVAL` seconds, so the worker's
+client and pollers reconnect instead of polling a dead address for ever.
+
 **Reuse.** A server already running on the directory (started by another
 process) is joined as is. A ``server.json`` whose process is gone, a zombie
 or not a ``temporal`` process serving this database file is stale: it is
@@ -62,6 +67,7 @@ from mango.provider.tasks import settle
 
 __all__ = [
     "HOST",
+    "WATCH_INTERVAL",
     "EmbeddedTemporal",
     "embedded_temporal",
     "find_temporal_binary",
@@ -71,6 +77,8 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 _POLL = 0.05
+WATCH_INTERVAL = 1.0
+"""Seconds between a kept-alive server's checks (:meth:`EmbeddedTemporal.keep_alive`)."""
 
 
 def running_ui_url(state_dir: Path) -> str | None:
@@ -241,6 +249,36 @@ class EmbeddedTemporal:
             await asyncio.sleep(_POLL)
         return False
 
+    async def keep_alive(self, address: str) -> None:
+        """Until cancelled: start the server again whenever it is gone (see the module docstring).
+
+        The new server must listen on ``address`` for this process's clients to
+        find it again; if that port was taken meanwhile, it says so and stops
+        watching.
+        """
+        binary = find_temporal_binary()
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            record = read_record(self._file("server.json"))
+            if record is not None and is_server_of(record.pid, self.db_path):
+                continue
+            try:
+                async with self._exclusive("restarting the Temporal dev server"):
+                    again = await self._join_running()
+                    if again is None:
+                        _LOG.warning("the Temporal dev server stopped; starting it again")
+                        again = await self._launch(binary)
+            except (ConfigurationError, ProviderUnavailable) as exc:
+                _LOG.warning("could not start the Temporal dev server again: %s", exc)
+                continue
+            if again != address:
+                _LOG.error(
+                    "the Temporal dev server now listens on %s, not %s: restart mango worker",
+                    again,
+                    address,
+                )
+                return
+
     # ------------------------------------------------------------------ stop
 
     async def stop(self) -> None:
@@ -310,6 +348,7 @@ async def embedded_temporal(
     namespace: str = "default",
     timeout: float = 60.0,
     ui_port: int | None = None,
+    keep_alive: bool = False,
 ) -> AsyncIterator[str]:
     """Run (or join) the dev server of ``state_dir`` for the block; yield ``127.0.0.1:PORT``.
 
@@ -318,13 +357,30 @@ async def embedded_temporal(
     binary is missing and :class:`ProviderUnavailable` if the server does not
     become ready within ``timeout`` seconds. ``ui_port`` as
     :attr:`EmbeddedTemporal.ui_port` (:func:`running_ui_url` tells the URL).
+    With ``keep_alive`` a server that dies during the block is started again
+    (:meth:`EmbeddedTemporal.keep_alive`).
     """
     server = EmbeddedTemporal(state_dir, namespace=namespace, timeout=timeout, ui_port=ui_port)
     address = await server.start()
+    watcher = asyncio.ensure_future(server.keep_alive(address)) if keep_alive else None
     try:
         yield address
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await _to_completion(_settled(watcher))
         await _to_completion(server.stop())
+
+
+async def _settled(task: asyncio.Future[None]) -> None:
+    """Wait for ``task`` to end; its outcome (a restart that failed) is logged, not raised."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the block's own outcome matters, not the watcher's
+        _LOG.warning("keeping the Temporal dev server alive failed: %s", exc)
 
 
 async def _to_completion(coro: Coroutine[Any, Any, None]) -> None:

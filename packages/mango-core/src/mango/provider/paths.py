@@ -301,6 +301,10 @@ class PathPolicy:
         below = parts[len([part for part in anchor.split("/") if part]) :]
         if not below and not directory:
             raise InvalidPathError(f"path {path!r} names a root directory, not a file")
+        if not directory and path.rsplit("/", 1)[-1] in ("", "."):
+            raise InvalidPathError(
+                f"path {path!r} ends in '/', so it names a directory, not a file"
+            )
         return Location(anchor, below)
 
     async def resolve_read(self, path: str, stat: StatCallback) -> ResolvedPath:

@@ -37,9 +37,9 @@ from temporalio.service import RPCError
 
 from mango.app.admission import admit_environment
 from mango.app.tools import parse_arguments
-from mango.config import PayloadKey
+from mango.config import PAYLOAD_KEYS_ENV, PayloadKey
 from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import ProviderUnavailable, SessionDeleting
+from mango.domain.errors import ConfigurationError, ProviderUnavailable, SessionDeleting
 from mango.domain.ports import BindingStore
 from mango.domain.values import (
     Command,
@@ -98,6 +98,50 @@ def _rpc_errors(doing: str) -> Iterator[None]:
         yield
     except RPCError as exc:
         raise ProviderUnavailable(f"Temporal could not {doing}: {exc.message}") from exc
+
+
+_TASK_FAILED = "Workflow Task in failed state"
+"""What the server says of an update whose workflow cannot run at all."""
+
+
+async def _raise_if_keys_mismatch(
+    client: Client, workflow_id: str, refused: ProviderUnavailable
+) -> None:
+    """Raise a :class:`ConfigurationError` if the worker failed to open the workflow's payloads.
+
+    When the workflow's own task keeps failing, the server refuses the
+    update (``refused``). The failure the worker recorded says why; a
+    payload-key mismatch (the worker cannot decrypt what this client sent, or
+    this client cannot decrypt the worker's answer) is named at once instead
+    of as an unavailable Temporal.
+    """
+    cause = refused.__cause__
+    if not isinstance(cause, RPCError) or _TASK_FAILED not in cause.message:
+        return
+    handle = client.get_workflow_handle(workflow_id)
+    failure = None
+    try:
+        async for event in handle.fetch_history_events():
+            if event.HasField("workflow_task_failed_event_attributes"):
+                failure = event.workflow_task_failed_event_attributes.failure
+    except RPCError:
+        return
+    if failure is None:
+        return
+    try:
+        decoded = await client.data_converter.decode_failure(failure)
+    except ConfigurationError as exc:  # encrypted with a key this client does not have
+        reason = str(exc)
+    else:
+        reason = str(decoded)
+        if PAYLOAD_KEYS_ENV not in reason:
+            return
+    raise ConfigurationError(
+        f"the worker cannot run this step: {PAYLOAD_KEYS_ENV} differs between this process "
+        f"and the worker ({reason})",
+        hint="give every mango process on this Temporal namespace (clients and workers) the "
+        f"same {PAYLOAD_KEYS_ENV}",
+    ) from refused
 
 
 async def connect(
@@ -199,6 +243,9 @@ class Orchestrator:
                 )
         except WorkflowUpdateFailedError as exc:
             raise_as_mango_error(exc)
+        except ProviderUnavailable as exc:
+            await _raise_if_keys_mismatch(self.client, session_workflow_id(session_id), exc)
+            raise
         return result
 
     async def _prepare(
@@ -276,6 +323,9 @@ class Orchestrator:
                     )
             except WorkflowUpdateFailedError as exc:
                 raise_as_mango_error(exc)
+            except ProviderUnavailable as exc:
+                await _raise_if_keys_mismatch(self.client, session_workflow_id(session_id), exc)
+                raise
             return result
 
         update = asyncio.ensure_future(run())

@@ -14,6 +14,11 @@ decrypt (the key id travels in the payload's metadata). To rotate, put a new
 key first and keep the old one listed until no open workflow history needs it
 (the longest retention of your namespace), then drop it. A payload whose key
 is not listed fails to decode with an error naming the key id only.
+
+A process without the setting still recognises encrypted payloads
+(:class:`RefuseEncrypted`): a ``--via-temporal`` client without the keys its
+worker uses gets one error naming the mismatch, not an "unknown payload
+encoding" ``KeyError`` from the SDK.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from mango.config import PayloadKey
 from mango.domain.errors import ConfigurationError
 from mango.temporal.payloads import data_converter
 
-__all__ = ["ENCODING", "EncryptionCodec", "converter_for"]
+__all__ = ["ENCODING", "EncryptionCodec", "RefuseEncrypted", "converter_for"]
 
 ENCODING = b"binary/encrypted"
 """The ``encoding`` metadata of an encrypted payload."""
@@ -99,10 +104,35 @@ class EncryptionCodec(PayloadCodec):
         return decoded
 
 
+class RefuseEncrypted(PayloadCodec):
+    """The codec of a process without keys: plain payloads pass, an encrypted one is refused."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Payloads as they are."""
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Payloads as they are; :class:`ConfigurationError` naming the key for an encrypted one."""
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCODING:
+                key_id = payload.metadata.get(_KEY_ID, b"").decode("ascii", "replace")
+                raise ConfigurationError(
+                    f"a Temporal payload is encrypted with key {key_id!r}, but "
+                    "MANGO_TEMPORAL_PAYLOAD_KEYS is not set in this process",
+                    hint="give every mango process on this Temporal namespace (clients and "
+                    "workers) the same MANGO_TEMPORAL_PAYLOAD_KEYS",
+                )
+        return list(payloads)
+
+
 def converter_for(keys: Sequence[PayloadKey]) -> DataConverter:
-    """mango's data converter, encrypting payloads and failure messages when keys are given."""
+    """mango's data converter, encrypting payloads and failure messages when keys are given.
+
+    Without keys nothing is encrypted, and an encrypted payload is refused
+    with a clear error (:class:`RefuseEncrypted`).
+    """
     if not keys:
-        return data_converter
+        return dataclasses.replace(data_converter, payload_codec=RefuseEncrypted())
     return dataclasses.replace(
         data_converter,
         payload_codec=EncryptionCodec(keys),

@@ -7,6 +7,8 @@ checks a transition's guards in order before its first effect.
 
 from __future__ import annotations
 
+import shlex
+
 from mango.app.session_manager.context import Facts, Ports
 from mango.domain.errors import (
     OwnershipError,
@@ -81,10 +83,16 @@ def intent_owned_here(ports: Ports, facts: Facts, _command: str) -> None:
     """``intent-owned-here``: only the intent's provider may resume it."""
     intent = facts.intent
     if intent is not None and intent.provider != ports.provider.name:
+        # Most often a first use that failed there (an unreachable provider, a
+        # missing image) left the intent: say how to finish it or let the id go.
+        owner, sid = intent.provider, facts.session_id
         raise OwnershipError(
-            f"session {facts.session_id!r} is being provisioned by provider "
-            f"{intent.provider!r}, this worker runs {ports.provider.name!r}",
-            hint=f"run a worker with MANGO_SANDBOX={intent.provider} to finish it",
+            f"session {sid!r} is being provisioned by provider {owner!r} (its first use "
+            f"there has not finished: it failed or is still running), not by "
+            f"{ports.provider.name!r} (the provider selected here)",
+            hint=f"finish it by retrying with MANGO_SANDBOX={owner}, or free the id with "
+            f"'MANGO_SANDBOX={owner} mango sessions delete {shlex.quote(sid)}' "
+            "(on the durable path: in a worker of that provider)",
         )
 
 
