@@ -41,6 +41,47 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+LOADED_WALL_FACTOR = 10.0
+"""A load-scaled wait fails after this many times its timeout in wall-clock time, however loaded."""
+
+
+def cpu_share() -> float:
+    """The share of a CPU a runnable process gets now: 1.0 on an idle machine.
+
+    The CPUs this process may run on over the 1-minute load average (the
+    run queue), at most 1.
+    """
+    cpus = len(os.sched_getaffinity(0))
+    return min(1.0, cpus / max(os.getloadavg()[0], 1e-9))
+
+
+async def wait_until_scaled(
+    predicate: Callable[[], Awaitable[bool]], timeout: float, what: str = "condition"
+) -> None:
+    """Like :func:`wait_until`, with ``timeout`` in seconds of an unloaded machine.
+
+    For waits on CPU-bound work in other processes (a worker's start-up):
+    each polling interval counts only the CPU share a process got during it
+    (:func:`cpu_share`), so a machine loaded tenfold allows ten times as
+    long, and a hung process still fails the test, after
+    ``LOADED_WALL_FACTOR`` times ``timeout`` at the latest.
+    """
+    loop = asyncio.get_running_loop()
+    start = last = loop.time()
+    budget = timeout
+    while not await predicate():
+        now = loop.time()
+        budget -= (now - last) * cpu_share()
+        last = now
+        if budget <= 0 or now - start >= LOADED_WALL_FACTOR * timeout:
+            pytest.fail(
+                f"timed out after {now - start:.0f} s ({timeout:g} s scaled by the load; "
+                f"load average now {os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} "
+                f"CPUs) waiting for {what}"
+            )
+        await asyncio.sleep(0.05)
+
+
 def session_dirs(base: Path) -> list[Path]:
     """The provider resources of the local provider under ``base`` (live or half-deleted)."""
     if not base.exists():
@@ -91,14 +132,21 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until it prints the ready line (it is polling)."""
+        """Wait until it prints the ready line (it is polling); ``timeout`` scales with the load.
+
+        A worker's start-up is CPU work in the child (imports, the provider's
+        HTTP clients, temporalio's workflow validation and build id: about
+        2.3 CPU-seconds, most of it before it can poll), so on a loaded
+        machine (several workers started at once, pytest-xdist, other jobs)
+        it takes proportionally longer: :func:`wait_until_scaled`.
+        """
 
         async def ready() -> bool:
             if self.process.poll() is not None:
                 pytest.fail(f"worker exited with {self.process.returncode}:\n{self.text()}")
             return "mango worker ready" in self.text()
 
-        await wait_until(ready, timeout, "the worker to be ready")
+        await wait_until_scaled(ready, timeout, "the worker to be ready")
 
     async def wait_exit(self, timeout: float = 60.0) -> int:
         """Wait until it exits on its own; return its return code."""
