@@ -16,6 +16,8 @@ from mango.domain.capabilities import CapabilitySet
 from mango.domain.fleet import FleetRecords
 from mango.domain.resource_ports import (
     FileResourceSandbox,
+    LimitedNetworkSandbox,
+    PackageSetupSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
 )
@@ -363,43 +365,5 @@ class KeepAliveSandbox(Protocol):
         """Resume the sandbox if it is paused and extend its idle deadline.
 
         Raises :class:`SandboxNotFound` if it is gone.
-        """
-        ...
-
-
-@runtime_checkable
-class LimitedNetworkSandbox(Protocol):
-    """Capability ``limited-network``: egress restricted to an allowlist."""
-
-    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
-        """Replace the egress allowlist. Idempotent; an empty list blocks all egress."""
-        ...
-
-
-@runtime_checkable
-class PackageSetupSandbox(Protocol):
-    """Capability ``package-setup``, optional part: what a sandbox needs only while it installs.
-
-    SessionManager installs a Session's packages itself, through ``exec``
-    (:mod:`mango.app.packages`). A provider whose sandboxes need something
-    for that step alone implements this: Docker gives a sandbox whose spec
-    says ``network="none"`` a network while its package managers run, and
-    takes it away before the binding is published. SessionManager calls
-    :meth:`begin_package_setup` before the first package command and
-    :meth:`end_package_setup` after the last (also, best effort, after a
-    failed one), both before the final network policy and the binding. A
-    crash between them leaves no binding, so the retry (which finds the same
-    sandbox) begins and ends again: both are idempotent.
-    """
-
-    async def begin_package_setup(self) -> None:
-        """Give the sandbox what its package managers need (for example a network)."""
-        ...
-
-    async def end_package_setup(self) -> None:
-        """Take it away again: afterwards the sandbox is exactly as its spec says.
-
-        A failure raises (so no binding is published); it never reports
-        success with the setup's extras still in place.
         """
         ...

@@ -1,4 +1,8 @@
-"""The sandbox protocols of the resource capabilities (re-exported by :mod:`mango.domain.ports`).
+"""The sandbox protocols of the optional capabilities (re-exported by :mod:`mango.domain.ports`).
+
+A provider that declares ``limited-network`` hands out
+:class:`LimitedNetworkSandbox` sandboxes; ``package-setup`` may need
+:class:`PackageSetupSandbox` (see there).
 
 A provider that declares ``file-resources`` hands out sandboxes that are
 :class:`FileResourceSandbox` and :class:`ResourceLockSandbox`; one that
@@ -10,13 +14,19 @@ contract below on the provider (its ``file-resources`` and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
 from mango.domain.resources import FileResourceMount
 
-__all__ = ["FileResourceSandbox", "ResourceLockSandbox", "SessionOutputSandbox"]
+__all__ = [
+    "FileResourceSandbox",
+    "LimitedNetworkSandbox",
+    "PackageSetupSandbox",
+    "ResourceLockSandbox",
+    "SessionOutputSandbox",
+]
 
 
 @runtime_checkable
@@ -104,5 +114,43 @@ class SessionOutputSandbox(Protocol):
         * A sandbox that predates the outputs mount raises
           :class:`~mango.domain.errors.PermanentError` saying to recreate it,
           never an empty archive.
+        """
+        ...
+
+
+@runtime_checkable
+class LimitedNetworkSandbox(Protocol):
+    """Capability ``limited-network``: egress restricted to an allowlist."""
+
+    async def apply_limited_network(self, allowed_hosts: Sequence[str]) -> None:
+        """Replace the egress allowlist. Idempotent; an empty list blocks all egress."""
+        ...
+
+
+@runtime_checkable
+class PackageSetupSandbox(Protocol):
+    """Capability ``package-setup``, optional part: what a sandbox needs only while it installs.
+
+    SessionManager installs a Session's packages itself, through ``exec``
+    (:mod:`mango.app.packages`). A provider whose sandboxes need something
+    for that step alone implements this: Docker gives a sandbox whose spec
+    says ``network="none"`` a network while its package managers run, and
+    takes it away before the binding is published. SessionManager calls
+    :meth:`begin_package_setup` before the first package command and
+    :meth:`end_package_setup` after the last (also, best effort, after a
+    failed one), both before the final network policy and the binding. A
+    crash between them leaves no binding, so the retry (which finds the same
+    sandbox) begins and ends again: both are idempotent.
+    """
+
+    async def begin_package_setup(self) -> None:
+        """Give the sandbox what its package managers need (for example a network)."""
+        ...
+
+    async def end_package_setup(self) -> None:
+        """Take it away again: afterwards the sandbox is exactly as its spec says.
+
+        A failure raises (so no binding is published); it never reports
+        success with the setup's extras still in place.
         """
         ...

@@ -3,7 +3,8 @@
 The package splits SessionManager by job, each module below the ones that
 use it (an import-linter contract keeps the order):
 
-* :mod:`.manager`: the public API and the lifecycle interpreter;
+* :mod:`.manager`: the public API;
+* :mod:`.interpreter`: the lifecycle interpreter (a command walked through the table);
 * :mod:`.reconcile`: reconciliation passes and their report;
 * :mod:`.eviction`: the idle eviction pass and its report;
 * :mod:`.registry`: effect handlers and guard checks, checked against a table;

@@ -1,24 +1,15 @@
-"""SessionManager's public API and the lifecycle interpreter.
+"""SessionManager's public API.
 
-Every operation is one lifecycle command: the Session's rows are observed
-(:func:`~mango.app.session_manager.context.observe_session`), and the table
-(:mod:`mango.domain.lifecycle`) is walked from that state with a
-:class:`~mango.domain.lifecycle.Course`: for each step the interpreter checks
-the transition's guards, performs its effects through the registry's
-handlers, and hands the last effect's signal back to the course, which queues
-the follow-ups the table declares. The interpreter holds no lifecycle rule of
-its own; it runs whatever table (and registry) it is given. If an effect
-finds the rows moved under it (another worker won), the command starts again
-from a fresh observation, a few times at most.
+Every operation is one lifecycle command, held under the Session's lock and
+run by the interpreter (:mod:`.interpreter`) through the table the manager
+was built with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
-from typing import NoReturn
 
 import attrs
 
@@ -36,10 +27,10 @@ from mango.app.session_manager.context import (
     Operation,
     Ports,
     SessionDeleted,
-    StaleObservation,
     observe_session,
 )
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
+from mango.app.session_manager.interpreter import Interpreter
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -61,7 +52,6 @@ from mango.domain.errors import (
 from mango.domain.lifecycle import (
     LIFECYCLE,
     LifecycleCommand,
-    LifecycleSignal,
     LifecycleState,
     LifecycleTable,
 )
@@ -75,10 +65,6 @@ __all__ = ["SessionManager"]
 
 log = logging.getLogger("mango.app.session_manager")
 _C = LifecycleCommand
-
-_MAX_REOBSERVE = 4
-"""How often one operation re-reads the store after finding its rows changed
-under it (another worker bound the Session first) before giving up."""
 
 _STALE_REPORT = (InvalidTransition, PreconditionFailed, SessionDeleting)
 """What a loss report meets when the Session no longer holds that binding:
@@ -410,61 +396,10 @@ class SessionManager:
     # ------------------------------------------------------------------ the interpreter
 
     async def _run(self, operation: Operation, *, fenced_here: bool = False) -> Facts:
-        """Observe, then walk the command through the table; observe again if rows moved."""
-        name, sid = self.provider.name, operation.session_id
-        with telemetry.operation_span(operation.command.value, name, sid):
-            return await self._run_observed(operation, fenced_here=fenced_here)
-
-    async def _run_observed(self, operation: Operation, *, fenced_here: bool) -> Facts:
-        for _ in range(_MAX_REOBSERVE):
-            observed = await observe_session(
-                self._ports,
-                operation.session_id,
-                use_cache=not operation.fresh,
-                fenced_here=fenced_here,
-            )
-            try:
-                return await self._drive(Facts(operation, observed))
-            except StaleObservation:
-                continue
-        raise MangoError(
-            f"session {operation.session_id!r} kept changing while "
-            f"{operation.command.value} ran; try again"
+        """Run one lifecycle command through the table (see :mod:`.interpreter`)."""
+        return await Interpreter(self.table, self.handlers, self._ports).run(
+            operation, fenced_here=fenced_here
         )
-
-    async def _drive(self, facts: Facts) -> Facts:
-        """Perform the command and its follow-ups: guards, then effects, step by step."""
-        course = self.table.course(facts.observed.state, facts.operation.command)
-        while True:
-            try:
-                step = course.next()
-            except InvalidTransition as refused:
-                failure: InvalidTransition | None = refused
-            else:
-                failure = None
-            if failure is not None:  # outside the handler: the refusal is not "during" it
-                self._refuse(facts, course.state, failure)
-            if step is None:
-                return facts
-            command = step.command
-            for guard in step.transition.guards:
-                self.handlers.guards[guard](self._ports, facts, command)
-            signal: LifecycleSignal | None = None
-            for effect in step.transition.effects:
-                started = time.perf_counter()
-                outcome = await self.handlers.effects[effect].run(self._ports, facts)
-                facts = facts.adding(outcome)
-                signal = outcome.signal  # the table lets only the last effect report one
-                elapsed = time.perf_counter() - started
-                telemetry.effect_done(self.provider.name, effect, elapsed, signal)
-            course.settle(step, signal)
-
-    def _refuse(self, facts: Facts, state: LifecycleState, refused: InvalidTransition) -> NoReturn:
-        """A state that does not admit the command: its refusal guard's error, else ``refused``."""
-        guard = self.table.refusal(state)
-        if guard is not None:
-            self.handlers.guards[guard](self._ports, facts, refused.command)
-        raise refused
 
     async def _record_loss(self, session_id: str, ref: SandboxRef, exc: SandboxNotFound) -> None:
         """A handed-out client met :class:`SandboxNotFound`: evict it and persist the loss.
