@@ -4,12 +4,21 @@ The Engine's exec API is JSON: argv and environment travel as text, within
 the runtime's message limit. :func:`check_command_text` refuses what it
 cannot carry before anything is sent, :func:`exec_env` is the environment
 every command gets, :func:`not_started_error` what a runtime's refusal to
-start one means.
+start one means, :func:`wrapper_error` what the wrapper's refusal to run one
+(its ``mango-exec-error:`` status line, see :mod:`~mango_provider_docker.scripts`)
+means.
 """
 
 from __future__ import annotations
 
-from mango.provider import Command, InvalidInput, MangoError, ProviderUnavailable
+from mango.provider import (
+    Command,
+    InvalidInput,
+    MangoError,
+    PathEscapeError,
+    PermanentError,
+    ProviderUnavailable,
+)
 from mango_provider_docker.layout import WORKSPACE
 
 __all__ = [
@@ -19,6 +28,7 @@ __all__ = [
     "check_command_text",
     "exec_env",
     "not_started_error",
+    "wrapper_error",
 ]
 
 SHELL = "/bin/sh"
@@ -86,3 +96,15 @@ def not_started_error(container_id: str, failure: bytes) -> MangoError:
     return ProviderUnavailable(
         f"the command could not be started in container {container_id}: {text}"
     )
+
+
+def wrapper_error(reason: str) -> MangoError:
+    """The error for a command the wrapper refused to run; ``reason`` is from its status line."""
+    if reason == "symlink":
+        return PathEscapeError(
+            "the working directory goes through a symlink; symlinks in the workspace are "
+            "never followed"
+        )
+    if reason == "notdir":
+        return PermanentError("a component of the working directory is not a directory")
+    return PermanentError(f"the container's {WORKSPACE} is missing or is a symlink")

@@ -10,7 +10,9 @@ Every sandbox container:
   installed (:mod:`mango_provider_docker.network`);
 * has memory, CPU and pids limits: the spec's values, else the provider's
   defaults (``0`` in a default means "no limit");
-* carries the ownership labels of :mod:`mango_provider_docker.layout`;
+* carries the ownership labels of :mod:`mango_provider_docker.layout`, and the
+  deployment's extra labels, which may set none of mango's own
+  (:func:`check_extra_labels`);
 * bind-mounts its host directory's ``files/`` read-only at
   ``/mnt/session/uploads`` and ``outputs/`` writable at
   ``/mnt/session/outputs`` (:mod:`mango_provider_docker.mounts`).
@@ -26,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mango.provider import SandboxSpec
+from mango.provider import InvalidInput, SandboxSpec
+from mango.provider.ownership import Ownership
 from mango_provider_docker.commands import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.limits import (
@@ -43,7 +46,12 @@ from mango_provider_docker.limits import (
     parse_memory,
 )
 from mango_provider_docker.mounts import container_mounts, mount_problems
-from mango_provider_docker.network import creation_labels, creation_mode, network_problems
+from mango_provider_docker.network import (
+    NETWORK_LABEL,
+    creation_labels,
+    creation_mode,
+    network_problems,
+)
 
 __all__ = [
     "IDLE_SCRIPT",
@@ -55,6 +63,7 @@ __all__ = [
     "MIN_PIDS_LIMIT",
     "Limits",
     "check_cpus",
+    "check_extra_labels",
     "check_memory",
     "check_pids_limit",
     "configuration_problems",
@@ -91,6 +100,15 @@ def default_limits(memory: str, cpus: float, pids_limit: int) -> Limits:
         nano_cpus=check_cpus(cpus),
         pids_limit=check_pids_limit(pids_limit),
     )
+
+
+def check_extra_labels(value: Mapping[str, str]) -> dict[str, str]:
+    """The extra labels of every container, refused if they set an ownership or network label."""
+    labels = dict(value)
+    clash = Ownership.reserved(labels) | ({NETWORK_LABEL} & labels.keys())
+    if clash:
+        raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
+    return labels
 
 
 def container_config(

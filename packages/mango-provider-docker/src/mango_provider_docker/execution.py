@@ -54,8 +54,6 @@ from aiodocker.execs import Exec
 from mango.provider import (
     Command,
     ExecResult,
-    PathEscapeError,
-    PermanentError,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxNotRunning,
@@ -69,6 +67,7 @@ from mango_provider_docker.commands import (
     check_command_text,
     exec_env,
     not_started_error,
+    wrapper_error,
 )
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.layout import WORKSPACE
@@ -252,7 +251,8 @@ class _Run:
 
     async def finished(self, info: dict[str, Any] | None, *, destroyed: bool) -> ExecResult:
         """The result of a command that ran to its end (``info``: the exec inspect)."""
-        self.raise_wrapper_error()
+        if self._pump.error is not None:
+            raise wrapper_error(self._pump.error)
         exit_code = None if info is None else info.get("ExitCode")
         if destroyed or (
             (info is None or exit_code == _EXIT_KILLED) and await self._container_torn_down()
@@ -278,20 +278,6 @@ class _Run:
             return inspect is None or state.get("Status") == "removing" or not state.get("Running")
 
         return await torn_down(gone, settle=TEARDOWN_SETTLE_SECONDS)
-
-    def raise_wrapper_error(self) -> None:
-        """Raise what the wrapper's error status line means, if it printed one."""
-        reason = self._pump.error
-        if reason is None:
-            return
-        if reason == "symlink":
-            raise PathEscapeError(
-                "the working directory goes through a symlink; symlinks in the workspace are "
-                "never followed"
-            )
-        if reason == "notdir":
-            raise PermanentError("a component of the working directory is not a directory")
-        raise PermanentError(f"the container's {WORKSPACE} is missing or is a symlink")
 
 
 async def _settled(opening: asyncio.Future[None]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from mango.provider.hostdirs import remove_dir
 from mango.provider.ownership import NAME_PREFIX, Ownership, listed_time, namespace_field
 from mango_provider_docker.container import (
     Limits,
+    check_extra_labels,
     container_config,
     default_limits,
     resolve_limits,
@@ -57,7 +58,7 @@ from mango_provider_docker.lifecycle import (
     start_new,
 )
 from mango_provider_docker.mounts import MountState, ensure_mount_dirs
-from mango_provider_docker.network import NETWORK_LABEL, enforce
+from mango_provider_docker.network import enforce
 from mango_provider_docker.sandbox import DockerSandbox, ensure_running
 
 __all__ = [
@@ -81,14 +82,6 @@ CLOSE_WAIT_SECONDS = 30.0
 def _as_path(value: str | os.PathLike[str]) -> Path:
     # Absolute now, so a later chdir of the worker cannot move the directories.
     return Path(value).absolute()
-
-
-def _labels(value: Mapping[str, str]) -> dict[str, str]:
-    labels = dict(value)
-    clash = Ownership.reserved(labels) | ({NETWORK_LABEL} & labels.keys())
-    if clash:
-        raise InvalidInput(f"extra labels may not set the ownership labels {sorted(clash)}")
-    return labels
 
 
 def _check_spec(spec: object) -> SandboxSpec:
@@ -136,7 +129,9 @@ class DockerProvider:
     """Pull an image that is not present; when False, a missing image is a configuration error."""
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
     """Receives image pull progress lines (default: the ``mango_provider_docker`` logger)."""
-    extra_labels: dict[str, str] = attrs.field(factory=dict, kw_only=True, converter=_labels)
+    extra_labels: dict[str, str] = attrs.field(
+        factory=dict, kw_only=True, converter=check_extra_labels
+    )
     """More labels for every container (for example to find a test run's containers)."""
     namespace: str = namespace_field()
     """The deployment namespace every container name and label set carries."""

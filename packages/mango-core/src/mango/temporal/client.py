@@ -9,6 +9,13 @@ Deletion is: fence the Session in PostgreSQL (no new admissions from then
 on), then start or join the deterministic cleanup workflow on the queue of
 the provider that holds the Session, and wait for it. If the client dies
 after the fence, a worker's reconciler finds the fenced Session and finishes.
+
+Over 400 lines on purpose: this is the whole client side of the workflows in
+one place, each operation next to the error translation it shares with the
+others (RPC failures, a failed workflow task from mismatched payload keys, no
+worker polling the queue, with the hint to start one); waiting on a step,
+routing and the error mapping already live in :mod:`mango.temporal._waiting`,
+:mod:`mango.temporal.routing` and :mod:`mango.temporal.failures`.
 """
 
 from __future__ import annotations

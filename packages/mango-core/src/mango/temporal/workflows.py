@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from mango.app.tools import TOOL_NAMES
     from mango.domain.values import ExecResult
     from mango.temporal._policies import retry_policy
+    from mango.temporal._step_refusals import STEP_CANCELLED, cancelled_step, workflow_cancelling
     from mango.temporal.activities import MangoActivities
     from mango.temporal.messages import (
         AcquireInput,
@@ -82,7 +83,6 @@ __all__ = [
 
 _ABANDONED_KEPT = 64
 """How many cancelled-before-they-came step ids a Session workflow remembers."""
-_STEP_CANCELLED = "ToolStepCancelled"
 _R = TypeVar("_R")
 
 
@@ -163,7 +163,7 @@ class SessionWorkflow:
         try:
             async with self._lock:
                 if self._cancelled:
-                    raise _cancelled_step(call.name)
+                    raise cancelled_step(call.name)
                 try:
                     return await self._step(call)
                 finally:
@@ -182,9 +182,7 @@ class SessionWorkflow:
                 non_retryable=True,
             )
         if self._cancelled:
-            raise ApplicationError(
-                "the session workflow is being cancelled", type=_STEP_CANCELLED, non_retryable=True
-            )
+            raise workflow_cancelling()
 
     @workflow.update(name=EXEC_UPDATE)
     async def exec_command(self, step: ExecStep) -> ExecResult:
@@ -195,7 +193,7 @@ class SessionWorkflow:
         try:
             async with self._lock:
                 if self._cancelled or step.step_id in self._cancelled_steps:
-                    raise _cancelled_step("exec")
+                    raise cancelled_step("exec")
                 self._current_step = step.step_id
                 try:
                     return await self._exec_step(step)
@@ -212,9 +210,7 @@ class SessionWorkflow:
     @exec_command.validator
     def _validate_exec(self, step: ExecStep) -> None:
         if self._cancelled:
-            raise ApplicationError(
-                "the session workflow is being cancelled", type=_STEP_CANCELLED, non_retryable=True
-            )
+            raise workflow_cancelling()
         if step.step_id in self._pending_steps:
             raise ApplicationError(
                 f"step {step.step_id!r} is already pending", type="InvalidInput", non_retryable=True
@@ -222,7 +218,7 @@ class SessionWorkflow:
         if step.step_id in self._abandoned:
             raise ApplicationError(
                 "the step was cancelled by its client before it started",
-                type=_STEP_CANCELLED,
+                type=STEP_CANCELLED,
                 non_retryable=True,
             )
 
@@ -275,10 +271,10 @@ class SessionWorkflow:
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
-                raise _cancelled_step("exec") from err
+                raise cancelled_step("exec") from err
             raise
         except asyncio.CancelledError as err:
-            raise _cancelled_step("exec") from err
+            raise cancelled_step("exec") from err
 
     async def _acquire(self) -> None:
         """Acquire the sandbox once per run (provisioning it durably on first use)."""
@@ -369,11 +365,11 @@ class SessionWorkflow:
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
-                raise _cancelled_step(call.name) from err
+                raise cancelled_step(call.name) from err
             raise
         except asyncio.CancelledError as err:
             # The workflow's cancellation cancelled this step's activity (see run()).
-            raise _cancelled_step(call.name) from err
+            raise cancelled_step(call.name) from err
         return result
 
     async def _tracked(self, handle: workflow.ActivityHandle[_R]) -> _R:
@@ -385,15 +381,6 @@ class SessionWorkflow:
             return await handle
         finally:
             self._running.remove(handle)
-
-
-def _cancelled_step(tool: str) -> ApplicationError:
-    return ApplicationError(
-        f"the {tool} step was cancelled together with the session workflow "
-        "(the session may be being deleted)",
-        type=_STEP_CANCELLED,
-        non_retryable=True,
-    )
 
 
 WORKFLOWS: tuple[type, ...] = (

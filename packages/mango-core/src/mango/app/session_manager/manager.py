@@ -3,6 +3,13 @@
 Every operation is one lifecycle command, held under the Session's lock and
 run by the interpreter (:mod:`.interpreter`) through the table the manager
 was built with.
+
+Over 400 lines on purpose: this is the public API of SessionManager, one
+short method per operation, and a third of its length is their docstrings,
+the contract callers read (what each raises, what it leaves behind); the work
+itself already lives in the sibling modules (the interpreter, provisioning,
+teardown, eviction, resources, reconcile), so splitting this further would
+only split that contract.
 """
 
 from __future__ import annotations
