@@ -267,8 +267,11 @@ def test_delete_with_the_wrong_provider_selected_changes_nothing(
     assert deleted.returncode == 0, deleted.stderr
 
 
-def test_a_failed_first_use_says_how_to_free_the_id(state_dir: Path, tmp_path: Path) -> None:
+def test_a_failed_first_use_says_how_to_free_the_id(
+    docker_engine: Engine, state_dir: Path, tmp_path: Path
+) -> None:
     """A first exec that failed on Docker (image missing): local is told how to free the id."""
+    del docker_engine  # the failure must come from a missing image, not from a missing Engine
     resources = tmp_path / "resources"
     local = {"MANGO_SANDBOX": "local"}
     failed = _mango(
