@@ -39,6 +39,10 @@ def _docker_tests(tmp_path: Path, **extra: str) -> tuple[int, str]:
             "docker",
             "-p",
             "no:cacheprovider",
+            # One process: each skip is decided before any server starts, where four
+            # xdist workers would each import everything and start their own (5x slower).
+            "-n",
+            "0",
             "-rfEs",
             f"--basetemp={tmp_path / 'basetemp'}",
             "packages",
