@@ -40,6 +40,7 @@ __all__ = [
     "Facts",
     "GuardCheck",
     "IntentHeld",
+    "IntentInput",
     "Lost",
     "MarkedIdle",
     "Observation",
@@ -376,3 +377,19 @@ class EffectHandler(Generic[_In]):
 
 GuardCheck = Callable[[Ports, Facts, str], None]
 """A guard: ``(ports, facts, command)``; raises its typed error or returns."""
+
+
+@attrs.frozen
+class IntentInput:
+    """An effect's input that is the Session and its provisioning intent."""
+
+    session_id: str
+    intent: ProvisioningIntent
+
+
+def intent_input(facts: Facts) -> IntentInput:
+    """The Session and the intent held or observed (the table persists or observes one first)."""
+    intent = facts.intent
+    if intent is None:  # pragma: no cover - the table puts an intent before these effects
+        raise MangoError(f"session {facts.session_id!r} has no provisioning intent")
+    return IntentInput(facts.session_id, intent)

@@ -37,14 +37,16 @@ from mango.app.session_manager.context import (
     EffectHandler,
     Evicted,
     Facts,
+    IntentInput,
     MarkedIdle,
     Ports,
     StaleObservation,
+    intent_input,
 )
 from mango.app.session_manager.guards import require_own
 from mango.domain.durations import format_duration
 from mango.domain.errors import MangoError, SandboxEvicted
-from mango.domain.values import Binding, ProvisioningIntent, SandboxRef
+from mango.domain.values import Binding, SandboxRef
 
 __all__ = ["DESTROY_EVICTED", "FAIL_EVICTED", "MARK_EVICTED", "RECORD_USE", "RESERVE_SLOT"]
 
@@ -52,29 +54,14 @@ __all__ = ["DESTROY_EVICTED", "FAIL_EVICTED", "MARK_EVICTED", "RECORD_USE", "RES
 # ------------------------------------------------------------------ reserve-slot
 
 
-@attrs.frozen
-class ReserveInput:
-    """The intent that is to take its place."""
-
-    session_id: str
-    intent: ProvisioningIntent
-
-
-def _reserve_input(facts: Facts) -> ReserveInput:
-    intent = facts.intent
-    if intent is None:  # pragma: no cover - the table persists or observes an intent first
-        raise MangoError(f"session {facts.session_id!r} has no intent to reserve a place for")
-    return ReserveInput(facts.session_id, intent)
-
-
-async def reserve_slot(ports: Ports, given: ReserveInput) -> Done:
+async def reserve_slot(ports: Ports, given: IntentInput) -> Done:
     """Take the intent's place under the limit; :class:`FleetFull` when there is none."""
     if not await ports.store.reserve_slot(given.intent, ports.max_sandboxes):
         raise StaleObservation  # another worker replaced or removed the intent
     return Done()
 
 
-RESERVE_SLOT = EffectHandler(gather=_reserve_input, perform=reserve_slot)
+RESERVE_SLOT = EffectHandler(gather=intent_input, perform=reserve_slot)
 
 
 # ------------------------------------------------------------------ record-use

@@ -33,11 +33,13 @@ from mango.app.session_manager.context import (
     EffectHandler,
     Facts,
     IntentHeld,
+    IntentInput,
     Lost,
     Outbid,
     Ports,
     Ready,
     StaleObservation,
+    intent_input,
 )
 from mango.app.session_manager.guards import check_sandbox
 from mango.domain.errors import (
@@ -132,22 +134,7 @@ PERSIST_INTENT = EffectHandler(
 # ------------------------------------------------------------------ create-resource
 
 
-@attrs.frozen
-class CreateInput:
-    """The Session and the intent the resource is created for (its stored spec wins)."""
-
-    session_id: str
-    intent: ProvisioningIntent
-
-
-def _create_input(facts: Facts) -> CreateInput:
-    intent = facts.intent
-    if intent is None:  # pragma: no cover - the table persists or observes an intent first
-        raise MangoError(f"session {facts.session_id!r} has no intent to create for")
-    return CreateInput(facts.session_id, intent)
-
-
-async def create_resource(ports: Ports, given: CreateInput) -> Created:
+async def create_resource(ports: Ports, given: IntentInput) -> Created:
     """Create (or find, by session key) the resource for the intent's own spec."""
     spec = given.intent.spec
     sandbox = await ports.provider.create(given.session_id, spec)
@@ -159,7 +146,7 @@ async def create_resource(ports: Ports, given: CreateInput) -> Created:
     return Created(sandbox, spec)
 
 
-CREATE_RESOURCE = EffectHandler(gather=_create_input, perform=create_resource, outcomes=(Created,))
+CREATE_RESOURCE = EffectHandler(gather=intent_input, perform=create_resource, outcomes=(Created,))
 
 
 # ------------------------------------------------------------------ setup-resource
