@@ -33,7 +33,11 @@ from mango.provider import (
     Capability,
     CapabilitySet,
     FileResourceSandbox,
+    FileSystemSandbox,
     LimitedNetworkSandbox,
+    PausableSandbox,
+    PortSandbox,
+    ProcessSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
 )
@@ -61,6 +65,10 @@ CAPABILITY_PROTOCOLS: dict[Capability, tuple[type, ...]] = {
     Capability.PACKAGE_SETUP: (),
     Capability.FILE_RESOURCES: (FileResourceSandbox, ResourceLockSandbox),
     Capability.SESSION_OUTPUTS: (SessionOutputSandbox, ResourceLockSandbox),
+    Capability.FILE_API: (FileSystemSandbox,),
+    Capability.BACKGROUND_PROCESSES: (ProcessSandbox,),
+    Capability.PAUSE: (PausableSandbox,),
+    Capability.EXPOSED_PORTS: (PortSandbox,),
 }
 """The sandbox protocols each built capability requires (package setup runs through exec).
 
@@ -172,6 +180,26 @@ class CapabilityChecks:
     def test_limited_network_protocol(self, conformance: Harness) -> None:
         """Sandboxes of a provider declaring limited network implement LimitedNetworkSandbox."""
         _protocol_check(conformance, Capability.LIMITED_NETWORK)
+
+    @pytest.mark.mango_capability(Capability.FILE_API.value)
+    def test_file_api_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring the file API implement FileSystemSandbox."""
+        _protocol_check(conformance, Capability.FILE_API)
+
+    @pytest.mark.mango_capability(Capability.BACKGROUND_PROCESSES.value)
+    def test_background_processes_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring background processes implement ProcessSandbox."""
+        _protocol_check(conformance, Capability.BACKGROUND_PROCESSES)
+
+    @pytest.mark.mango_capability(Capability.PAUSE.value)
+    def test_pause_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring pause implement PausableSandbox."""
+        _protocol_check(conformance, Capability.PAUSE)
+
+    @pytest.mark.mango_capability(Capability.EXPOSED_PORTS.value)
+    def test_exposed_ports_protocol(self, conformance: Harness) -> None:
+        """Sandboxes of a provider declaring exposed ports implement PortSandbox."""
+        _protocol_check(conformance, Capability.EXPOSED_PORTS)
 
 
 mark_checks(CapabilityChecks, pytest.mark.mango_capability_group)

@@ -33,6 +33,10 @@ class Capability(enum.StrEnum):
     SESSION_OUTPUTS = "session-outputs"
     SKILL_BUNDLES = "skill-bundles"
     MEMORY_STORES = "memory-stores"
+    FILE_API = "file-api"
+    BACKGROUND_PROCESSES = "background-processes"
+    PAUSE = "pause"
+    EXPOSED_PORTS = "exposed-ports"
 
     @property
     def description(self) -> str:
@@ -47,6 +51,10 @@ _DESCRIPTIONS = {
     Capability.SESSION_OUTPUTS: "session output mounts",
     Capability.SKILL_BUNDLES: "skill bundle mounts",
     Capability.MEMORY_STORES: "memory store mounts",
+    Capability.FILE_API: "the file API (list, stat, remove, rename, make a directory)",
+    Capability.BACKGROUND_PROCESSES: "background processes",
+    Capability.PAUSE: "pause and resume",
+    Capability.EXPOSED_PORTS: "exposed ports",
 }
 
 RESOURCE_CAPABILITIES = frozenset(

@@ -26,6 +26,9 @@ message text::
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
         │   └── InvalidPathError   a workspace path breaks the path rules
         │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
+        ├── PathExists             the file API's destination exists already (rename, mkdir)
+        ├── DirectoryNotEmpty      a directory to remove has entries; remove it recursively
+        ├── ProcessNotFound        no background process has that id in the sandbox; process_id
         ├── OwnershipError         the resource belongs to another Session or provider
         ├── RemovalBlocked         a sandbox removal met a mount point or an immutable file; path
         ├── AdmissionRejected      the spec cannot run on this provider (every reason listed)
@@ -71,6 +74,7 @@ __all__ = [
     "CapabilityNotSupported",
     "ConfigurationError",
     "ContentMismatch",
+    "DirectoryNotEmpty",
     "FileStoreUnavailable",
     "FileTooLarge",
     "FleetFull",
@@ -84,8 +88,10 @@ __all__ = [
     "PackageSetupFailed",
     "PackageSetupInterrupted",
     "PathEscapeError",
+    "PathExists",
     "PermanentError",
     "PreconditionFailed",
+    "ProcessNotFound",
     "ProtocolError",
     "ProviderUnavailable",
     "ProvisioningBlocked",
@@ -385,6 +391,29 @@ class InvalidPathError(InvalidInput):
 
 class PathEscapeError(InvalidPathError):
     """A path would leave the workspace: ``..``, an absolute path, or a symlink."""
+
+
+class PathExists(PermanentError):
+    """The file API's destination already exists (a rename target, a directory to make)."""
+
+
+class DirectoryNotEmpty(PermanentError):
+    """A directory to remove has entries and the removal was not recursive."""
+
+
+class ProcessNotFound(PermanentError):
+    """No background process with this id was started in the sandbox.
+
+    Permanent: process ids are never reused within a sandbox. ``process_id``
+    is the id that was asked for.
+    """
+
+    def __init__(self, process_id: str, *, hint: str | None = None) -> None:
+        self.process_id = process_id
+        super().__init__(
+            f"no background process {process_id!r} in this sandbox",
+            hint=hint or "list the Session's processes with 'mango processes ls --session ID'",
+        )
 
 
 class OwnershipError(PermanentError):

@@ -21,6 +21,12 @@ from mango.domain.resource_ports import (
     ResourceLockSandbox,
     SessionOutputSandbox,
 )
+from mango.domain.sandbox_ports import (
+    FileSystemSandbox,
+    PausableSandbox,
+    PortSandbox,
+    ProcessSandbox,
+)
 from mango.domain.values import (
     Binding,
     Command,
@@ -37,9 +43,13 @@ __all__ = [
     "BindingStore",
     "Clock",
     "FileResourceSandbox",
+    "FileSystemSandbox",
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
     "PackageSetupSandbox",
+    "PausableSandbox",
+    "PortSandbox",
+    "ProcessSandbox",
     "Provider",
     "PurgingProvider",
     "ResourceLockSandbox",
@@ -349,7 +359,9 @@ class Clock(Protocol):
 # module (and the provider surface) only together with a provider that
 # implements it and conformance checks for it. File resources, session
 # outputs and the resource lock are in mango.domain.resource_ports (Docker
-# implements them); skill bundles and memory stores have none yet.
+# implements them); the file API, background processes, pause and exposed
+# ports in mango.domain.sandbox_ports; skill bundles and memory stores have
+# none yet.
 
 
 @runtime_checkable
