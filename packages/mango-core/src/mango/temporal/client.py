@@ -258,30 +258,85 @@ class Orchestrator:
             await require_worker(self.client, provider, task_queue, doing)
 
     async def run_tool(
-        self, session_id: str, call: ToolCall, spec: SandboxSpec | None = None
+        self,
+        session_id: str,
+        call: ToolCall,
+        spec: SandboxSpec | None = None,
+        *,
+        max_wait: float = 120.0,
     ) -> ToolResult:
         """Run one tool step through the Session's workflow and return its result.
 
         Creates the Session if needed (a fenced one raises
         :class:`SessionDeleting`), starts its workflow or joins the running
         one (update-with-start), and waits for the step. A failed step is
-        raised as the mango error it carries.
+        raised as the mango error it carries. If the Temporal server goes
+        away meanwhile, the client waits for it up to ``max_wait`` seconds
+        (see :meth:`exec`).
         """
         validate_session_id(session_id)
         parse_arguments(call)
-        start = await self._prepare(session_id, spec)
-        try:
-            with _rpc_errors(f"run a tool step of session {session_id!r}"):
-                # By name: the SDK's overloads mistype async update methods.
-                result: ToolResult = await self.client.execute_update_with_start_workflow(
-                    RUN_TOOL_UPDATE, call, start_workflow_operation=start, result_type=ToolResult
-                )
-        except WorkflowUpdateFailedError as exc:
-            raise_as_mango_error(exc)
-        except ProviderUnavailable as exc:
-            await _raise_if_keys_mismatch(self.client, session_workflow_id(session_id), exc)
-            raise
+        starter = await self._starter(session_id, spec)
+        result: ToolResult = await self._send_step(
+            session_id,
+            RUN_TOOL_UPDATE,
+            call,
+            ToolResult,
+            starter,
+            update_id=uuid.uuid4().hex,
+            max_wait=max_wait,
+            doing=f"run a tool step of session {session_id!r}",
+        )
         return result
+
+    async def _send_step(
+        self,
+        session_id: str,
+        update_name: str,
+        argument: Any,
+        result_type: type[Any],
+        starter: Callable[[], WithStartWorkflowOperation[Any, Any]],
+        *,
+        update_id: str,
+        max_wait: float,
+        doing: str,
+    ) -> Any:
+        """Send one step (an update-with-start) and return its result, across a server outage.
+
+        When the server goes away the update may already have been accepted:
+        the step then runs once the server is back. So the client waits for
+        the server (at most ``max_wait`` seconds from the first failure) and
+        sends the same update id again, which joins the accepted step (or
+        returns its outcome) instead of starting another. A server still away
+        then is :func:`_outcome_unknown`, never a failed step.
+        """
+        workflow_id = session_workflow_id(session_id)
+        operation = starter()
+        outage: float | None = None
+        while True:
+            try:
+                try:
+                    with _rpc_errors(doing):
+                        # By name: the SDK's overloads mistype async update methods.
+                        return await self.client.execute_update_with_start_workflow(
+                            update_name,
+                            argument,
+                            start_workflow_operation=operation,
+                            result_type=result_type,
+                            id=update_id,
+                        )
+                except WorkflowUpdateFailedError as exc:
+                    raise_as_mango_error(exc)
+            except ProviderUnavailable as exc:
+                if not _server_went_away(exc):
+                    await _raise_if_keys_mismatch(self.client, workflow_id, exc)
+                    raise
+                _forget_start(operation)
+                loop = asyncio.get_running_loop()
+                outage = loop.time() if outage is None else outage
+                if not await _rejoin(self.client, outage + max_wait):
+                    raise _outcome_unknown(session_id, update_id, max_wait) from exc
+                operation = starter()
 
     async def _prepare(
         self, session_id: str, spec: SandboxSpec | None
@@ -350,44 +405,26 @@ class Orchestrator:
         """
         validate_session_id(session_id)
         starter = await self._starter(session_id, spec)
-        start = starter()
         step = ExecStep(step_id=uuid.uuid4().hex, command=command)
         handle = self.client.get_workflow_handle(session_workflow_id(session_id))
+        sent: list[WithStartWorkflowOperation[Any, Any]] = []
 
-        async def send(operation: WithStartWorkflowOperation[Any, Any]) -> ExecResult:
-            try:
-                with _rpc_errors(f"run a command in session {session_id!r}"):
-                    # By name: the SDK's overloads mistype async update methods.
-                    result: ExecResult = await self.client.execute_update_with_start_workflow(
-                        EXEC_UPDATE,
-                        step,
-                        start_workflow_operation=operation,
-                        result_type=ExecResult,
-                        id=step.step_id,
-                    )
-            except WorkflowUpdateFailedError as exc:
-                raise_as_mango_error(exc)
-            return result
+        def start() -> WithStartWorkflowOperation[Any, Any]:
+            sent.append(starter())
+            return sent[-1]
 
         async def run() -> ExecResult:
-            operation = start
-            outage: float | None = None
-            while True:
-                try:
-                    return await send(operation)
-                except ProviderUnavailable as exc:
-                    if not _server_went_away(exc):
-                        await _raise_if_keys_mismatch(self.client, handle.id, exc)
-                        raise
-                    # The update may have been accepted before the server went away: the
-                    # step then runs once it is back. Re-sending the same update id joins
-                    # it (or its outcome) instead of starting another, so wait and re-send.
-                    _forget_start(operation)
-                    loop = asyncio.get_running_loop()
-                    outage = loop.time() if outage is None else outage
-                    if not await _rejoin(self.client, outage + max_wait):
-                        raise _outcome_unknown(session_id, step.step_id, max_wait) from exc
-                    operation = starter()
+            result: ExecResult = await self._send_step(
+                session_id,
+                EXEC_UPDATE,
+                step,
+                ExecResult,
+                start,
+                update_id=step.step_id,
+                max_wait=max_wait,
+                doing=f"run a command in session {session_id!r}",
+            )
+            return result
 
         update = asyncio.ensure_future(run())
         try:
@@ -401,7 +438,8 @@ class Orchestrator:
             return update.result()
         unclaimed = reason.startswith("no worker")
         await cancel_step(handle, step.step_id, update, grace=0.0 if unclaimed else 30.0)
-        _forget_start(start)
+        for operation in sent:
+            _forget_start(operation)
         if unclaimed:
             provider, _ = await self.route(session_id)
             raise ProviderUnavailable(
