@@ -102,8 +102,11 @@ class FileInfo:
 class DirectoryListing:
     """A bounded listing: at most the requested limit of entries, in a stable order.
 
-    ``entries`` are sorted by path. ``truncated`` says that more entries
-    exist than were returned (the listing stopped at the limit).
+    ``entries`` are sorted by path (code-point order of the ``/``-separated
+    strings, what ``LC_ALL=C sort`` gives), and a truncated listing holds the
+    *first* ``limit`` entries in that order, whatever order the backend read
+    them in. ``truncated`` says that more entries exist than were returned
+    (the listing stopped at the limit).
     """
 
     entries: tuple[FileInfo, ...]
