@@ -38,12 +38,10 @@ from typing import TYPE_CHECKING, cast
 
 from mango.local.files import open_existing_directory, walk_directories
 from mango.provider import (
-    MAX_LIST_LIMIT,
     DirectoryListing,
     DirectoryNotEmpty,
     FileInfo,
     FileKind,
-    InvalidInput,
     InvalidPathError,
     Location,
     PathEscapeError,
@@ -51,6 +49,7 @@ from mango.provider import (
     PathPolicy,
     PermanentError,
     ProviderUnavailable,
+    check_list_limit,
     file_not_found,
 )
 
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from os import _ScandirIterator
 
 __all__ = [
-    "check_limit",
     "file_info",
     "list_workspace_dir",
     "make_workspace_dir",
@@ -70,13 +68,6 @@ __all__ = [
 _RENAME_NOREPLACE = 1
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIRECTORY_MODE = 0o755
-
-
-def check_limit(limit: object) -> int:
-    """``limit`` as a listing bound: an int from 1 to :data:`MAX_LIST_LIMIT`, else InvalidInput."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidInput(f"a listing limit must be an integer from 1 to {MAX_LIST_LIMIT}")
-    return limit
 
 
 def file_info(path: str, result: os.stat_result) -> FileInfo:
@@ -248,7 +239,7 @@ def list_workspace_dir(
     policy: PathPolicy, path: str, *, recursive: bool, limit: int
 ) -> DirectoryListing:
     """The first ``limit`` entries below the directory ``path`` in path order (see the module)."""
-    kept = _Smallest(check_limit(limit))
+    kept = _Smallest(check_list_limit(limit))
     location = _locate(policy, path)
     fd = _open_listed(location, path)
     try:

@@ -13,7 +13,6 @@ import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
 from mango.local.fileapi import (
-    check_limit,
     list_workspace_dir,
     make_workspace_dir,
     remove_workspace_path,
@@ -43,6 +42,7 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    check_list_limit,
 )
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
@@ -228,7 +228,7 @@ class LocalSandbox(StreamedExec):
         Read lazily (:mod:`mango.local.fileapi`): memory is O(limit) whatever
         the directory holds. Links are listed, never descended into.
         """
-        check_limit(limit)
+        check_list_limit(limit)
         self.path_policy.locate(path, directory=True)
         await checkpoint()
         return await asyncio.to_thread(
