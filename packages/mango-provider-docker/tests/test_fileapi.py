@@ -36,10 +36,15 @@ async def test_names_that_look_like_shell_syntax_are_only_names(sandbox: DockerS
 
 
 async def test_kinds_and_names_the_api_cannot_address(sandbox: DockerSandbox) -> None:
-    """A FIFO is OTHER; an entry whose name holds a newline is left out of listings."""
-    made = await sandbox.exec(sh('mkdir -p k && mkfifo k/pipe && mkdir "$1"', "k/new\nline"))
+    """A FIFO is OTHER; a name with a tab is listed; one with a newline is left out."""
+    made = await sandbox.exec(
+        sh('mkdir -p k && mkfifo k/pipe && mkdir "$1" "$2"', "k/new\nline", "k/ta\tb")
+    )
     assert made.exit_code == 0, made.stderr
     listing = await sandbox.list_dir("k", recursive=True)
-    assert [(entry.path, entry.kind) for entry in listing.entries] == [("k/pipe", FileKind.OTHER)]
+    assert [(entry.path, entry.kind) for entry in listing.entries] == [
+        ("k/pipe", FileKind.OTHER),
+        ("k/ta\tb", FileKind.DIRECTORY),
+    ]
     root = await sandbox.stat("")
     assert (root.path, root.kind) == ("", FileKind.DIRECTORY)

@@ -238,7 +238,7 @@ class ExecFileSystem:
         lines = result.stdout.decode("utf-8", "surrogateescape").split("\n")[:-1]
         entries: list[FileInfo] = []
         for line in lines[:limit]:
-            name, _, fields = line.partition("\t")
+            name, _, fields = line.rpartition("\t")  # a name may hold a tab; the fields never
             relative = name.removeprefix("./")
             entries.append(_info(f"{base}/{relative}" if base else relative, fields))
         truncated = len(lines) > limit or result.stdout_truncated
