@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from conformance_mutants import WrappedProvider, WrappedSandbox
 from mango.domain.errors import PathEscapeError
@@ -176,6 +179,43 @@ class RootRemovableSandbox(_FileApiSandbox):
             await self._inner("remove", entry.path, recursive=True)
 
 
+class ClampedLimitSandbox(_FileApiSandbox):
+    """A listing limit out of range is clamped into it instead of refused."""
+
+    async def list_dir(
+        self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
+    ) -> DirectoryListing:
+        clamped = min(max(limit, 1), MAX_LIST_LIMIT)
+        return await self._inner("list_dir", path, recursive=recursive, limit=clamped)  # type: ignore[no-any-return]
+
+
+class ModeWithTypeBitsSandbox(_FileApiSandbox):
+    """``mode`` is the whole ``st_mode`` (type bits included), not the permission bits."""
+
+    async def stat(self, path: str) -> FileInfo:
+        info: FileInfo = await self._inner("stat", path)
+        raw = (await asyncio.to_thread(os.lstat, self.host(path))).st_mode
+        return attrs.evolve(info, mode=raw)
+
+
+class MtimeAtEpochSandbox(_FileApiSandbox):
+    """``mtime`` is reported as the epoch (a backend field read wrongly)."""
+
+    async def stat(self, path: str) -> FileInfo:
+        info: FileInfo = await self._inner("stat", path)
+        return attrs.evolve(info, mtime=datetime.fromtimestamp(0, UTC))
+
+
+class MakeDirThroughLinksSandbox(_FileApiSandbox):
+    """``make_dir`` of a link to a directory is success, and below it follows the link."""
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> None:
+        try:
+            await self._inner("make_dir", path, parents=parents)
+        except PathEscapeError:
+            await asyncio.to_thread(self.host(path).mkdir, parents=parents, exist_ok=parents)
+
+
 class ExecFileApiSandbox(ExecFileSystem, WrappedSandbox):
     """Not a mutant: the local sandbox with the kit's exec fallback instead of its own file API.
 
@@ -202,6 +242,10 @@ FILE_API_MUTANTS: dict[str, type[WrappedProvider]] = {
     "make-dir-always-parents": _file_api_mutant(MakeDirAlwaysParentsSandbox),
     "parent-links-followed": _file_api_mutant(ParentLinksFollowedSandbox),
     "root-removable": _file_api_mutant(RootRemovableSandbox),
+    "listing-clamps-limits": _file_api_mutant(ClampedLimitSandbox),
+    "mode-with-type-bits": _file_api_mutant(ModeWithTypeBitsSandbox),
+    "mtime-at-epoch": _file_api_mutant(MtimeAtEpochSandbox),
+    "make-dir-through-links": _file_api_mutant(MakeDirThroughLinksSandbox),
     "file-api-unchanged": WrappedProvider,
     "file-api-through-exec": _file_api_mutant(ExecFileApiSandbox),
 }
