@@ -891,4 +891,7 @@ def target_for(name: str) -> ConformanceTarget:
         return _remote_target(name)
     if name in DOCKER_MUTANTS:
         return _docker_target(name)
-    return provider_target("local", MUTANTS[name], description=f"mutant: {name}")
+    from fileapi_mutants import FILE_API_MUTANTS
+
+    factory = MUTANTS[name] if name in MUTANTS else FILE_API_MUTANTS[name]
+    return provider_target("local", factory, description=f"mutant: {name}")

@@ -13,6 +13,7 @@ from mango_conformance.checks.capabilities import (
     CapabilityChecks,
     declared_capabilities,
 )
+from mango_conformance.checks.fileapi import FileApiChecks
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
@@ -41,6 +42,7 @@ class ProviderSuite(
     NetworkChecks,
     PackageChecks,
     FileResourceChecks,
+    FileApiChecks,
     OutputChecks,
     StatefulChecks,
 ):
