@@ -47,6 +47,7 @@ def sessions_list(limit: int, as_json: bool) -> None:
                 has_binding=binding is not None,
                 binding_lost=binding is not None and binding.lost,
                 binding_evicted=binding is not None and binding.evicted,
+                binding_paused=binding is not None and binding.paused,
             ).value
             rows.append(
                 {
@@ -54,6 +55,11 @@ def sessions_list(limit: int, as_json: bool) -> None:
                     "created_at": record.created_at.isoformat(),
                     "state": state,
                     "sandbox": str(binding.ref) if binding else None,
+                    "paused_at": (
+                        binding.paused_at.isoformat()
+                        if binding is not None and binding.paused_at is not None
+                        else None
+                    ),
                 }
             )
         return rows
