@@ -56,10 +56,15 @@ __all__ = [
 
 PROVIDER_NAME = "docker"
 CAPABILITIES = CapabilitySet.of(
-    Capability.PACKAGE_SETUP, Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+    Capability.PACKAGE_SETUP,
+    Capability.FILE_RESOURCES,
+    Capability.SESSION_OUTPUTS,
+    Capability.PAUSE,
+    Capability.EXPOSED_PORTS,
 )
 """What the provider declares and reports: package setup (through exec, on its own network),
-File Resources and Session outputs (provider-owned mounts)."""
+File Resources and Session outputs (provider-owned mounts), pause (Engine pause/unpause) and
+exposed ports (published on 127.0.0.1 when a container is created)."""
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"
