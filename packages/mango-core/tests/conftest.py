@@ -332,6 +332,28 @@ class MemoryProvider:
         self.world.paused.discard(ref.external_id)
         self.world.destroys += 1
 
+    def _owned(self, session_key: str, ref: SandboxRef) -> str:
+        if ref.provider != self.name:
+            raise OwnershipError(f"{ref} is not a {self.name} reference")
+        owner = self.world.resources.get(ref.external_id)
+        if owner is None:
+            raise SandboxNotFound(f"{ref} does not exist")
+        if owner != session_key:
+            raise OwnershipError(f"{ref} belongs to another session")
+        return ref.external_id
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause by reference (idempotent), as the sandbox's own pause does."""
+        await KeepAliveMemorySandbox(
+            self.world, SandboxRef(self.name, self._owned(session_key, ref))
+        ).pause()
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume by reference (idempotent)."""
+        await KeepAliveMemorySandbox(
+            self.world, SandboxRef(self.name, self._owned(session_key, ref))
+        ).resume()
+
     async def aclose(self) -> None:
         return None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mango.domain.errors import InvalidInput, PermanentError
+from mango.domain.errors import InvalidInput, OwnershipError, PermanentError
 from mango.domain.values import Command, NetworkMode, SandboxSpec
 from mango_provider_docker import DockerSandbox, Engine
 
@@ -19,6 +19,12 @@ from .helpers import eventually, sh, wait_for_file
 pytestmark = pytest.mark.docker
 
 PORT = 8080
+
+
+async def client_get(url: str) -> str:
+    """The body of ``url``/index.html."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        return (await client.get(url + "/index.html")).text
 
 
 async def test_pause_freezes_the_container_and_a_fresh_provider_sees_it(
@@ -114,6 +120,13 @@ async def test_a_published_port_is_reached_through_its_url(
         assert "MANGO_SANDBOX_PORTS" in (refused.value.hint or "")
         with pytest.raises(InvalidInput):
             await sandbox.expose_port(0)
+        # The provider's form works from the reference alone, whatever the spec.
+        await provider.pause(session_key, sandbox.ref)
+        assert await sandbox.is_paused()
+        with pytest.raises(OwnershipError):
+            await provider.resume(session_key + "-other", sandbox.ref)
+        await provider.resume(session_key, sandbox.ref)
+        assert (await client_get(url)) == "hello from the sandbox"
     finally:
         if server is not None:
             server.cancel()

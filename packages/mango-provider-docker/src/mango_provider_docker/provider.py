@@ -279,6 +279,26 @@ class DockerProvider:
         await enforce(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec, mounts)
 
+    async def _owned_container(self, session_key: str, ref: SandboxRef) -> str:
+        """The container id of ``ref``, checked to be ``session_key``'s (not its spec)."""
+        key = validate_session_id(session_key)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
+        inspect = await self._engine.inspect_container(container_id)
+        if inspect is None or inspect.get("Id") != container_id:
+            raise SandboxNotFound(f"docker container {container_id} no longer exists")
+        verify_ownership(inspect, self.ownership, key)
+        return container_id
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause ``ref``'s container by reference (ownership checked, no spec); idempotent."""
+        container_id = await self._owned_container(session_key, ref)
+        await self._sandbox(session_key, container_id, SandboxSpec()).pause()
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume ``ref``'s container by reference (ownership checked, no spec); idempotent."""
+        container_id = await self._owned_container(session_key, ref)
+        await self._sandbox(session_key, container_id, SandboxSpec()).resume()
+
     async def find(self, session_key: str) -> SandboxRef | None:
         """The reference of ``session_key``'s container in this namespace, or None. Read-only.
 

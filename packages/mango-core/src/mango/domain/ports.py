@@ -23,6 +23,7 @@ from mango.domain.resource_ports import (
 )
 from mango.domain.sandbox_ports import (
     FileSystemSandbox,
+    PausableProvider,
     PausableSandbox,
     PortSandbox,
     ProcessSandbox,
@@ -47,6 +48,7 @@ __all__ = [
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
     "PackageSetupSandbox",
+    "PausableProvider",
     "PausableSandbox",
     "PortSandbox",
     "ProcessSandbox",

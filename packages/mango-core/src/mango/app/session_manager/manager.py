@@ -322,16 +322,23 @@ class SessionManager:
         *,
         deadline: float | None = None,
     ) -> str:
-        """A URL that reaches ``port`` in the Session's sandbox (acquired, so resumed if paused).
+        """A URL that reaches ``port`` in the Session's bound sandbox (resumed if paused).
 
+        Never provisions: a server listens in a sandbox that exists.
         :class:`CapabilityNotSupported` where the provider does not declare
-        ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535.
+        ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535
+        or a Session with no sandbox.
         """
         validate_session_id(session_id)
         self._require(Capability.EXPOSED_PORTS)
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise InvalidInput(f"port must be a number from 1 to 65535, got {port!r}")
-        sandbox = await self.acquire(session_id, spec or SandboxSpec(), deadline=deadline)
+        sandbox = await self.acquire_existing(session_id, spec or SandboxSpec(), deadline=deadline)
+        if sandbox is None:
+            raise InvalidInput(
+                f"session {session_id!r} has no sandbox to expose a port of",
+                hint="start it first (mango exec --session ...), then expose the port",
+            )
         raw = sandbox.inner if isinstance(sandbox, SessionSandbox) else sandbox
         if not isinstance(raw, PortSandbox):
             raise CapabilityNotSupported(

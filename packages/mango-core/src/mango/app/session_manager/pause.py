@@ -14,16 +14,16 @@ So a crash between the provider and the record leaves a paused record over
 a running resource, never the reverse: the next use resumes it (a no-op at
 the provider), and the eviction pass, which lists pauses the provider has
 not confirmed, pauses it again. A vanished resource is reported as ``lost``
-like attach does. The client is the cached one, else a fresh attach; a
-provider whose sandbox is not a :class:`~mango.domain.ports.PausableSandbox`
-raises :class:`~mango.domain.errors.CapabilityNotSupported`.
+like attach does. The provider pauses and resumes by reference
+(:class:`~mango.domain.ports.PausableProvider`), as it destroys: the binding
+is all the idle eviction and a restarted worker know; a provider that is not
+one raises :class:`~mango.domain.errors.CapabilityNotSupported`.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from mango.app.session_manager.clients import CachedClient
 from mango.app.session_manager.context import (
     Done,
     EffectHandler,
@@ -33,10 +33,11 @@ from mango.app.session_manager.context import (
     Ports,
     StaleObservation,
 )
+from mango.app.session_manager.guards import require_own
 from mango.domain.errors import CapabilityNotSupported, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleSignal
-from mango.domain.ports import PausableSandbox
-from mango.domain.values import Binding, SandboxRef, SandboxSpec
+from mango.domain.ports import PausableProvider
+from mango.domain.values import Binding, SandboxRef
 
 __all__ = [
     "CLEAR_PAUSED",
@@ -111,39 +112,32 @@ MARK_PAUSED_IDLE = EffectHandler(
 
 @attrs.frozen
 class ResourceInput:
-    """The paused (or to be paused) resource: its reference, the cached client, the spec."""
+    """The paused (or to be paused) resource's reference."""
 
     session_id: str
     ref: SandboxRef
-    spec: SandboxSpec
-    cached: CachedClient | None
 
 
 def _resource_input(facts: Facts) -> ResourceInput:
-    return ResourceInput(facts.session_id, _ref(facts), facts.spec, facts.observed.cached)
+    return ResourceInput(facts.session_id, _ref(facts))
 
 
-async def _pausable(ports: Ports, given: ResourceInput) -> PausableSandbox:
-    cached = given.cached
-    if cached is not None and cached.raw.ref == given.ref:
-        raw = cached.raw
-    else:
-        raw = await ports.provider.attach(given.session_id, given.ref, given.spec)
-    if not isinstance(raw, PausableSandbox):
-        name = ports.provider.name
+def _pausable(ports: Ports, given: ResourceInput) -> PausableProvider:
+    provider = ports.provider
+    require_own(provider, given.session_id, given.ref.provider, "pause")
+    if not isinstance(provider, PausableProvider):
         raise CapabilityNotSupported(
-            name,
-            [f"{name} does not support pause and resume"],
+            provider.name,
+            [f"{provider.name} does not support pause and resume"],
             hint="choose a provider that declares pause (mango providers lists them)",
         )
-    return raw
+    return provider
 
 
 async def pause_resource(ports: Ports, given: ResourceInput) -> Done | Lost:
     """Pause the marked resource (idempotent), then record that the provider confirmed it."""
     try:
-        sandbox = await _pausable(ports, given)
-        await sandbox.pause()
+        await _pausable(ports, given).pause(given.session_id, given.ref)
     except SandboxNotFound as exc:
         ports.clients.forget(given.session_id, given.ref)
         return Lost(given.ref, exc)
@@ -154,8 +148,7 @@ async def pause_resource(ports: Ports, given: ResourceInput) -> Done | Lost:
 async def resume_resource(ports: Ports, given: ResourceInput) -> Resumed | Lost:
     """Resume the paused resource (idempotent); its mark is removed only after this."""
     try:
-        sandbox = await _pausable(ports, given)
-        await sandbox.resume()
+        await _pausable(ports, given).resume(given.session_id, given.ref)
     except SandboxNotFound as exc:
         ports.clients.forget(given.session_id, given.ref)
         return Lost(given.ref, exc)
