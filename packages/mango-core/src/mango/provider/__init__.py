@@ -140,7 +140,13 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
-from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
+from mango.domain.testbed import (
+    ConformanceTestbed,
+    EgressProbe,
+    NetworkTestbed,
+    PackageSource,
+    PortTestbed,
+)
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
     non_negative_number,
@@ -236,6 +242,7 @@ __all__ = [
     "PausableSandbox",
     "PermanentError",
     "PortSandbox",
+    "PortTestbed",
     "ProcessHandle",
     "ProcessInfo",
     "ProcessNotFound",
