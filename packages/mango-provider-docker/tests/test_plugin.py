@@ -115,6 +115,16 @@ def test_settings_defaults() -> None:
     assert read_docker_settings({"MANGO_STATE_DIR": "/s"}).resource_dir == Path("/s/docker")
 
 
+def test_ports_setting() -> None:
+    """MANGO_SANDBOX_PORTS: sorted distinct ports; anything else is named."""
+    assert read_docker_settings({}).publish_ports == ()
+    ports = read_docker_settings({"MANGO_SANDBOX_PORTS": " 8080, 3000,8080 "}).publish_ports
+    assert ports == (3000, 8080)
+    for bad in ("0", "65536", "http", "80,x"):
+        with pytest.raises(ConfigurationError, match="MANGO_SANDBOX_PORTS"):
+            read_docker_settings({"MANGO_SANDBOX_PORTS": bad})
+
+
 def test_settings_from_environment() -> None:
     """Every variable is read; 0 disables a limit."""
     settings = read_docker_settings(
