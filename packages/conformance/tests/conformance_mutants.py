@@ -29,10 +29,16 @@ import attrs
 
 from mango.app import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import ContentMismatch, PathEscapeError, SandboxNotFound
+from mango.domain.errors import (
+    ContentMismatch,
+    PathEscapeError,
+    ResourceConflict,
+    SandboxNotFound,
+)
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
+from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -618,6 +624,18 @@ class DockerWrappedSandbox(WrappedSandbox):
     def host_dir(self) -> Path:
         return Path(self.inner.host_dir)  # type: ignore[attr-defined]
 
+    async def pause(self) -> None:
+        await self.inner.pause()  # type: ignore[attr-defined]
+
+    async def resume(self) -> None:
+        await self.inner.resume()  # type: ignore[attr-defined]
+
+    async def is_paused(self) -> bool:
+        return await self.inner.is_paused()  # type: ignore[attr-defined, no-any-return]
+
+    async def expose_port(self, port: int) -> str:
+        return await self.inner.expose_port(port)  # type: ignore[attr-defined, no-any-return]
+
     def host_target(self, runtime_path: str) -> Path:
         return self.host_dir / "files" / runtime_path[len(_UPLOADS) + 1 :]
 
@@ -629,6 +647,12 @@ class DockerWrapped(WrappedProvider):
     """Wraps a Docker provider (``inner``, from the daemon's conformance target)."""
 
     sandbox_class = DockerWrappedSandbox
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.pause(session_key, ref)  # type: ignore[attr-defined]
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.resume(session_key, ref)  # type: ignore[attr-defined]
 
 
 async def _gathered(chunks: AsyncIterable[bytes]) -> bytes:
@@ -858,6 +882,88 @@ class ToolsSeeAnotherRoot(DockerWrapped):
     sandbox_class = ToolsElsewhereSandbox
 
 
+# pause and exposed-ports: mutants of the Docker provider (Engine pause, 127.0.0.1 ports).
+
+
+class FlagPauseSandbox(DockerWrappedSandbox):
+    """Pause only sets a flag of this client: the container keeps running."""
+
+    paused: bool = False
+
+    async def pause(self) -> None:
+        self.paused = True
+
+    async def resume(self) -> None:
+        self.paused = False
+
+    async def is_paused(self) -> bool:
+        return self.paused
+
+
+class PauseIsAFlag(DockerWrapped):
+    """``pause`` remembers, the backend never pauses (and the provider's form does nothing)."""
+
+    sandbox_class = FlagPauseSandbox
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        return None
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        return None
+
+
+class StrictResumeSandbox(DockerWrappedSandbox):
+    """Resume of a running sandbox fails (as the Engine's unpause does)."""
+
+    async def resume(self) -> None:
+        if not await self.inner.is_paused():  # type: ignore[attr-defined]
+            raise ResourceConflict("the container is not paused")
+        await self.inner.resume()  # type: ignore[attr-defined]
+
+
+class ResumeNotIdempotent(DockerWrapped):
+    """``resume`` of a running sandbox is an error."""
+
+    sandbox_class = StrictResumeSandbox
+
+
+class WipingResumeSandbox(DockerWrappedSandbox):
+    """Resume starts the workspace afresh (as a restore from an empty snapshot would)."""
+
+    async def resume(self) -> None:
+        await self.inner.resume()  # type: ignore[attr-defined]
+        await self.inner.exec(Command(("sh", "-c", "rm -rf -- ./* ./.[!.]*")))
+
+
+class ResumeLosesWorkspace(DockerWrapped):
+    """The workspace does not survive a pause."""
+
+    sandbox_class = WipingResumeSandbox
+
+
+class OffByOnePortSandbox(DockerWrappedSandbox):
+    """``expose_port`` answers with the URL of the next host port."""
+
+    async def expose_port(self, port: int) -> str:
+        url = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        base, host_port = str(url).rsplit(":", 1)
+        return f"{base}:{int(host_port) + 1}"
+
+
+class PortUrlWrong(DockerWrapped):
+    """The exposed URL reaches nothing in the sandbox."""
+
+    sandbox_class = OffByOnePortSandbox
+
+
+PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
+    "pause-is-a-flag": PauseIsAFlag,
+    "resume-not-idempotent": ResumeNotIdempotent,
+    "resume-loses-workspace": ResumeLosesWorkspace,
+    "port-url-wrong": PortUrlWrong,
+}
+"""The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
+
 DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "uploads-in-workspace": UploadsInWorkspace,
     "import-in-place": ImportInPlace,
@@ -868,12 +974,13 @@ DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "export-follows-links": ExportFollowsLinks,
     "tools-see-another-root": ToolsSeeAnotherRoot,
     "docker-unchanged": DockerWrapped,
+    **PAUSE_MUTANTS,
 }
 """The Docker mutants; ``docker-unchanged`` is the control (no defect)."""
 
 
 def _docker_target(name: str) -> ConformanceTarget:
-    from mango_provider_docker.conformance import open_conformance_provider
+    from mango_provider_docker.conformance import PORT_TESTBED, open_conformance_provider
 
     mutant = DOCKER_MUTANTS[name]
 
@@ -882,7 +989,17 @@ def _docker_target(name: str) -> ConformanceTarget:
         async with open_conformance_provider(scratch) as inner:
             yield mutant(scratch, inner)
 
-    return ConformanceTarget(provider="docker", open=open_mutant, description=f"mutant: {name}")
+    @contextlib.asynccontextmanager
+    async def port_testbed(scratch: Path) -> AsyncIterator[ConformanceTestbed]:
+        del scratch
+        yield ConformanceTestbed(ports=PORT_TESTBED)
+
+    return ConformanceTarget(
+        provider="docker",
+        open=open_mutant,
+        description=f"mutant: {name}",
+        testbed=port_testbed,
+    )
 
 
 def target_for(name: str) -> ConformanceTarget:

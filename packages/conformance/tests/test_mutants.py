@@ -222,6 +222,24 @@ DOCKER_CAUGHT_BY: dict[str, set[str]] = {
 }
 """The Docker mutants and the file-resource and output checks that must catch them."""
 
+PAUSE_AND_PORTS = "pause or exposed_port"
+"""The checks the pause and exposed-ports mutants are run with."""
+
+KEEPS = "test_pause_keeps_the_workspace"
+FROZEN = "test_paused_sandbox_runs_nothing_until_resumed"
+IDEMPOTENT = "test_pause_and_resume_are_idempotent"
+FRESH = "test_a_fresh_provider_sees_the_pause"
+REACHED = "test_exposed_port_reaches_a_server_in_the_sandbox"
+
+PAUSE_CAUGHT_BY: dict[str, set[str]] = {
+    # The container runs on: the frozen command sees "go" and a fresh instance sees no pause.
+    "pause-is-a-flag": {FROZEN, FRESH},
+    "resume-not-idempotent": {IDEMPOTENT},
+    "resume-loses-workspace": {KEEPS},
+    "port-url-wrong": {REACHED},
+}
+"""The pause and exposed-ports mutants (Docker) and the checks that must fail on each."""
+
 
 @pytest.fixture
 async def docker_daemon() -> None:
@@ -263,6 +281,39 @@ def test_resource_mutant_is_caught(
     escaped = {name for name in DOCKER_CAUGHT_BY[mutant] if found.get(name) != "failed"}
     assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(PAUSE_CAUGHT_BY))
+def test_pause_or_port_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """The pause or exposed-ports checks named for each Docker mutant fail (only they run)."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    only = " or ".join(sorted(PAUSE_CAUGHT_BY[mutant]))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", only)
+    found = outcomes(result)
+    escaped = {name for name in PAUSE_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+def test_unchanged_docker_wrapper_passes_the_pause_and_port_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+) -> None:
+    """The control: the wrapper with no defect passes every pause and exposed-ports check."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", PAUSE_AND_PORTS)
+    found = outcomes(result)
+    checks = set().union(*PAUSE_CAUGHT_BY.values())
+    assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
+    assert result.ret == pytest.ExitCode.OK
 
 
 @pytest.mark.docker

@@ -19,6 +19,7 @@ from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
+from mango_conformance.checks.pause import PauseChecks, PortChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
@@ -44,6 +45,8 @@ class ProviderSuite(
     FileResourceChecks,
     FileApiChecks,
     OutputChecks,
+    PauseChecks,
+    PortChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

@@ -47,6 +47,7 @@ from mango.cli.files import files
 from mango.cli.gc import gc
 from mango.cli.hints import hint_for
 from mango.cli.outputs import outputs
+from mango.cli.ports import ports
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
 from mango.cli.resources import resources
@@ -155,6 +156,7 @@ for _command in (
     dev_env,
     resources,
     outputs,
+    ports,
 ):
     cli.add_command(_command)
 

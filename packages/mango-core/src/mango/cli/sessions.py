@@ -1,4 +1,4 @@
-"""``mango sessions``: list Sessions with their state, delete them."""
+"""``mango sessions``: list Sessions with their state, pause, resume and delete them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ __all__ = ["sessions"]
 
 @click.group()
 def sessions() -> None:
-    """List and delete Sessions."""
+    """List, pause, resume and delete Sessions."""
 
 
 @sessions.command(name="list")
@@ -47,6 +47,7 @@ def sessions_list(limit: int, as_json: bool) -> None:
                 has_binding=binding is not None,
                 binding_lost=binding is not None and binding.lost,
                 binding_evicted=binding is not None and binding.evicted,
+                binding_paused=binding is not None and binding.paused,
             ).value
             rows.append(
                 {
@@ -54,6 +55,11 @@ def sessions_list(limit: int, as_json: bool) -> None:
                     "created_at": record.created_at.isoformat(),
                     "state": state,
                     "sandbox": str(binding.ref) if binding else None,
+                    "paused_at": (
+                        binding.paused_at.isoformat()
+                        if binding is not None and binding.paused_at is not None
+                        else None
+                    ),
                 }
             )
         return rows
@@ -108,3 +114,33 @@ def sessions_delete(
     for row in rows:
         verb = "deleted" if row["deleted"] else "not found (nothing to delete)"
         click.echo(f"{row['session_id']}: {verb}")
+
+
+@sessions.command(name="pause")
+@click.argument("session_id")
+def sessions_pause(session_id: str) -> None:
+    """Pause the Session's sandbox (its workspace and memory stay; it runs nothing).
+
+    The next use (mango exec, a tool step, mango sessions resume) resumes it.
+    Refused where the provider does not declare pause.
+    """
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.pause(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: paused")
+
+
+@sessions.command(name="resume")
+@click.argument("session_id")
+def sessions_resume(session_id: str) -> None:
+    """Resume the Session's paused sandbox (nothing to do for a running one)."""
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.resume(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: running")

@@ -36,6 +36,8 @@ class LifecycleState(enum.StrEnum):
     BOUND = "bound"
     LOST = "lost"
     EVICTED = "evicted"
+    PAUSED = "paused"
+    """Bound, with the resource paused (or being paused): the next use resumes it."""
     DELETING = "deleting"
     DELETED = "deleted"
 
@@ -55,6 +57,16 @@ class LifecycleCommand(enum.StrEnum):
     """Bring the sandbox's File Resources in line with the Session's rows (before a tool step)."""
     PUBLISH_OUTPUTS = "publish-outputs"
     """Publish the sandbox's outputs directory as the Session's output files."""
+    PAUSE = "pause"
+    """Pause the bound sandbox (explicitly: ``mango sessions pause``)."""
+    RESUME = "resume"
+    """Resume a paused sandbox (explicitly, or before any other use of it)."""
+    RESOURCE_RESUMED = "resource-resumed"
+    """The provider resumed the paused resource: the mark may go."""
+    PAUSE_IDLE = "pause-idle"
+    """The idle eviction, where it pauses instead of destroying."""
+    PAUSE_MARKED = "pause-marked"
+    """The binding was still unused and is now marked paused: its resource pauses."""
 
 
 class LifecycleEffect(enum.StrEnum):
@@ -81,6 +93,11 @@ class LifecycleEffect(enum.StrEnum):
     FINISH_REMOVALS = "finish-removals"
     PUBLISH_OUTPUTS = "publish-outputs"
     REMOVE_SESSION_FILES = "remove-session-files"
+    MARK_PAUSED = "mark-paused"
+    MARK_PAUSED_IDLE = "mark-paused-idle"
+    PAUSE_RESOURCE = "pause-resource"
+    RESUME_RESOURCE = "resume-resource"
+    CLEAR_PAUSED = "clear-paused"
 
 
 class LifecycleGuard(enum.StrEnum):
@@ -110,7 +127,10 @@ class LifecycleSignal(enum.StrEnum):
     LOST = "lost"
     """The provider no longer knows the bound resource."""
     IDLE = "idle"
-    """The binding was still unused and is now marked evicted: its resource goes."""
+    """The binding was still unused and is now marked evicted (or paused): its resource goes
+    (or pauses)."""
+    RESUMED = "resumed"
+    """The provider resumed the paused resource."""
 
 
 @attrs.frozen

@@ -14,7 +14,8 @@ capability                protocol                        what it gives
                                                           rename, make a directory
 ``background-processes``  :class:`ProcessSandbox`         start, list, logs from an offset,
                                                           wait, stdin, kill; durable ids
-``pause``                 :class:`PausableSandbox`        explicit pause and resume
+``pause``                 :class:`PausableSandbox`,       explicit pause and resume (the
+                          :class:`PausableProvider`       provider's form: by reference)
 ``exposed-ports``         :class:`PortSandbox`            a URL for a port in the sandbox
 ========================  ==============================  =================================
 
@@ -40,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from mango.domain.values import Command
+from mango.domain.values import Command, SandboxRef
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -49,6 +50,7 @@ __all__ = [
     "FileInfo",
     "FileKind",
     "FileSystemSandbox",
+    "PausableProvider",
     "PausableSandbox",
     "PortSandbox",
     "ProcessHandle",
@@ -299,6 +301,30 @@ class PausableSandbox(Protocol):
 
     async def is_paused(self) -> bool:
         """Ask the backend whether the sandbox is paused now."""
+        ...
+
+
+@runtime_checkable
+class PausableProvider(Protocol):
+    """Capability ``pause``, the provider's form: pause and resume a resource by reference.
+
+    What SessionManager calls: like
+    :meth:`~mango.domain.ports.Provider.destroy`, it works from the binding
+    alone (the idle eviction, ``mango sessions pause`` and a restarted worker
+    know no spec to attach with). Each checks that ``ref`` belongs to
+    ``session_key`` (:class:`~mango.domain.errors.OwnershipError` if not) and
+    raises :class:`~mango.domain.errors.SandboxNotFound` for a resource that
+    is gone; both are idempotent. A provider declaring ``pause`` implements
+    this and hands out :class:`PausableSandbox` sandboxes, and the two agree:
+    a sandbox paused one way is paused for the other.
+    """
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause the resource ``ref`` of ``session_key``; idempotent for a paused one."""
+        ...
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume the resource ``ref`` of ``session_key``; idempotent for a running one."""
         ...
 
 

@@ -131,6 +131,7 @@ from mango.domain.sandbox_ports import (
     FileInfo,
     FileKind,
     FileSystemSandbox,
+    PausableProvider,
     PausableSandbox,
     PortSandbox,
     ProcessHandle,
@@ -139,7 +140,13 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
-from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
+from mango.domain.testbed import (
+    ConformanceTestbed,
+    EgressProbe,
+    NetworkTestbed,
+    PackageSource,
+    PortTestbed,
+)
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
     non_negative_number,
@@ -234,9 +241,11 @@ __all__ = [
     "PathEscapeError",
     "PathExists",
     "PathPolicy",
+    "PausableProvider",
     "PausableSandbox",
     "PermanentError",
     "PortSandbox",
+    "PortTestbed",
     "ProcessHandle",
     "ProcessInfo",
     "ProcessNotFound",

@@ -241,7 +241,14 @@ async def observe_session(
         )
         return Observation(session_id, state)
     if use_cache and cached is not None:
-        state = observe(session_exists=True, fenced=False, has_intent=False, has_binding=True)
+        # The row carries the binding's pause mark: a pause made elsewhere is seen here.
+        state = observe(
+            session_exists=True,
+            fenced=False,
+            has_intent=False,
+            has_binding=True,
+            binding_paused=record.paused,
+        )
         return Observation(session_id, state, record, cached=cached)
     binding = await ports.store.get_binding(session_id)
     intent = None if binding is not None else await ports.store.get_intent(session_id)
@@ -252,6 +259,7 @@ async def observe_session(
         has_binding=binding is not None,
         binding_lost=binding is not None and binding.lost,
         binding_evicted=binding is not None and binding.evicted,
+        binding_paused=binding is not None and binding.paused,
     )
     return Observation(session_id, state, record, binding, intent)
 

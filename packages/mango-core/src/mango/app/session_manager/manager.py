@@ -38,6 +38,7 @@ from mango.app.session_manager.context import (
 )
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.interpreter import Interpreter
+from mango.app.session_manager.pause import PausedIdle
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -48,6 +49,7 @@ from mango.app.session_manager.resources import Materialized, Published
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    CapabilityNotSupported,
     ConfigurationError,
     InvalidInput,
     InvalidTransition,
@@ -56,13 +58,14 @@ from mango.domain.errors import (
     SandboxNotFound,
     SessionDeleting,
 )
+from mango.domain.fleet import EvictAction
 from mango.domain.lifecycle import (
     LIFECYCLE,
     LifecycleCommand,
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, Provider
+from mango.domain.ports import BindingStore, PortSandbox, Provider
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
@@ -126,6 +129,11 @@ class SessionManager:
     use_interval: float = attrs.field(
         default=USE_INTERVAL, kw_only=True, validator=non_negative_number
     )
+    evict_action: EvictAction = attrs.field(
+        default=EvictAction.PAUSE, kw_only=True, converter=EvictAction
+    )
+    """``MANGO_EVICT_ACTION``: the idle eviction pauses where the provider declares ``pause``
+    (the default), or always destroys."""
     table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     files: SessionFiles | None = attrs.field(default=None, kw_only=True)
@@ -270,6 +278,80 @@ class SessionManager:
         deleted = facts.last(SessionDeleted)
         return deleted is not None and deleted.deleted
 
+    # ------------------------------------------------------------------ pause and ports
+
+    def _require(self, capability: Capability) -> None:
+        if capability not in self._declared:
+            name = self.provider.name
+            raise CapabilityNotSupported(
+                name,
+                [f"{name} does not support {capability.description}"],
+                hint=f"choose a provider that declares {capability.value} "
+                "(mango providers lists them)",
+            )
+
+    async def pause(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Pause the Session's bound sandbox; idempotent for a paused one.
+
+        The binding is marked paused before the provider pauses the resource,
+        so a crash between the two leaves a paused record that the next use
+        resumes. The next :meth:`acquire` (or resource step) resumes it
+        before handing it out. :class:`CapabilityNotSupported` where the
+        provider does not declare ``pause``; :class:`InvalidTransition` for a
+        Session with no bound sandbox; :class:`SandboxNotFound` (recorded) for
+        a vanished one.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.PAUSE, fresh=True))
+
+    async def resume(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Resume the Session's paused sandbox; idempotent for a running one.
+
+        The provider resumes the resource before the pause mark goes. Errors
+        as for :meth:`pause`.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.RESUME, fresh=True))
+
+    async def expose_port(
+        self,
+        session_id: str,
+        port: int,
+        spec: SandboxSpec | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> str:
+        """A URL that reaches ``port`` in the Session's bound sandbox (resumed if paused).
+
+        Never provisions: a server listens in a sandbox that exists.
+        :class:`CapabilityNotSupported` where the provider does not declare
+        ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535
+        or a Session with no sandbox.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.EXPOSED_PORTS)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidInput(f"port must be a number from 1 to 65535, got {port!r}")
+        sandbox = await self.acquire_existing(session_id, spec or SandboxSpec(), deadline=deadline)
+        if sandbox is None:
+            raise InvalidInput(
+                f"session {session_id!r} has no sandbox to expose a port of",
+                hint="start it first (mango exec --session ...), then expose the port",
+            )
+        raw = sandbox.inner if isinstance(sandbox, SessionSandbox) else sandbox
+        if not isinstance(raw, PortSandbox):
+            raise CapabilityNotSupported(
+                self.provider.name, [f"{self.provider.name} sandboxes expose no ports"]
+            )
+        with deadline_scope(deadline):
+            return await raw.expose_port(port)
+
     # ------------------------------------------------------------------ resources
 
     @property
@@ -361,10 +443,21 @@ class SessionManager:
         telemetry.count_reconciled(self.provider.name, report.completed)
         return report
 
+    @property
+    def idle_action(self) -> str:
+        """What :meth:`evict` does: ``pause`` where the provider declares it and
+        ``evict_action`` allows, else ``destroy``."""
+        pauses = self.evict_action is EvictAction.PAUSE and Capability.PAUSE in self._declared
+        return EvictAction.PAUSE.value if pauses else EvictAction.DESTROY.value
+
     async def evict(
         self, session_id: str, *, idle_for: float, deadline: float | None = None
     ) -> bool:
-        """Destroy the Session's sandbox if it was unused for ``idle_for`` seconds.
+        """Destroy (or pause) the Session's sandbox if it was unused for ``idle_for`` seconds.
+
+        Where :attr:`idle_action` is ``pause`` the same compare-and-set marks
+        the binding paused and the provider pauses the resource; the next
+        acquire resumes it. Otherwise:
 
         The binding is marked evicted first, by a compare-and-set on its last
         use, so an acquire that recorded its use meanwhile keeps the sandbox
@@ -378,9 +471,10 @@ class SessionManager:
         self._check_idle_for(idle_for)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
-                operation = Operation(session_id, _C.EVICT, idle_for=idle_for, fresh=True)
+                command = _C.PAUSE_IDLE if self.idle_action == "pause" else _C.EVICT
+                operation = Operation(session_id, command, idle_for=idle_for, fresh=True)
                 facts = await self._run(operation)
-        return facts.last(Evicted) is not None
+        return facts.last(Evicted) is not None or facts.last(PausedIdle) is not None
 
     async def evict_idle(
         self, idle_for: float, limit: int = 100, *, deadline: float | None = None
