@@ -129,13 +129,13 @@ class NativeEntry:
 class _Largest:
     """A heap item ordered backwards, so the heap's top is the largest path kept."""
 
-    __slots__ = ("info",)
+    __slots__ = ("native",)
 
-    def __init__(self, info: FileInfo) -> None:
-        self.info = info
+    def __init__(self, native: NativeEntry) -> None:
+        self.native = native
 
     def __lt__(self, other: _Largest) -> bool:
-        return self.info.path > other.info.path
+        return self.native.path > other.native.path
 
 
 class RemoteFileSystem(RemoteFiles):
@@ -150,7 +150,11 @@ class RemoteFileSystem(RemoteFiles):
       the :class:`NativeEntry` s below the absolute directory ``path`` (all
       levels with ``recursive``, never descending into a link), as they
       arrive; :attr:`sorted_listing` says that a one-level listing arrives
-      in name order;
+      in name order; :attr:`listing_descends` says that it always descends
+      (the kit keeps the first level itself when not ``recursive``);
+    * ``_describe(entries)`` (optional): complete the kept entries of a
+      listing whose daemon names them without describing them (their
+      :class:`NativeEntry` s in order, ``None`` for one that vanished);
     * ``_move(source, destination)``: the absolute rename (the destination
       has been checked to be missing);
     * ``_delete(entry, recursive=...)``: remove what ``entry`` names (a
@@ -162,6 +166,8 @@ class RemoteFileSystem(RemoteFiles):
     __slots__ = ()
     sorted_listing: ClassVar[bool] = False
     """A one-level native listing arrives sorted by name (the listing stops at the limit)."""
+    listing_descends: ClassVar[bool] = False
+    """The native listing is always the whole tree (pre-order, each level in name order)."""
 
     async def _entry_info(self, path: str) -> NativeEntry | None:
         raise NotImplementedError
@@ -170,6 +176,9 @@ class RemoteFileSystem(RemoteFiles):
         self, path: str, *, recursive: bool
     ) -> AbstractAsyncContextManager[AsyncIterator[NativeEntry]]:
         raise NotImplementedError
+
+    async def _describe(self, entries: list[NativeEntry]) -> list[NativeEntry | None]:
+        return list(entries)
 
     async def _move(self, source: str, destination: str) -> None:
         raise NotImplementedError
@@ -317,18 +326,24 @@ class RemoteFileSystem(RemoteFiles):
                         f"the listing of {location.path} names {native.path!r}, "
                         "which is not below it"
                     )
-                if ".." in name.split("/") or (not recursive and "/" in name):
+                if ".." in name.split("/"):
+                    raise ProtocolError(f"the listing of {location.path} names {native.path!r}")
+                if not recursive and "/" in name:
+                    if self.listing_descends:
+                        continue
                     raise ProtocolError(f"the listing of {location.path} names {native.path!r}")
                 if any((native.path + "/").startswith(control) for control in controls):
                     continue
-                heapq.heappush(kept, _Largest(self._file_info(location, native)))
+                heapq.heappush(kept, _Largest(native))
                 if len(kept) > limit:
                     heapq.heappop(kept)
                     truncated = True
                     if early:
                         break
-        infos = sorted((item.info for item in kept), key=lambda info: info.path)
-        return DirectoryListing(tuple(infos), truncated=truncated)
+        natives = sorted((item.native for item in kept), key=lambda native: native.path)
+        described = await self._describe(natives)
+        infos = tuple(self._file_info(location, native) for native in described if native)
+        return DirectoryListing(infos, truncated=truncated)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a link (not its target) or a directory (its tree with ``recursive``)."""
