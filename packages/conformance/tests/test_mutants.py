@@ -126,6 +126,68 @@ def test_mutant_is_caught(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+STAT = "test_file_api_stat_exists_and_listing"
+BOUNDED = "test_file_api_listing_is_bounded"
+MAKE_REMOVE = "test_file_api_make_dir_and_remove"
+RENAME = "test_file_api_rename"
+ESCAPES = "test_file_api_refuses_escapes_and_the_root"
+
+FILE_API_CAUGHT_BY: dict[str, set[str]] = {
+    "stat-follows-links": {STAT},
+    "listing-follows-links": {STAT},
+    "listing-unbounded": {BOUNDED},
+    "listing-keeps-the-last": {BOUNDED},
+    "remove-ignores-recursive": {MAKE_REMOVE},
+    "remove-follows-links": {MAKE_REMOVE},
+    "rename-replaces": {RENAME},
+    "make-dir-always-parents": {MAKE_REMOVE},
+    "parent-links-followed": {ESCAPES},
+    "root-removable": {ESCAPES},
+}
+"""The file-api mutants of the local provider and the checks that must catch each."""
+
+FILE_API_MODULE = """
+import pytest
+from conformance_mutants import target_for
+from mango_conformance import ProviderSuite
+"""
+
+FILE_API_CLASS = """
+
+class TestMutant{ident}(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return target_for({name!r})
+"""
+
+
+def test_file_api_mutants_are_caught(suite_pytester: pytest.Pytester) -> None:
+    """Each file-api mutant fails its checks; the unchanged wrapper passes them all.
+
+    One run for all of them (a test class each), since the group is cheap on
+    local and a run per mutant would cost its start-up ten times.
+    """
+    names = [*sorted(FILE_API_CAUGHT_BY), "file-api-unchanged"]
+    classes = "".join(
+        FILE_API_CLASS.format(ident=index, name=name) for index, name in enumerate(names)
+    )
+    suite_pytester.makepyfile(test_mutant=FILE_API_MODULE + classes)
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", "test_file_api")
+    found: dict[tuple[str, str], str] = {}
+    for report in result.reprec.getreports("pytest_runtest_logreport"):  # type: ignore[attr-defined]
+        cls, test = report.nodeid.split("::")[-2:]
+        if report.when == "call" or report.outcome != "passed":
+            found[names[int(cls.removeprefix("TestMutant"))], test] = report.outcome
+    checks = set().union(*FILE_API_CAUGHT_BY.values())
+    control = {test: found.get(("file-api-unchanged", test)) for test in checks}
+    assert control == dict.fromkeys(checks, "passed"), control
+    escaped = {
+        mutant: sorted(test for test in tests if found.get((mutant, test)) != "failed")
+        for mutant, tests in FILE_API_CAUGHT_BY.items()
+    }
+    assert {mutant: tests for mutant, tests in escaped.items() if tests} == {}
+
+
 RESOURCES = "file_resources or session_outputs"
 """The checks the Docker mutants are run with."""
 

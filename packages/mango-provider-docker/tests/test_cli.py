@@ -78,7 +78,7 @@ def _mango(
 async def test_mango_exec_runs_in_a_docker_sandbox(
     docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path
 ) -> None:
-    """exec, files and sessions delete work end to end with MANGO_SANDBOX=docker."""
+    """exec, files (read, mv, ls) and sessions delete work end to end with MANGO_SANDBOX=docker."""
     session = f"cli-{tmp_path.name}"
     resources = tmp_path / "resources"
     name = Ownership("docker", NAMESPACE).name(session)
@@ -121,6 +121,15 @@ async def test_mango_exec_runs_in_a_docker_sandbox(
             state_dir, resources, test_image, "files", "read", "--session", session, "note.txt"
         )
         assert read.stdout == b"hello\n"
+        moved = _mango(
+            state_dir, resources, test_image, "files", "mv", "--session", session, "note.txt", "n2"
+        )
+        assert moved.returncode == 0, moved.stderr.decode()
+        listed = _mango(
+            state_dir, resources, test_image, "files", "ls", "--session", session, "--json"
+        )
+        entries = json.loads(listed.stdout)["entries"]
+        assert [(e["path"], e["kind"], e["size"]) for e in entries] == [("n2", "file", 6)]
         deleted = _mango(state_dir, resources, test_image, "sessions", "delete", session)
         assert deleted.returncode == 0, deleted.stderr.decode()
         assert await docker_engine.inspect_container(name) is None

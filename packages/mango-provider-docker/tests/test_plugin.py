@@ -55,7 +55,10 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet.of(
-        Capability.PACKAGE_SETUP, Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+        Capability.PACKAGE_SETUP,
+        Capability.FILE_RESOURCES,
+        Capability.SESSION_OUTPUTS,
+        Capability.FILE_API,
     )
     names = {setting.env for setting in registration.settings}
     assert {

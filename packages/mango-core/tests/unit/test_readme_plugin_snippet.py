@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mango.domain.capabilities import CapabilitySet
 from mango.local import LocalProvider
 from mango.provider import ProviderContext, ProviderRegistry
 
@@ -32,6 +33,11 @@ class MyProvider(LocalProvider):
     def name(self) -> str:
         """The registered name."""
         return "mine"
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """None, as the snippet registers it (the local provider's file API is left out)."""
+        return CapabilitySet()
 
     @classmethod
     def from_settings(cls, environ: dict[str, str], *, namespace: str) -> MyProvider:

@@ -152,7 +152,7 @@ class DockerProvider:
     @property
     def capabilities(self) -> CapabilitySet:
         """``package-setup`` (through ``exec``), ``file-resources`` and ``session-outputs``
-        (see :mod:`mango_provider_docker.mounts`)."""
+        (see :mod:`mango_provider_docker.mounts`), ``file-api`` (through ``exec``)."""
         return CAPABILITIES
 
     @property

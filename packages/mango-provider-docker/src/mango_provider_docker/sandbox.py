@@ -14,6 +14,7 @@ from mango.provider import (
     OUTPUTS_ROOT,
     UPLOADS_ROOT,
     Command,
+    ExecFileSystem,
     ExecResult,
     FileResourceMount,
     PathPolicy,
@@ -60,7 +61,7 @@ async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, A
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DockerSandbox(StreamedExec):
+class DockerSandbox(StreamedExec, ExecFileSystem):
     """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
 
     Commands (``exec``, ``exec_stream``) run inside the container's workspace
@@ -70,6 +71,9 @@ class DockerSandbox(StreamedExec):
     raises :class:`PathEscapeError`. A stopped or paused container is started
     again first; :class:`SandboxNotFound` if the container is gone.
     Files move through the archive API (see :mod:`mango_provider_docker.files`).
+    The file API (``list_dir``, ``stat``, ``exists``, ``remove``, ``rename``,
+    ``make_dir``) is the provider kit's :class:`~mango.provider.ExecFileSystem`:
+    one busybox command per operation through ``exec``, as root in the container.
     Package setup has its own network when the spec has none
     (:mod:`mango_provider_docker.network`).
     The sandbox keeps the spec it was created or attached with; its

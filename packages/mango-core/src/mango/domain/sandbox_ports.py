@@ -25,10 +25,10 @@ one swapped in during the call. The file API's operations do not follow the
 *last* component (``lstat`` semantics): ``stat`` of a link reports
 :attr:`FileKind.SYMLINK` with the link's own size, ``remove`` unlinks the link
 itself, ``rename`` moves the link, and a listing reports links without
-following them. ``list_dir`` of a link, and ``make_dir`` through one, raise
+following them. ``list_dir`` of a link, and ``make_dir`` of or through one, raise
 :class:`~mango.domain.errors.PathEscapeError`. The workspace root itself
 (``""`` or ``"."``) may be listed and stat-ed but never removed, renamed or
-renamed onto.
+renamed onto (:class:`~mango.domain.errors.InvalidPathError`).
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ class FileSystemSandbox(Protocol):
         With ``parents`` (``mkdir -p``) missing parents are made and an existing
         directory is success; without it the parent must exist and ``path`` must
         not (:class:`~mango.domain.errors.PathExists`). An existing non-directory
-        is :class:`~mango.domain.errors.PathExists` either way.
+        is :class:`~mango.domain.errors.PathExists` either way, except a link
+        (:class:`~mango.domain.errors.PathEscapeError`, as for a link above it).
         """
         ...
 

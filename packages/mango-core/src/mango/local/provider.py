@@ -26,6 +26,7 @@ from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    Capability,
     CapabilitySet,
     InvalidInput,
     OwnedResource,
@@ -37,7 +38,10 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker
 from mango.provider.ownership import Ownership, namespace_field
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
+__all__ = ["CAPABILITIES", "DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
+
+CAPABILITIES = CapabilitySet.of(Capability.FILE_API)
+"""What the local provider declares: the file API (:mod:`mango.local.fileapi`)."""
 
 
 def _as_path(value: str | os.PathLike[str]) -> Path:
@@ -57,7 +61,7 @@ class LocalProvider:
 
     **Not an isolation boundary**: commands share the worker's kernel,
     filesystem, network and user. For development and tests only. It declares
-    no capabilities, so package setup, limited network and resource mounts
+    the file API only, so package setup, limited network and resource mounts
     are rejected at admission.
 
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
@@ -90,8 +94,8 @@ class LocalProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None: package setup, limited network and resource mounts are refused at admission."""
-        return CapabilitySet()
+        """The file API only: package setup, limited network and mounts are refused."""
+        return CAPABILITIES
 
     @property
     def ownership(self) -> Ownership:

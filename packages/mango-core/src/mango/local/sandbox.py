@@ -12,6 +12,13 @@ from pathlib import Path
 import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
+from mango.local.fileapi import (
+    list_workspace_dir,
+    make_workspace_dir,
+    remove_workspace_path,
+    rename_workspace_path,
+    stat_workspace_path,
+)
 from mango.local.files import (
     READ_CHUNK_BYTES,
     open_workspace_dir,
@@ -24,14 +31,18 @@ from mango.local.files import (
 from mango.local.layout import remove_session, workspace_root
 from mango.local.runs import log_run, run_log
 from mango.provider import (
+    DEFAULT_LIST_LIMIT,
     Command,
+    DirectoryListing,
     ExecResult,
+    FileInfo,
     InvalidInput,
     PathPolicy,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    check_list_limit,
 )
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
@@ -208,6 +219,54 @@ class LocalSandbox(StreamedExec):
         payload = bytes(data)
         await checkpoint()
         await asyncio.to_thread(write_workspace_file, self.path_policy, path, payload)
+
+    async def list_dir(
+        self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
+    ) -> DirectoryListing:
+        """The first ``limit`` entries below the directory ``path``, sorted by path.
+
+        Read lazily (:mod:`mango.local.fileapi`): memory is O(limit) whatever
+        the directory holds. Links are listed, never descended into.
+        """
+        check_list_limit(limit)
+        self.path_policy.locate(path, directory=True)
+        await checkpoint()
+        return await asyncio.to_thread(
+            list_workspace_dir, self.path_policy, path, recursive=recursive, limit=limit
+        )
+
+    async def stat(self, path: str) -> FileInfo:
+        """The entry ``path`` names, without following a last-component link."""
+        self.path_policy.locate(path, directory=True)
+        await checkpoint()
+        return await asyncio.to_thread(stat_workspace_path, self.path_policy, path)
+
+    async def exists(self, path: str) -> bool:
+        """True if ``path`` names an entry (a dangling link too); escapes still raise."""
+        try:
+            await self.stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a link (not its target) or a directory (its tree with ``recursive``)."""
+        self.path_policy.locate(path, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(remove_workspace_path, self.path_policy, path, recursive=recursive)
+
+    async def rename(self, source: str, destination: str) -> None:
+        """Move ``source`` to ``destination`` atomically, never replacing an existing entry."""
+        self.path_policy.locate(source, write=True, directory=True)
+        self.path_policy.locate(destination, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(rename_workspace_path, self.path_policy, source, destination)
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> None:
+        """Create the directory ``path`` (``mkdir -p`` with ``parents``), never through a link."""
+        self.path_policy.locate(path, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(make_workspace_dir, self.path_policy, path, parents=parents)
 
     async def destroy(self) -> None:
         """Kill this sandbox's running commands and remove its directory. Idempotent.

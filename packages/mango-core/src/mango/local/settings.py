@@ -14,6 +14,7 @@ from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConformanceTarget,
     ProviderContext,
@@ -99,7 +100,7 @@ def open_local_provider(context: ProviderContext) -> LocalProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.FILE_API),
     support_level=SupportLevel.DEVELOPMENT,
     settings=SETTINGS,
     factory=open_local_provider,
@@ -108,7 +109,7 @@ REGISTRATION = ProviderRegistration(
         "(development and tests only)"
     ),
 )
-"""``local``: development only, not an isolation boundary, no capabilities."""
+"""``local``: development only, not an isolation boundary; the file API only."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,

@@ -161,6 +161,7 @@ from mango.domain.values import (
     validate_provider_name,
     validate_session_id,
 )
+from mango.provider.fileapi import ExecFileSystem, check_list_limit
 from mango.provider.paths import (
     Entry,
     EntryKind,
@@ -203,6 +204,7 @@ __all__ = [
     "Entry",
     "EntryKind",
     "ExecEvent",
+    "ExecFileSystem",
     "ExecResult",
     "ExtraRoot",
     "FileInfo",
@@ -263,6 +265,7 @@ __all__ = [
     "TargetCost",
     "admit",
     "check_directory",
+    "check_list_limit",
     "check_regular",
     "file_not_found",
     "hookimpl",

@@ -15,6 +15,7 @@ use it (an import-linter contract keeps the order):
 * :mod:`.clients`: the loss-recording client handed out, the client cache, the locks.
 """
 
+from mango.app.session_manager.clients import SessionSandbox
 from mango.app.session_manager.context import (
     USE_INTERVAL,
     EffectHandler,
@@ -37,5 +38,6 @@ __all__ = [
     "Outcome",
     "ReconcileReport",
     "SessionManager",
+    "SessionSandbox",
     "default_handlers",
 ]

@@ -18,7 +18,7 @@ from typing import ClassVar, Generic, TypeVar
 import attrs
 
 from mango.app.session_files import SessionFiles
-from mango.app.session_manager.clients import CachedClient, ClientCache
+from mango.app.session_manager.clients import CachedClient, ClientCache, SessionSandbox
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
 from mango.domain.ports import BindingStore, Provider, Sandbox
@@ -120,7 +120,7 @@ class Ready(Outcome):
 class Bound(Outcome):
     """The binding is published; ``sandbox`` is the client handed out."""
 
-    sandbox: Sandbox
+    sandbox: SessionSandbox
 
 
 @attrs.frozen
@@ -135,7 +135,7 @@ class Outbid(Outcome):
 class Attached(Outcome):
     """The bound resource answered; ``sandbox`` is the client handed out."""
 
-    sandbox: Sandbox
+    sandbox: SessionSandbox
 
 
 @attrs.frozen
@@ -335,7 +335,7 @@ class Facts:
         return found if found is not None else self.operation.reported
 
     @property
-    def sandbox(self) -> Sandbox | None:
+    def sandbox(self) -> SessionSandbox | None:
         """The client to hand out, once bound or attached."""
         for outcome in reversed(self.outcomes):
             if isinstance(outcome, Bound | Attached):

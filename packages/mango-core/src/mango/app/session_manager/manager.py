@@ -25,7 +25,7 @@ from mango.app.admission import admit_environment
 from mango.app.materializer import MaterializeReport
 from mango.app.outputs import PublishReport
 from mango.app.session_files import SessionFiles
-from mango.app.session_manager.clients import ClientCache, SessionLocks
+from mango.app.session_manager.clients import ClientCache, SessionLocks, SessionSandbox
 from mango.app.session_manager.context import (
     USE_INTERVAL,
     Evicted,
@@ -62,7 +62,7 @@ from mango.domain.lifecycle import (
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.ports import BindingStore, Provider
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
@@ -136,7 +136,7 @@ class SessionManager:
 
     def __attrs_post_init__(self) -> None:
         self.handlers.check(self.table)
-        self._clients = ClientCache(self._record_loss)
+        self._clients = ClientCache(self._record_loss, capabilities=self._declared)
         self._ports = Ports(
             self.provider,
             self.store,
@@ -185,8 +185,13 @@ class SessionManager:
 
     async def acquire(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox:
+    ) -> SessionSandbox:
         """Return the Session's sandbox, provisioning it on first use.
+
+        The client (a :class:`SessionSandbox`) has the Sandbox operations and
+        the file API (``list_dir``, ``stat``, ``exists``, ``remove``,
+        ``rename``, ``make_dir``), which raises :class:`CapabilityNotSupported`
+        where the provider does not declare ``file-api``.
 
         Raises :class:`SandboxNotFound` if the bound resource is gone (the loss
         is persisted; never an empty replacement), :class:`SessionDeleting` if
@@ -204,8 +209,8 @@ class SessionManager:
 
     async def acquire_existing(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox | None:
-        """Return the Session's bound sandbox, or None; never provisions."""
+    ) -> SessionSandbox | None:
+        """Return the Session's bound sandbox (as :meth:`acquire`), or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
         with deadline_scope(deadline):
