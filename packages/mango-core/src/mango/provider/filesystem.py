@@ -1,5 +1,8 @@
 """The file API (capability ``file-api``) over a sandbox daemon's own file calls.
 
+(A provider whose daemon has exec and no file calls uses the exec fallback,
+:class:`~mango.provider.fileapi.ExecFileSystem`, instead.)
+
 Every daemon that offers list, stat, move, remove and mkdir offers them with
 its own ideas of what a link is, whether a move overwrites, and how long a
 listing may get. :class:`RemoteFileSystem` is the mixin that gives a remote
@@ -54,7 +57,7 @@ import attrs
 
 from mango.domain.errors import (
     DirectoryNotEmpty,
-    InvalidInput,
+    InvalidPathError,
     MangoError,
     PathEscapeError,
     PathExists,
@@ -63,12 +66,12 @@ from mango.domain.errors import (
 )
 from mango.domain.sandbox_ports import (
     DEFAULT_LIST_LIMIT,
-    MAX_LIST_LIMIT,
     DirectoryListing,
     FileInfo,
     FileKind,
 )
 from mango.provider.execution import checkpoint
+from mango.provider.fileapi import check_list_limit
 from mango.provider.files import RemoteFiles
 from mango.provider.paths import (
     MAX_CONCURRENT_STATS,
@@ -79,7 +82,7 @@ from mango.provider.paths import (
     file_not_found,
 )
 
-__all__ = ["NativeEntry", "RemoteFileSystem", "list_limit"]
+__all__ = ["NativeEntry", "RemoteFileSystem"]
 
 T = TypeVar("T")
 
@@ -89,15 +92,6 @@ _KINDS = {
     EntryKind.SYMLINK: FileKind.SYMLINK,
     EntryKind.OTHER: FileKind.OTHER,
 }
-
-
-def list_limit(limit: object) -> int:
-    """``limit`` if it is an int from 1 to :data:`MAX_LIST_LIMIT`; else :class:`InvalidInput`."""
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidInput(f"list_dir() limit must be an int, got {type(limit).__name__}")
-    if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidInput(f"list_dir() limit must be 1 to {MAX_LIST_LIMIT}, got {limit}")
-    return limit
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -267,7 +261,7 @@ class RemoteFileSystem(RemoteFiles):
     @staticmethod
     def _not_root(location: Location, path: str, what: str) -> None:
         if not location.parts:
-            raise PathEscapeError(f"path {path!r} is the workspace root, which is never {what}")
+            raise InvalidPathError(f"path {path!r} is the workspace root, which is never {what}")
 
     # ------------------------------------------------------------ the port
 
@@ -294,7 +288,7 @@ class RemoteFileSystem(RemoteFiles):
         self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
     ) -> DirectoryListing:
         """The entries below the directory ``path``, sorted by path, at most ``limit``."""
-        bound = list_limit(limit)
+        bound = check_list_limit(limit)
 
         async def call() -> DirectoryListing:
             location, native = await self._checked(path, write=False)
