@@ -54,6 +54,7 @@ from mango.domain.values import (
 )
 from mango.local import LocalProvider
 from mango.local.fileapi import file_info
+from mango.provider import ExecFileSystem
 from mango_conformance import provider_target
 
 _counter = itertools.count()
@@ -529,6 +530,13 @@ class RootRemovableSandbox(_FileApiSandbox):
             await self._inner("remove", entry.path, recursive=True)
 
 
+class ExecFileApiSandbox(ExecFileSystem, WrappedSandbox):
+    """Not a mutant: the local sandbox with the kit's exec fallback instead of its own file API.
+
+    It must pass every file-api check, as the local provider's native one does.
+    """
+
+
 def _file_api_mutant(sandbox_class: type[WrappedSandbox]) -> type[WrappedProvider]:
     return type(
         sandbox_class.__name__.removesuffix("Sandbox"),
@@ -549,8 +557,10 @@ FILE_API_MUTANTS: dict[str, type[WrappedProvider]] = {
     "parent-links-followed": _file_api_mutant(ParentLinksFollowedSandbox),
     "root-removable": _file_api_mutant(RootRemovableSandbox),
     "file-api-unchanged": WrappedProvider,
+    "file-api-through-exec": _file_api_mutant(ExecFileApiSandbox),
 }
-"""The file-api mutants of the local provider; ``file-api-unchanged`` is the control."""
+"""The file-api mutants of the local provider; ``file-api-unchanged`` and
+``file-api-through-exec`` (the kit's fallback over local exec) are controls."""
 
 
 def _unbounded(scratch: Path) -> Provider:

@@ -146,6 +146,11 @@ FILE_API_CAUGHT_BY: dict[str, set[str]] = {
 }
 """The file-api mutants of the local provider and the checks that must catch each."""
 
+FILE_API_CONTROLS = ("file-api-unchanged", "file-api-through-exec")
+"""Must pass every file-api check: the unchanged wrapper, and the kit's exec fallback
+(``ExecFileSystem``) over the local provider's exec, which runs the group's rules on
+the host's coreutils as the Docker provider runs them on busybox."""
+
 FILE_API_MODULE = """
 import pytest
 from conformance_mutants import target_for
@@ -162,12 +167,12 @@ class TestMutant{ident}(ProviderSuite):
 
 
 def test_file_api_mutants_are_caught(suite_pytester: pytest.Pytester) -> None:
-    """Each file-api mutant fails its checks; the unchanged wrapper passes them all.
+    """Each file-api mutant fails its checks; the two controls pass them all.
 
     One run for all of them (a test class each), since the group is cheap on
     local and a run per mutant would cost its start-up ten times.
     """
-    names = [*sorted(FILE_API_CAUGHT_BY), "file-api-unchanged"]
+    names = [*sorted(FILE_API_CAUGHT_BY), *FILE_API_CONTROLS]
     classes = "".join(
         FILE_API_CLASS.format(ident=index, name=name) for index, name in enumerate(names)
     )
@@ -179,8 +184,9 @@ def test_file_api_mutants_are_caught(suite_pytester: pytest.Pytester) -> None:
         if report.when == "call" or report.outcome != "passed":
             found[names[int(cls.removeprefix("TestMutant"))], test] = report.outcome
     checks = set().union(*FILE_API_CAUGHT_BY.values())
-    control = {test: found.get(("file-api-unchanged", test)) for test in checks}
-    assert control == dict.fromkeys(checks, "passed"), control
+    for name in FILE_API_CONTROLS:
+        control = {test: found.get((name, test)) for test in checks}
+        assert control == dict.fromkeys(checks, "passed"), (name, control)
     escaped = {
         mutant: sorted(test for test in tests if found.get((mutant, test)) != "failed")
         for mutant, tests in FILE_API_CAUGHT_BY.items()
