@@ -41,7 +41,10 @@ from mango_provider_daytona.scripts import (
 __all__ = ["DaytonaSandbox"]
 
 STAT_BATCH = 200
-"""Paths per stat line (the toolbox takes one command line; this keeps it short)."""
+"""Paths per stat line at most."""
+STAT_BATCH_BYTES = 64 * 1024
+"""Bytes of paths per stat line at most: the daemon may run the line as one ``sh -c``
+argument, which Linux caps at 128 KiB."""
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
@@ -148,10 +151,16 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem):
         # The toolbox's /files/info and /files list follow links (os.Stat) and skip
         # dangling ones: the lstat comes from one shell line per batch of paths.
         found: list[NativeEntry | None] = []
-        for start in range(0, len(paths), STAT_BATCH):
-            batch = paths[start : start + STAT_BATCH]
-            _code, text = await self._toolbox.execute(stat_line(batch), timeout=60)
-            found.extend(parse_stats(text, batch))
+        batch: list[str] = []
+        size = 0
+        for index, path in enumerate(paths):
+            batch.append(path)
+            size += len(path.encode()) + 3
+            last = index == len(paths) - 1
+            if last or len(batch) == STAT_BATCH or size + 4096 * 2 > STAT_BATCH_BYTES:
+                _code, text = await self._toolbox.execute(stat_line(batch), timeout=60)
+                found.extend(parse_stats(text, batch))
+                batch, size = [], 0
         return found
 
     async def _entry_info(self, path: str) -> NativeEntry | None:
