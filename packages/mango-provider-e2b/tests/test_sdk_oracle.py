@@ -146,6 +146,8 @@ async def test_sdk_drives_the_filesystem_service(
         with pytest.raises(NotFoundException):
             await sdk.files.list("/workspace/t/missing")
         assert await sdk.files.make_dir("/workspace/t/sub") is False  # already_exists
+        with pytest.raises(InvalidArgumentException):  # "exists but it is not a directory"
+            await sdk.files.make_dir("/workspace/t/a.txt")
         assert await sdk.files.make_dir("/workspace/t/new/deeper") is True  # parents made
         # envd's Move overwrites and makes the destination's parents; mango refuses to.
         moved = await sdk.files.rename("/workspace/t/b", "/workspace/t/a.txt")

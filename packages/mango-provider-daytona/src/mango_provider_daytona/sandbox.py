@@ -14,8 +14,10 @@ from mango.provider import (
     ExecResult,
     Location,
     MangoError,
+    PathExists,
     PathPolicy,
     ResolvedPath,
+    ResourceConflict,
     SandboxRef,
     SandboxSpec,
     StatCallback,
@@ -194,7 +196,12 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem):
         return file_not_found(path)
 
     async def _move(self, source: str, destination: str) -> None:
-        if not await self._toolbox.move(source, destination):
+        try:
+            moved = await self._toolbox.move(source, destination)
+        except ResourceConflict as exc:
+            # Created since the kit's check: the daemon's own 409.
+            raise PathExists(f"cannot rename to {destination!r}: it exists") from exc
+        if not moved:
             raise await self._missing(source, "move file")
 
     async def _delete(self, entry: NativeEntry, *, recursive: bool) -> None:

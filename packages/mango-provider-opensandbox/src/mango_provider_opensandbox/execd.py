@@ -31,6 +31,7 @@ from mango.provider import (
     Entry,
     EntryKind,
     MangoError,
+    PathExists,
     ProtocolError,
     ProviderUnavailable,
     file_not_found,
@@ -279,11 +280,14 @@ class Execd:
             operation="move file",
             json=[{"src": source, "dest": destination}],
             idempotent=False,
-            accept=(404,),
+            accept=(404, 500),
         )
-        if response.status_code == 404:
-            if _file_missing(response):
-                raise file_not_found(source)
+        if response.status_code == 404 and _file_missing(response):
+            raise file_not_found(source)
+        if response.status_code == 500 and "destination path already exists" in response.text:
+            # Created since the kit's check: execd's own refusal (a RUNTIME_ERROR).
+            raise PathExists(f"cannot rename to {destination!r}: it exists")
+        if response.status_code in (404, 500):
             await self.plane.gone(response, "move file")
 
     async def remove_tree(self, path: str) -> None:
