@@ -56,6 +56,7 @@ from mango_provider_e2b.connect import (
 __all__ = [
     "CLOSE_STDIN_SINCE",
     "ENVD_PORT",
+    "LSTAT_SINCE",
     "OCTET_STREAM_SINCE",
     "ROOT_USER_AUTH",
     "Envd",
@@ -72,6 +73,9 @@ _UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version"
 _STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 """A command may print nothing for minutes: no read timeout on its stream."""
 _FILE_TIMEOUT = httpx.Timeout(30.0, read=120.0, write=120.0)
+LSTAT_SINCE = (0, 2, 6)
+"""The envd version whose ``Stat`` and ``ListDir`` entries are an ``lstat``
+(e2b-dev/infra#924); older ones follow a link, so the file API is refused there."""
 CLOSE_STDIN_SINCE = (0, 5, 2)
 """The envd version that has ``CloseStdin`` (the SDK's ``ENVD_ENVD_CLOSE``)."""
 OCTET_STREAM_SINCE = (0, 5, 7)

@@ -30,6 +30,7 @@ import httpx
 
 from mango.provider import (
     Command,
+    ConfigurationError,
     Entry,
     ExecResult,
     MangoError,
@@ -46,7 +47,7 @@ from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo
-from mango_provider_e2b.envd import LIST_DEPTH_ALL, Envd
+from mango_provider_e2b.envd import LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.remote import Remote
 
@@ -204,6 +205,18 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem):
     # ------------------------------------------------------------ the file API (RemoteFileSystem)
 
     sorted_listing = True  # envd walks with filepath.WalkDir: each directory in name order
+
+    async def _check_file_api(self) -> None:
+        version = self._envd.version
+        if version is not None and not at_least(version, LSTAT_SINCE):
+            reason = (
+                f"this sandbox's envd ({version}) follows links in Stat, so it cannot "
+                "tell a link from its target; the file API needs envd 0.2.6 or later"
+            )
+            raise ConfigurationError(
+                f"{self._provider.name}: {reason}",
+                hint="rebuild the sandbox's template with a current envd",
+            )
 
     async def _entry_info(self, path: str) -> NativeEntry | None:
         return await self._data_call(lambda: self._envd.info(path))

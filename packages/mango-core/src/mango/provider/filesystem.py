@@ -185,7 +185,16 @@ class RemoteFileSystem(RemoteFiles):
 
     # ------------------------------------------------------------ checks
 
+    async def _check_file_api(self) -> None:
+        """Refuse the file API for this sandbox before any call (default: nothing to refuse).
+
+        For a daemon whose version cannot keep the promises (say, a stat that
+        follows links): raise a :class:`~mango.domain.errors.PermanentError`
+        (a :class:`~mango.domain.errors.ConfigurationError` naming the version).
+        """
+
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
+        await self._check_file_api()
         try:
             return await call()
         except MangoError as exc:
