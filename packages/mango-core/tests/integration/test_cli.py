@@ -150,7 +150,7 @@ def test_files_ls_rm_mv_mkdir(run) -> None:  # type: ignore[no-untyped-def]
         "PATH",
     ]
     assert short.stdout.decode().split("\n")[1].endswith("  docs/new")
-    assert short.stderr == b"mango: the listing stopped at 1 entries; raise --limit to see more\n"
+    assert short.stderr == b"mango: the listing stopped at 1 entry; raise --limit to see more\n"
     kept = run("files", "rm", "--session", "fa", "docs")
     assert (kept.returncode, kept.stderr.decode().splitlines()) == (
         2,

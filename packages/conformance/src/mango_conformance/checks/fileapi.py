@@ -310,8 +310,7 @@ class FileApiChecks:
         """``..``, absolute paths and parent links (even swapped in later) fail; the root stays."""
         files = _layout(
             conformance,
-            "mkdir -p real/d && printf r > real/r && printf k > kept && ln -s /etc etc && "
-            "ln -s real linked",
+            "mkdir -p real/d && printf r > real/r && printf k > kept && ln -s /etc etc",
         )
         run = conformance.run
         assert run(files.stat("real/r")).size == 1
@@ -327,7 +326,7 @@ class FileApiChecks:
             "rename to": lambda path: files.rename("kept", path),
             "make_dir": files.make_dir,
         }
-        for path in ("../outside", "/etc/hostname", "etc/passwd", "linked/r", "real/passwd"):
+        for path in ("../outside", "/etc/hostname", "etc/passwd", "real/passwd"):
             for name, operation in operations.items():
                 with pytest.raises(PathEscapeError):
                     run(operation(path), f"{name}({path!r})")

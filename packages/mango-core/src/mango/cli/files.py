@@ -174,7 +174,8 @@ def files_ls(session_id: str, as_json: bool, recursive: bool, limit: int, path: 
         echo_table(("kind", "size", "mode", "modified", "path"), [_row(e) for e in listing.entries])
         if listing.truncated:
             click.echo(
-                f"mango: the listing stopped at {limit} entries; raise --limit to see more",
+                f"mango: the listing stopped at {limit} "
+                f"{'entry' if limit == 1 else 'entries'}; raise --limit to see more",
                 err=True,
             )
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import heapq
 import os
 import shutil
 import stat as stat_module
@@ -42,6 +41,7 @@ from mango.provider import (
     DirectoryNotEmpty,
     FileInfo,
     FileKind,
+    FirstEntries,
     InvalidPathError,
     Location,
     PathEscapeError,
@@ -151,43 +151,6 @@ def _open_listed(location: Location, path: str) -> int:
         return open_existing_directory(location.parts[-1], fd, path=path)
 
 
-class _Kept:
-    """A heap item ordered in reverse, so the heap's top is the largest path kept."""
-
-    __slots__ = ("info",)
-
-    def __init__(self, info: FileInfo) -> None:
-        self.info = info
-
-    def __lt__(self, other: _Kept) -> bool:
-        return self.info.path > other.info.path
-
-
-class _Smallest:
-    """The ``limit`` smallest entries by path, and whether any was left out."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.heap: list[_Kept] = []
-        self.truncated = False
-
-    def could_keep(self, path: str) -> bool:
-        """Whether an entry at ``path`` (or below it: longer, so larger) could still be kept."""
-        return len(self.heap) < self.limit or path < self.heap[0].info.path
-
-    def offer(self, info: FileInfo) -> None:
-        if len(self.heap) < self.limit:
-            heapq.heappush(self.heap, _Kept(info))
-            return
-        self.truncated = True
-        if info.path < self.heap[0].info.path:
-            heapq.heapreplace(self.heap, _Kept(info))
-
-    def listing(self) -> DirectoryListing:
-        entries = sorted((kept.info for kept in self.heap), key=lambda info: info.path)
-        return DirectoryListing(tuple(entries), truncated=self.truncated)
-
-
 def _open_child(name: str, dir_fd: int) -> int | None:
     """The sub-directory ``name`` to descend into, or None if it is no longer a directory."""
     try:
@@ -196,7 +159,7 @@ def _open_child(name: str, dir_fd: int) -> int | None:
         return None  # swapped for a link or a file, or removed, since it was listed
 
 
-def _scan(fd: int, prefix: str, kept: _Smallest, *, recursive: bool, path: str) -> None:
+def _scan(fd: int, prefix: str, kept: FirstEntries, *, recursive: bool, path: str) -> None:
     """Offer every entry below the directory ``fd`` (depth first, one descriptor per level)."""
     stack: list[tuple[int, str, _ScandirIterator[str]]] = []
     try:
@@ -225,7 +188,7 @@ def _scan(fd: int, prefix: str, kept: _Smallest, *, recursive: bool, path: str) 
                         os.close(child_fd)
                         raise
             elif recursive and info.kind is FileKind.DIRECTORY:
-                kept.truncated = True  # below it are entries too large to be kept
+                kept.mark_truncated()  # below it are entries too large to be kept
     except OSError as exc:
         raise _translate(exc, path) from exc
     finally:
@@ -239,7 +202,7 @@ def list_workspace_dir(
     policy: PathPolicy, path: str, *, recursive: bool, limit: int
 ) -> DirectoryListing:
     """The first ``limit`` entries below the directory ``path`` in path order (see the module)."""
-    kept = _Smallest(check_list_limit(limit))
+    kept = FirstEntries(check_list_limit(limit))
     location = _locate(policy, path)
     fd = _open_listed(location, path)
     try:

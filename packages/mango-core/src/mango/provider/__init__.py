@@ -161,7 +161,7 @@ from mango.domain.values import (
     validate_provider_name,
     validate_session_id,
 )
-from mango.provider.fileapi import ExecFileSystem, check_list_limit
+from mango.provider.fileapi import ExecFileSystem, FirstEntries, check_list_limit
 from mango.provider.paths import (
     Entry,
     EntryKind,
@@ -213,6 +213,7 @@ __all__ = [
     "FileResourceSandbox",
     "FileSystemSandbox",
     "FileTooLarge",
+    "FirstEntries",
     "InvalidInput",
     "InvalidPathError",
     "KeepAliveSandbox",

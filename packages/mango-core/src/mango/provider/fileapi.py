@@ -36,6 +36,7 @@ out, with what lies below them.
 
 from __future__ import annotations
 
+import heapq
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,7 @@ from mango.domain.sandbox_ports import (
 from mango.domain.values import Command, ExecResult
 from mango.provider.paths import Location, PathPolicy, file_not_found
 
-__all__ = ["FILE_API_SCRIPT", "ExecFileSystem", "check_list_limit"]
+__all__ = ["FILE_API_SCRIPT", "ExecFileSystem", "FirstEntries", "check_list_limit"]
 
 FILE_API_SCRIPT = r"""op=$1 root=$2; shift 2
 tab=$(printf '\t')
@@ -158,6 +159,55 @@ def check_list_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidInput(f"a listing limit must be an integer from 1 to {MAX_LIST_LIMIT}")
     return limit
+
+
+class _Kept:
+    """A heap item ordered in reverse, so the heap's top is the largest path kept."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: FileInfo) -> None:
+        self.info = info
+
+    def __lt__(self, other: _Kept) -> bool:
+        return self.info.path > other.info.path
+
+
+class FirstEntries:
+    """The first ``limit`` entries by path among those offered, in O(limit) memory.
+
+    For a backend that reads a directory in its own order (``os.scandir``, a
+    vendor's paged listing): offer every entry, then :meth:`listing` is the
+    contract's bounded, sorted :class:`DirectoryListing`, ``truncated`` if any
+    entry was left out.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = check_list_limit(limit)
+        self._heap: list[_Kept] = []
+        self._truncated = False
+
+    def could_keep(self, path: str) -> bool:
+        """Whether an entry at ``path`` (or below it: longer, so larger) could still be kept."""
+        return len(self._heap) < self.limit or path < self._heap[0].info.path
+
+    def offer(self, info: FileInfo) -> None:
+        """Keep ``info`` if it is among the first ``limit`` seen so far."""
+        if len(self._heap) < self.limit:
+            heapq.heappush(self._heap, _Kept(info))
+            return
+        self._truncated = True
+        if info.path < self._heap[0].info.path:
+            heapq.heapreplace(self._heap, _Kept(info))
+
+    def mark_truncated(self) -> None:
+        """Entries exist that were never offered (a subtree skipped as too large to keep)."""
+        self._truncated = True
+
+    def listing(self) -> DirectoryListing:
+        """The kept entries, sorted by path."""
+        entries = sorted((kept.info for kept in self._heap), key=lambda info: info.path)
+        return DirectoryListing(tuple(entries), truncated=self._truncated)
 
 
 def _kind(mode: int) -> FileKind:

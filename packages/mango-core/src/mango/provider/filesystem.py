@@ -47,7 +47,7 @@ Stdlib and attrs only.
 from __future__ import annotations
 
 import asyncio
-import heapq
+import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
@@ -71,7 +71,7 @@ from mango.domain.sandbox_ports import (
     FileKind,
 )
 from mango.provider.execution import checkpoint
-from mango.provider.fileapi import check_list_limit
+from mango.provider.fileapi import FirstEntries, check_list_limit
 from mango.provider.files import RemoteFiles
 from mango.provider.paths import (
     MAX_CONCURRENT_STATS,
@@ -92,6 +92,7 @@ _KINDS = {
     EntryKind.SYMLINK: FileKind.SYMLINK,
     EntryKind.OTHER: FileKind.OTHER,
 }
+_ENTRY_KINDS = {kind: entry for entry, kind in _KINDS.items()}
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -118,18 +119,6 @@ class NativeEntry:
     def entry(self) -> Entry:
         """The path policy's view of it."""
         return Entry(self.kind, self.size)
-
-
-class _Largest:
-    """A heap item ordered backwards, so the heap's top is the largest path kept."""
-
-    __slots__ = ("native",)
-
-    def __init__(self, native: NativeEntry) -> None:
-        self.native = native
-
-    def __lt__(self, other: _Largest) -> bool:
-        return self.native.path > other.native.path
 
 
 class RemoteFileSystem(RemoteFiles):
@@ -319,8 +308,8 @@ class RemoteFileSystem(RemoteFiles):
         below = location.path.rstrip("/") + "/"
         controls = tuple(control.rstrip("/") + "/" for control in self._path_policy.control_dirs)
         early = self.sorted_listing and not recursive
-        kept: list[_Largest] = []
-        truncated = False
+        first = FirstEntries(limit)
+        offered = 0
         async with self._listing(location.path, recursive=recursive) as entries:
             async for native in entries:
                 name = native.path[len(below) :]
@@ -337,16 +326,23 @@ class RemoteFileSystem(RemoteFiles):
                     raise ProtocolError(f"the listing of {location.path} names {native.path!r}")
                 if any((native.path + "/").startswith(control) for control in controls):
                     continue
-                heapq.heappush(kept, _Largest(native))
-                if len(kept) > limit:
-                    heapq.heappop(kept)
-                    truncated = True
-                    if early:
-                        break
-        natives = sorted((item.native for item in kept), key=lambda native: native.path)
+                first.offer(self._file_info(location, native))
+                offered += 1
+                if early and offered > limit:
+                    break  # in name order: what follows would sort after the kept ones
+        listing = first.listing()
+        if type(self)._describe is RemoteFileSystem._describe:
+            return listing
+        natives = [self._native(info) for info in listing.entries]
         described = await self._describe(natives)
         infos = tuple(self._file_info(location, native) for native in described if native)
-        return DirectoryListing(infos, truncated=truncated)
+        return DirectoryListing(infos, truncated=listing.truncated)
+
+    def _native(self, info: FileInfo) -> NativeEntry:
+        """A kept entry back as the daemon's (its absolute path), for ``_describe``."""
+        shown = info.path
+        absolute = shown if shown.startswith("/") else posixpath.join(self._path_policy.root, shown)
+        return NativeEntry(absolute, _ENTRY_KINDS[info.kind], info.size, info.mode, info.mtime)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a link (not its target) or a directory (its tree with ``recursive``)."""
