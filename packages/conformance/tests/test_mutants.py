@@ -143,6 +143,10 @@ FILE_API_CAUGHT_BY: dict[str, set[str]] = {
     "make-dir-always-parents": {MAKE_REMOVE},
     "parent-links-followed": {ESCAPES},
     "root-removable": {ESCAPES},
+    "listing-clamps-limits": {BOUNDED},
+    "mode-with-type-bits": {STAT},
+    "mtime-at-epoch": {STAT},
+    "make-dir-through-links": {MAKE_REMOVE},
 }
 """The file-api mutants of the local provider and the checks that must catch each."""
 

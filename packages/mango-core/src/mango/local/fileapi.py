@@ -42,7 +42,6 @@ from mango.provider import (
     FileInfo,
     FileKind,
     FirstEntries,
-    InvalidPathError,
     Location,
     PathEscapeError,
     PathExists,
@@ -52,6 +51,7 @@ from mango.provider import (
     check_list_limit,
     file_not_found,
 )
+from mango.provider.fileapi import refuse_root
 
 if TYPE_CHECKING:
     from os import _ScandirIterator
@@ -101,11 +101,6 @@ def _translate(exc: OSError, path: str) -> Exception:
 
 def _locate(policy: PathPolicy, path: str, *, write: bool = False) -> Location:
     return policy.locate(path, write=write, directory=True)
-
-
-def _not_root(location: Location, path: str, what: str) -> None:
-    if not location.parts:
-        raise InvalidPathError(f"path {path!r} names the workspace root, which cannot be {what}")
 
 
 @contextlib.contextmanager
@@ -215,7 +210,7 @@ def list_workspace_dir(
 def remove_workspace_path(policy: PathPolicy, path: str, *, recursive: bool) -> None:
     """Remove a file, a link (itself) or a directory (empty, or with ``recursive`` its tree)."""
     location = _locate(policy, path, write=True)
-    _not_root(location, path, "removed")
+    refuse_root(location, path, "removed")
     name = location.parts[-1]
     with _parent(location, path) as fd:
         if not stat_module.S_ISDIR(_lstat(name, fd, path).st_mode):
@@ -298,8 +293,8 @@ def rename_workspace_path(policy: PathPolicy, source: str, destination: str) -> 
     """Move ``source`` to ``destination`` (which must not exist) without following links."""
     from_location = _locate(policy, source, write=True)
     to_location = _locate(policy, destination, write=True)
-    _not_root(from_location, source, "renamed")
-    _not_root(to_location, destination, "replaced")
+    refuse_root(from_location, source, "renamed")
+    refuse_root(to_location, destination, "replaced")
     source_name, target_name = from_location.parts[-1], to_location.parts[-1]
     with (
         _parent(from_location, source) as source_fd,

@@ -59,7 +59,7 @@ from mango.domain.sandbox_ports import (
 from mango.domain.values import Command, ExecResult
 from mango.provider.paths import Location, PathPolicy, file_not_found
 
-__all__ = ["FILE_API_SCRIPT", "ExecFileSystem", "FirstEntries", "check_list_limit"]
+__all__ = ["FILE_API_SCRIPT", "ExecFileSystem", "FirstEntries", "check_list_limit", "refuse_root"]
 
 FILE_API_SCRIPT = r"""op=$1 root=$2; shift 2
 tab=$(printf '\t')
@@ -313,15 +313,15 @@ class ExecFileSystem:
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file, a link (not its target) or a directory (its tree with ``recursive``)."""
         location = self._locate(path, write=True)
-        _not_root(location, path, "removed")
+        refuse_root(location, path, "removed")
         parent, name = _joined(location.parts[:-1]), location.parts[-1]
         await self._file_api(path, "remove", parent, name, "1" if recursive else "0")
 
     async def rename(self, source: str, destination: str) -> None:
         """Move ``source`` to ``destination``, which must not exist (see the module on races)."""
         src, dst = self._locate(source, write=True), self._locate(destination, write=True)
-        _not_root(src, source, "renamed")
-        _not_root(dst, destination, "replaced")
+        refuse_root(src, source, "renamed")
+        refuse_root(dst, destination, "replaced")
         await self._file_api(
             source,
             "rename",
@@ -342,9 +342,13 @@ class ExecFileSystem:
         await self._file_api(path, "mkdir", parent, name, "1" if parents else "0")
 
 
-def _not_root(location: Location, path: str, what: str) -> None:
+def refuse_root(location: Location, path: str, what: str) -> None:
+    """Refuse a remove or rename of (or onto) the workspace root: :class:`InvalidPathError`."""
     if not location.parts:
-        raise InvalidPathError(f"path {path!r} names the workspace root, which cannot be {what}")
+        raise InvalidPathError(
+            f"path {path!r} names the workspace root, which cannot be {what}",
+            hint="name an entry below the root; to empty the workspace, remove each entry",
+        )
 
 
 def _error(result: ExecResult, path: str, detail: str) -> Exception:
