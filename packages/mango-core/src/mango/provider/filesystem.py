@@ -57,7 +57,6 @@ import attrs
 
 from mango.domain.errors import (
     DirectoryNotEmpty,
-    InvalidPathError,
     MangoError,
     PathEscapeError,
     PathExists,
@@ -71,7 +70,7 @@ from mango.domain.sandbox_ports import (
     FileKind,
 )
 from mango.provider.execution import checkpoint
-from mango.provider.fileapi import FirstEntries, check_list_limit
+from mango.provider.fileapi import FirstEntries, check_list_limit, refuse_root
 from mango.provider.files import RemoteFiles
 from mango.provider.paths import (
     MAX_CONCURRENT_STATS,
@@ -256,11 +255,6 @@ class RemoteFileSystem(RemoteFiles):
             raise ProtocolError("a stat answered something else")
         check_directory(entry, path=path, name=location.parts[index - 1])
 
-    @staticmethod
-    def _not_root(location: Location, path: str, what: str) -> None:
-        if not location.parts:
-            raise InvalidPathError(f"path {path!r} is the workspace root, which is never {what}")
-
     # ------------------------------------------------------------ the port
 
     async def stat(self, path: str) -> FileInfo:
@@ -349,7 +343,7 @@ class RemoteFileSystem(RemoteFiles):
 
         async def call() -> None:
             location, native = await self._checked(path, write=True)
-            self._not_root(location, path, "removed")
+            refuse_root(location, path, "removed")
             if native is None:
                 raise file_not_found(path)
             if native.kind is EntryKind.DIRECTORY and not recursive:
@@ -365,9 +359,9 @@ class RemoteFileSystem(RemoteFiles):
 
         async def call() -> None:
             where, native = await self._checked(source, write=True)
-            self._not_root(where, source, "renamed")
+            refuse_root(where, source, "renamed")
             to, existing = await self._checked(destination, write=True)
-            self._not_root(to, destination, "renamed onto")
+            refuse_root(to, destination, "renamed onto")
             if native is None:
                 raise file_not_found(source)
             if existing is not None:
