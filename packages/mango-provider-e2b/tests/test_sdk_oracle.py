@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from e2b import AsyncSandbox, CommandExitException, SandboxQuery
 
-from mango.provider import Command
+from mango.provider import Command, PermanentError
 from mango_provider_e2b import E2BProvider
 from mango_provider_e2b.fake import E2BFakeService
 
@@ -108,7 +108,7 @@ async def test_sdk_drives_the_filesystem_service(
     sdk_env: E2BFakeService, provider: E2BProvider, session_key: str
 ) -> None:
     """ListDir, Stat, Move, Remove and MakeDir answer the SDK as envd does; mango agrees."""
-    from e2b import FileType, InvalidArgumentException, NotFoundException
+    from e2b import FileType, InvalidArgumentException, NotFoundException, SandboxException
 
     mine = await provider.create(session_key, SPEC)
     try:
@@ -143,6 +143,10 @@ async def test_sdk_drives_the_filesystem_service(
         assert (info.type, info.symlink_target) == (FileType.FILE, "/workspace/t/a.txt")
         with pytest.raises(InvalidArgumentException):
             await sdk.files.list("/workspace/t/a.txt")
+        with pytest.raises(SandboxException, match="not a directory"):  # internal, not not_found
+            await sdk.files.get_info("/workspace/t/a.txt/below")
+        with pytest.raises(PermanentError, match="not a directory"):  # mango: the file above
+            await mine.stat("t/a.txt/below")
         with pytest.raises(NotFoundException):
             await sdk.files.list("/workspace/t/missing")
         assert await sdk.files.make_dir("/workspace/t/sub") is False  # already_exists

@@ -253,20 +253,34 @@ class Envd:
         return {**self.address.headers, **(extra or {})}
 
     async def _unary(
-        self, service: str, payload: Mapping[str, Any], *, idempotent: bool
+        self,
+        service: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotent: bool,
+        expected: tuple[int, ...] = (404,),
     ) -> httpx.Response:
         return await self.api.request(
             "POST",
             self._url(f"/{service}"),
             operation=f"{self.provider}: envd {service.rsplit('/', 1)[-1]}",
             idempotent=idempotent,
-            expected=(404,),
+            expected=expected,
             json=dict(payload),
             headers=self._headers(_UNARY_HEADERS),
         )
 
     async def _stat_answer(self, path: str) -> dict[str, Any] | None:
-        response = await self._unary("filesystem.Filesystem/Stat", {"path": path}, idempotent=True)
+        response = await self._unary(
+            "filesystem.Filesystem/Stat", {"path": path}, idempotent=True, expected=(404, 500)
+        )
+        if response.status_code == 500:
+            # A path below a file: Go's os.IsNotExist is false for ENOTDIR, so envd answers
+            # "internal" (not a retryable outage: nothing is there). The path policy looks at
+            # such an answer only after the file above it, which it refuses.
+            if "not a directory" in response.text:
+                return None
+            self.api.check(response, operation=f"{self.provider}: envd Stat")
         if response.status_code == 404:
             if "not_found" in response.text or "not found" in response.text:
                 return None

@@ -304,7 +304,10 @@ class Envd(Routes):
             except FileNotFoundError:
                 raise connect_error("not_found", f"file not found: {path}") from None
             except NotADirectoryError:
-                raise connect_error("not_found", f"file not found: {path}") from None
+                # envd: Go's os.IsNotExist is false for ENOTDIR, so the lstat error is internal.
+                raise connect_error(
+                    "internal", f"error getting file info: lstat {path}: not a directory"
+                ) from None
         if method == "ListDir":
             return await self._list_dir(record, body, path, host)
         if method == "MakeDir":
