@@ -29,6 +29,7 @@ from mango.local.processes import (
     process_dir,
     process_info,
     read_log,
+    remove_processes,
     start_process,
     stdin_fd,
 )
@@ -274,6 +275,12 @@ class LocalSandbox(StreamedExec):
             raise ProviderUnavailable(f"cannot start the background process: {exc}") from exc
         finally:
             os.close(cwd_fd)
+        if self._deleted():
+            # A destroy ran meanwhile: its supervisor killed the process; leave no record.
+            await asyncio.to_thread(
+                remove_processes, self._session_dir.parent, self._session_dir.name
+            )
+            raise SandboxNotFound(f"local sandbox {self._session_dir} is gone")
         return ProcessHandle(process_id, pid)
 
     async def processes(self) -> list[ProcessInfo]:
