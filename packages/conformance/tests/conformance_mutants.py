@@ -470,7 +470,6 @@ class LeaderOnlyProcessKillSandbox(WrappedSandbox):
         if info.state is ProcessState.RUNNING and info.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
-            info = await self.inner.wait(process_id, timeout=10)  # type: ignore[attr-defined]
         return attrs.evolve(info, state=ProcessState.KILLED)
 
 
