@@ -61,6 +61,7 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
         Capability.FILE_API,
         Capability.PAUSE,
         Capability.EXPOSED_PORTS,
+        Capability.BACKGROUND_PROCESSES,
     )
     names = {setting.env for setting in registration.settings}
     assert {
@@ -72,6 +73,7 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
         "MANGO_SANDBOX_PIDS_LIMIT",
         "MANGO_MAX_OUTPUT_BYTES",
         "MANGO_MAX_READ_BYTES",
+        "MANGO_MAX_PROCESS_LOG_BYTES",
     } <= names
     assert not any(setting.secret for setting in SETTINGS)
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mango.domain.capabilities import CapabilitySet
 from mango.local import LocalProvider
-from mango.provider import ProviderContext, ProviderRegistry
+from mango.provider import CapabilitySet, ProviderContext, ProviderRegistry
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -36,7 +35,7 @@ class MyProvider(LocalProvider):
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None, as the snippet registers it (the local provider's file API is left out)."""
+        """What the snippet registers: none (the local provider's capabilities are left out)."""
         return CapabilitySet()
 
     @classmethod
