@@ -22,6 +22,7 @@ from mango.app.files import StoredFiles
 from mango.app.instrumented import instrument
 from mango.app.profiles import environment_fields
 from mango.app.session_files import SessionFiles
+from mango.app.skills import SessionSkills
 from mango.config import Settings
 from mango.domain.capabilities import Capability
 from mango.domain.environments import SpecFields
@@ -35,6 +36,7 @@ from mango.postgres import (
     PostgresFileCatalog,
     PostgresOutputCatalog,
     PostgresResourceCatalog,
+    PostgresSkillCatalog,
     open_store,
     redact_conninfo,
 )
@@ -196,6 +198,7 @@ async def open_runtime(
             files = SessionFiles(
                 PostgresResourceCatalog(store.pool), PostgresOutputCatalog(store.pool), stored
             )
+            skills = SessionSkills(PostgresSkillCatalog(store.pool), blobs, context.namespace)
             managed: tuple[Provider, BindingStore] = (provider, store)
             if wrap_ports is not None:
                 managed = wrap_ports(provider, store)
@@ -208,6 +211,7 @@ async def open_runtime(
                 package_manager_hosts=settings.package_manager_hosts,
                 max_sandboxes=settings.fleet.max_sandboxes,
                 files=files,
+                skills=skills,
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)

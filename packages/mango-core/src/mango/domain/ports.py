@@ -20,6 +20,7 @@ from mango.domain.resource_ports import (
     PackageSetupSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.sandbox_ports import (
     FileSystemSandbox,
@@ -55,6 +56,7 @@ __all__ = [
     "ResourceLockSandbox",
     "Sandbox",
     "SessionOutputSandbox",
+    "SkillBundleSandbox",
 ]
 
 

@@ -111,6 +111,7 @@ from mango.domain.ports import (
     ResourceLockSandbox,
     Sandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.registry import (
     ConformanceTarget,
@@ -139,6 +140,7 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
+from mango.domain.skills import SKILLS_ROOT, SkillMount
 from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
@@ -188,6 +190,7 @@ __all__ = [
     "MAX_SETTING_SECONDS",
     "MEMORY_GRAMMAR",
     "OUTPUTS_ROOT",
+    "SKILLS_ROOT",
     "UPLOADS_ROOT",
     "Capability",
     "CapabilitySet",
@@ -258,6 +261,8 @@ __all__ = [
     "SandboxSpec",
     "SessionOutputSandbox",
     "SettingSpec",
+    "SkillBundleSandbox",
+    "SkillMount",
     "StatCallback",
     "SupportLevel",
     "TargetCost",
