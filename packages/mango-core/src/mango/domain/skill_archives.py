@@ -49,6 +49,9 @@ __all__ = [
 SKILL_FILE = "SKILL.md"
 _EOCD = b"PK\x05\x06"
 _EOCD_SIZE = 22
+_ZIP64_LOCATOR = b"PK\x06\x07"
+_ZIP64_EOCD = b"PK\x06\x06"
+_LOCATOR_SIZE = 20
 _MAX_COMMENT = 0xFFFF
 _UTF8_FLAG = 0x800
 _ENCRYPTED_FLAG = 0x1
@@ -67,8 +70,32 @@ class SkillEntry:
     info: zipfile.ZipInfo = attrs.field(eq=False, repr=False)
 
 
+def _zip64_entries(archive: BinaryIO, eocd_at: int) -> int | None:
+    """The entry count of the zip64 end record the locator before ``eocd_at`` points to."""
+    if eocd_at < _LOCATOR_SIZE:
+        return None
+    archive.seek(eocd_at - _LOCATOR_SIZE)
+    locator = archive.read(_LOCATOR_SIZE)
+    if locator[:4] != _ZIP64_LOCATOR:
+        return None
+    (offset,) = struct.unpack("<Q", locator[8:16])
+    if offset > eocd_at:
+        return None
+    archive.seek(offset)
+    record = archive.read(56)
+    if len(record) < 56 or record[:4] != _ZIP64_EOCD:
+        return None
+    (total,) = struct.unpack("<Q", record[32:40])
+    return int(total)
+
+
 def check_archive_tail(archive: BinaryIO, size: int) -> None:
-    """Refuse an archive whose central directory is absent, zip64 or too large (before parsing)."""
+    """Refuse an archive whose central directory is absent, zip64 or too large (before parsing).
+
+    A zip64 archive is never a skill archive (fewer than 30 MB, at most
+    1000 entries); its own record's entry count is named when it breaks the
+    bound (an archive of 100 000 entries is zip64).
+    """
     tail_size = min(size, _EOCD_SIZE + _MAX_COMMENT)
     archive.seek(size - tail_size)
     tail = archive.read(tail_size)
@@ -76,8 +103,15 @@ def check_archive_tail(archive: BinaryIO, size: int) -> None:
     if position < 0 or len(tail) - position < _EOCD_SIZE:
         raise UnsafeArchiveError("the skill archive is not a zip (no end of central directory)")
     disk, start_disk, here, total = struct.unpack("<HHHH", tail[position + 4 : position + 12])
-    if 0xFFFF in (disk, start_disk, here, total) or disk or start_disk or here != total:
-        raise UnsafeArchiveError("the skill archive is a zip64 or multi-disk archive")
+    if 0xFFFF in (here, total):
+        counted = _zip64_entries(archive, size - tail_size + position)
+        if counted is not None and counted > MAX_SKILL_FILES:
+            raise UnsafeArchiveError(
+                f"the skill archive has {counted} entries, it must have 1 to {MAX_SKILL_FILES}"
+            )
+        raise UnsafeArchiveError("the skill archive is a zip64 archive (skill archives never are)")
+    if disk or start_disk or here != total:
+        raise UnsafeArchiveError("the skill archive spans several disks")
     if not 1 <= total <= MAX_SKILL_FILES:
         raise UnsafeArchiveError(
             f"the skill archive has {total} entries, it must have 1 to {MAX_SKILL_FILES}"
