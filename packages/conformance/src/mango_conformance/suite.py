@@ -21,6 +21,7 @@ from mango_conformance.checks.parity import ParityChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
+from mango_conformance.checks.skills import SkillBundleChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
@@ -42,6 +43,7 @@ class ProviderSuite(
     PackageChecks,
     FileResourceChecks,
     OutputChecks,
+    SkillBundleChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

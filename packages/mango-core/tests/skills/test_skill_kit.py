@@ -56,8 +56,9 @@ def published(bundles: HostSkillBundles) -> dict[str, tuple[bytes, int]]:
 
 
 def leftovers(bundles: HostSkillBundles) -> list[str]:
-    names = [p.name for p in bundles.skills_root.iterdir() if p.name.startswith(STAGING_PREFIX)]
-    names += [p.name for p in bundles.state_root.iterdir() if p.name.startswith(ARCHIVE_PREFIX)]
+    """What imports left: staging trees and archive copies (never in the skills directory)."""
+    names = [p.name for p in bundles.state_root.iterdir() if p.name.startswith(STAGING_PREFIX)]
+    assert not [p for p in bundles.skills_root.iterdir() if p.name.startswith(".")]
     return names
 
 
@@ -255,7 +256,12 @@ async def test_sigkill_during_extraction_leaves_no_partial_tree_and_staging_goes
     )  # fmt: skip
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     assert not (bundles.skills_root / "hello-skill").exists()
-    staged = [p for p in bundles.skills_root.iterdir() if p.name.startswith(STAGING_PREFIX)]
+    assert list(bundles.skills_root.iterdir()) == [], "the sandbox would see part of a tree"
+    staged = [
+        p
+        for p in bundles.state_root.iterdir()
+        if p.name.startswith(STAGING_PREFIX) and not p.name.startswith(ARCHIVE_PREFIX)
+    ]
     assert len(staged) == 1, "the crash should have left its staging directory"
     assert list(staged[0].rglob("*")), "the staging directory holds the partial extraction"
     assert not await bundles.has(mount)

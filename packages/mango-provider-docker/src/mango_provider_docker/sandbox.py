@@ -35,6 +35,7 @@ from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
     MOUNTS_POLICY,
+    PRE_SKILLS_POLICY,
     WORKSPACE_POLICY,
     open_workspace_file,
     read_workspace_file,
@@ -130,7 +131,9 @@ class DockerSandbox(StreamedExec):
 
     @property
     def _policy(self) -> PathPolicy:
-        return MOUNTS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+        if self._mounts.skills:
+            return MOUNTS_POLICY
+        return PRE_SKILLS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
 
     @property
     def _resources(self) -> HostFileResources:

@@ -84,6 +84,7 @@ from mango.domain.errors import (
     ResourceConflict,
     SandboxNotFound,
     SandboxNotRunning,
+    UnsafeArchiveError,
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
@@ -266,6 +267,7 @@ __all__ = [
     "StatCallback",
     "SupportLevel",
     "TargetCost",
+    "UnsafeArchiveError",
     "admit",
     "check_directory",
     "check_regular",

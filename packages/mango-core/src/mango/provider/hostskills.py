@@ -5,20 +5,24 @@ A provider that bind-mounts a host directory read-only at
 skill there with :class:`HostSkillBundles`, which implements the contract of
 :class:`~mango.domain.ports.SkillBundleSandbox` on the worker's side:
 
-* **import** (exclusive lock): staging directories an interrupted import
-  left (``<skills>/.mango-skill-*``) and archive copies
-  (``<state>/.mango-skill-archive-*``) are removed first. The archive streams
+* **import** (exclusive lock): staging directories and archive copies an
+  interrupted import left (``<state>/.mango-skill-*``) are removed first.
+  The archive streams
   into ``<state>/.mango-skill-archive-<random>`` (never mounted), counted and
   hashed (:class:`ContentMismatch` for another size or SHA-256) and fsynced;
   its end-of-central-directory record and then every entry are checked
   (:mod:`mango.domain.skill_archives`; :class:`UnsafeArchiveError`). Each
-  file is extracted into ``<skills>/.mango-skill-<name>-<random>/``: created
+  file is extracted into ``<state>/.mango-skill-<name>-<random>/`` (the
+  state directory is never mounted, and is on the skills directory's
+  filesystem, so nothing of a staging tree is ever visible in the sandbox and
+  the rename is atomic): created
   exclusively, never through a link, its inflated bytes counted against its
   header and the running total against the mount's expanded size, fsynced,
   then ``0444`` plus its exec bits. The complete tree (the total equal to the
   expected one) is renamed onto ``<skills>/<name>`` in one step (a damaged
-  tree there is first renamed aside, so the runtime path shows the old tree
-  or the new one, never a part), the directory fsynced, and the marker
+  tree there is first renamed aside into the state directory, so the runtime
+  path shows the old tree, nothing, or the new one, never a part), the
+  directory fsynced, and the marker
   (``<state>/skill-<sha256 of the runtime path>``, every field of the mount)
   written last.
 * **has** (shared lock): the marker equals the mount's, and a walk of the
@@ -66,7 +70,8 @@ __all__ = [
 
 DIRECTORY_MODE = 0o755
 STAGING_PREFIX = ".mango-skill-"
-"""Start of a staging (or retired) tree's name in the skills directory: never a skill name."""
+"""Start of the names an import keeps in the state directory: staging trees, retired trees
+and archive copies (all removed by the next import)."""
 ARCHIVE_PREFIX = ".mango-skill-archive-"
 """Start of a verified archive copy's name in the state directory."""
 LOCK_TIMEOUT_SECONDS = 600.0
@@ -205,12 +210,9 @@ class HostSkillBundles:
 
     def _drop_abandoned(self) -> None:
         with self._host_errors("removing abandoned skill imports"):
-            for entry in self.skills_root.iterdir():
+            for entry in self.state_root.iterdir():
                 if entry.name.startswith(STAGING_PREFIX):
                     remove_dir(entry)
-            for entry in self.state_root.iterdir():
-                if entry.name.startswith(ARCHIVE_PREFIX):
-                    entry.unlink(missing_ok=True)
 
     def _archive_file(self) -> tuple[int, Path]:
         with self._host_errors("storing a skill archive"):
@@ -231,7 +233,7 @@ class HostSkillBundles:
                     archive, mount.archive_root, max_expanded=mount.expanded_size
                 )
                 staging = Path(
-                    tempfile.mkdtemp(dir=self.skills_root, prefix=f"{STAGING_PREFIX}{mount.name}-")
+                    tempfile.mkdtemp(dir=self.state_root, prefix=f"{STAGING_PREFIX}{mount.name}-")
                 )
                 try:
                     self._fill(archive, entries, staging, mount)
@@ -310,7 +312,7 @@ class HostSkillBundles:
             _fsync_dir(Path(directory))
         old: Path | None = None
         if os.path.lexists(target):
-            old = target.with_name(f"{STAGING_PREFIX}{target.name}-old-{os.urandom(4).hex()}")
+            old = self.state_root / f"{STAGING_PREFIX}old-{target.name}-{os.urandom(4).hex()}"
             target.rename(old)
         staging.rename(target)
         _fsync_dir(self.skills_root)
