@@ -49,6 +49,7 @@ __all__ = [
     "environment_of",
     "open_database",
     "open_runtime",
+    "open_session_skills",
     "open_stored_files",
     "resolve_spec",
     "select_provider",
@@ -240,6 +241,29 @@ async def open_stored_files(
             blobs = open_file_store(file_settings)
             try:
                 yield StoredFiles(PostgresFileCatalog(store.pool), blobs, namespace)
+            finally:
+                await blobs.aclose()
+        finally:
+            await store.aclose()
+
+
+@asynccontextmanager
+async def open_session_skills(
+    settings: Settings, file_settings: FileStoreSettings, *, linger: bool = False
+) -> AsyncIterator[SessionSkills]:
+    """Open the database and the Files store; yield :class:`SessionSkills` on them.
+
+    No provider is opened: uploading and listing skills do not need one
+    (pinning them does: :meth:`SessionManager.create_session`). Blob keys
+    carry the namespace as :func:`open_stored_files` says.
+    """
+    async with open_database(settings, linger=linger) as url:
+        store = await open_store(url)
+        try:
+            namespace = settings.namespace or await store.deployment_namespace()
+            blobs = open_file_store(file_settings)
+            try:
+                yield SessionSkills(PostgresSkillCatalog(store.pool), blobs, namespace)
             finally:
                 await blobs.aclose()
         finally:

@@ -194,3 +194,24 @@ def test_a_directory_with_a_symlink_or_without_skill_md_is_refused(tmp_path: Pat
     named = skill_tree(tmp_path / "b", skill_md=b"---\nname: Not A Name\n---\n")
     with pytest.raises(InvalidInput, match=r"a-z, 0-9"):
         canonical_skill(named)
+
+
+async def test_the_python_api_uploads_lists_and_pins(database_url: str, tmp_path: Path) -> None:
+    """mango.open_skills uploads and lists; the manager pins at creation, refused on local."""
+    import mango
+    from mango.domain.errors import CapabilityNotSupported
+
+    environ = {
+        "MANGO_DATABASE_URL": database_url,
+        "MANGO_STATE_DIR": str(tmp_path / "state"),
+        "MANGO_FILE_STORE_DIR": str(tmp_path / "blobs"),
+        "MANGO_ALLOW_UNSAFE_LOCAL_SANDBOX": "1",
+    }
+    async with mango.open_skills(environ=environ) as library:
+        version = await library.add(skill_tree(tmp_path))
+        assert [str(v.ref) for v in await library.list_versions()] == ["hello-skill@1"]
+    async with mango.open_session_manager(environ=environ) as manager:
+        assert (await manager.session_skills.list_versions())[0].identity == version.identity
+        with pytest.raises(CapabilityNotSupported):
+            await manager.create_session("api", skills=["hello-skill@1"])
+        assert (await manager.create_session("api")).created
