@@ -616,8 +616,8 @@ class DockerWrappedSandbox(WrappedSandbox):
     def open_session_outputs(self) -> Any:
         return self.inner.open_session_outputs()  # type: ignore[attr-defined]
 
-    async def has_skill_bundle(self, mount: SkillMount) -> bool:
-        return await self.inner.has_skill_bundle(mount)  # type: ignore[attr-defined, no-any-return]
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return await self.inner.has_skill_bundles(mounts)  # type: ignore[attr-defined, no-any-return]
 
     async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
         await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
@@ -924,8 +924,8 @@ class RememberingSkillSandbox(DockerWrappedSandbox):
 
     imported: set[str] = attrs.field(factory=set)
 
-    async def has_skill_bundle(self, mount: SkillMount) -> bool:
-        return mount.identity in self.imported
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return [mount.identity in self.imported for mount in mounts]
 
     async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
         await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]

@@ -256,7 +256,7 @@ async def test_a_container_older_than_the_skills_mount_fails_closed_for_skills(
         old = await provider.attach(session_key, SandboxRef("docker", made), SandboxSpec())
         assert old.mounts == MountState(uploads=True, outputs=True, skills=False)
         await old.import_file_resource(mount(b"x"), stream(b"x"))
-        assert not await old.has_skill_bundle(SKILL)
+        assert await old.has_skill_bundles([SKILL]) == [False]
         with pytest.raises(PermanentError, match="recreate the Session's sandbox"):
             await old.import_skill_bundle(SKILL, stream(b"x"))
         await old.write_file("skills/plain.txt", b"no skills mount: an ordinary directory")

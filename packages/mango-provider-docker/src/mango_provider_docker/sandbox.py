@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -284,12 +284,15 @@ class DockerSandbox(StreamedExec):
             return
         await resources.remove(runtime_path, identity)
 
-    async def has_skill_bundle(self, mount: SkillMount) -> bool:
-        """Whether ``mount``'s complete, read-only tree is in place (False without the mount)."""
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        """Whether each mount's complete, read-only tree is in place (False without the mount).
+
+        One thread hop for all of them (see the kit).
+        """
         if not self._mounts.skills:
-            return False
-        await self._host_side()
-        return await self._skills.has(mount)
+            return [False] * len(mounts)
+        # No host directory answers False; the import that follows says why.
+        return await self._skills.has_all(mounts)
 
     async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
         """Verify, extract and publish ``mount``'s archive at its runtime path (see the kit)."""

@@ -2,7 +2,8 @@
 
 What the skills materializer relies on (:class:`~mango.provider.SkillBundleSandbox`):
 
-* S-1: ``has`` is False before an import;
+* S-1: ``has_skill_bundles`` answers False before an import (and, after it,
+  one answer per mount in order: False for another identity);
 * S-2: a failed import never becomes visible: bytes of another SHA-256 are
   :class:`~mango.provider.ContentMismatch`, an archive with an unsafe entry
   (after good ones) is :class:`~mango.provider.UnsafeArchiveError`, a reader
@@ -124,6 +125,8 @@ def _skills(harness: Harness, sandbox: Sandbox) -> _SkillSandbox:
 
 GOOD = skill_archive(FILES)
 EXPANDED = sum(len(data) for data, _ in FILES.values())
+OTHER = skill_mount(GOOD, EXPANDED, identity="conformance-skill@2")
+"""The same bytes under another identity: never the imported one."""
 EXPECTED_LISTING = (
     b".\n./SKILL.md\n./bin\n./bin/run.sh\n./docs\n./docs/a\n./docs/a/note.txt\n"
     b"444 ./SKILL.md\n555 ./bin/run.sh\n444 ./docs/a/note.txt\n"
@@ -132,8 +135,10 @@ EXPECTED_LISTING = (
 
 def _visible(harness: Harness, sandbox: _SkillSandbox, what: str) -> None:
     """S-3, S-4: ``has``, every file's bytes through a tool and a shell, the modes, the script."""
-    assert harness.run(sandbox.has_skill_bundle(skill_mount(GOOD, EXPANDED))), (
-        f"{what}: has_skill_bundle is False for the imported skill"
+    answers = list(harness.run(sandbox.has_skill_bundles([OTHER, skill_mount(GOOD, EXPANDED)])))
+    assert answers == [False, True], (
+        f"{what}: has_skill_bundles([another identity, the imported skill]) is {answers}, "
+        "not [False, True]"
     )
     for path, (data, _) in FILES.items():
         read = harness.run(sandbox.read_file(f"skills/{NAME}/{path}"))
@@ -156,9 +161,8 @@ def _visible(harness: Harness, sandbox: _SkillSandbox, what: str) -> None:
 def _nothing_visible(harness: Harness, sandbox: _SkillSandbox, what: str) -> None:
     listing = harness.sh(sandbox, 'ls -A "$1" 2>/dev/null; :', SKILLS_ROOT).stdout
     assert listing == b"", f"{what} left something below {SKILLS_ROOT}: {listing[:200]!r}"
-    assert not harness.run(sandbox.has_skill_bundle(skill_mount(GOOD, EXPANDED))), (
-        f"has_skill_bundle is True after {what}"
-    )
+    answers = list(harness.run(sandbox.has_skill_bundles([skill_mount(GOOD, EXPANDED)])))
+    assert answers == [False], f"has_skill_bundles is {answers} after {what}"
 
 
 class SkillBundleChecks:
@@ -171,7 +175,8 @@ class SkillBundleChecks:
         created = conformance.create(key)
         sandbox = _skills(conformance, created)
         mount = skill_mount(GOOD, EXPANDED)
-        assert not conformance.run(sandbox.has_skill_bundle(mount)), "S-1: has before import"
+        before = list(conformance.run(sandbox.has_skill_bundles([mount])))
+        assert before == [False], f"S-1: has_skill_bundles before the import is {before}"
         conformance.run(sandbox.import_skill_bundle(mount, chunks(GOOD)))
         _visible(conformance, sandbox, "S-3/S-4")
         user = conformance.sh(sandbox, "id -u").stdout.strip()

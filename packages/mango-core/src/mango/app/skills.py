@@ -160,14 +160,14 @@ async def materialize_skills(
     if not pinned:
         return SkillReport()
     target = _capable(sandbox, session_id, provider)
-    imported = present = 0
-    for version in pinned:
-        mount = skill_mount(version)
-        if await target.has_skill_bundle(mount):
-            present += 1
+    mounts = [skill_mount(version) for version in pinned]
+    found = await target.has_skill_bundles(mounts)  # one call for all: it runs every step
+    imported = 0
+    for version, mount, present in zip(pinned, mounts, found, strict=True):
+        if present:
             continue
         # The provider counts and hashes the archive as it arrives: hashed once.
         async with skills.blobs.open(version.blob_key, size=version.size) as chunks:
             await target.import_skill_bundle(mount, chunks)
         imported += 1
-    return SkillReport(imported=imported, present=present)
+    return SkillReport(imported=imported, present=len(pinned) - imported)

@@ -104,16 +104,18 @@ class FileResourceSandbox(Protocol):
 class SkillBundleSandbox(Protocol):
     """Capability ``skill-bundles``: verified skill trees, read-only below ``/workspace/skills``."""
 
-    async def has_skill_bundle(self, mount: SkillMount) -> bool:
-        """True if ``mount.runtime_path`` holds this identity's complete, read-only tree.
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        """For each of ``mounts``, in order: does its runtime path hold its complete tree?
 
-        Checked by the provider's marker (every field of ``mount``) and a
-        walk of the tree: a real directory with ``SKILL.md`` at its top, no
-        symlink, every file regular with no write bit, the sizes adding up
-        to ``mount.expanded_size`` (the content is not hashed again).
-        Anything else (a file missing, a mode changed, a size drifted) is
-        False, so the caller imports again: damage is repaired. A sandbox
-        without the skills mount answers False.
+        One call for all of a Session's skills, since it runs before every
+        tool step (Docker answers them in one thread hop; a remote backend
+        could in one round trip). Each is checked by the provider's marker
+        (every field of the mount) and a walk of the tree: a real directory
+        with ``SKILL.md`` at its top, no symlink, every file regular with no
+        write bit, the sizes adding up to ``expanded_size`` (the content is
+        not hashed again). Anything else (a file missing, a mode changed, a
+        size drifted) is False, so the caller imports again: damage is
+        repaired. A sandbox without the skills mount answers False for each.
         """
         ...
 

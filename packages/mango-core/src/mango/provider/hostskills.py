@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import stat
 import tempfile
 import zipfile
-from collections.abc import AsyncIterable, Callable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
@@ -147,8 +148,39 @@ class HostSkillBundles:
 
     async def has(self, mount: SkillMount) -> bool:
         """Whether ``mount``'s complete, read-only tree and its marker are in place."""
+        return (await self.has_all([mount]))[0]
+
+    async def has_all(self, mounts: Sequence[SkillMount]) -> list[bool]:
+        """:meth:`has` for each of ``mounts``, in order, under one shared lock.
+
+        False, too, when the state directory is missing (the caller's import
+        then says why). One thread hop when the shared lock is free at once
+        (the usual case before a tool step), else a wait for it.
+        """
+        if not mounts:
+            return []
+        found = await asyncio.to_thread(self._has_if_unlocked, mounts)
+        if found is not None:
+            return found
         async with self.lock(exclusive=False):
-            return await asyncio.to_thread(self._has, mount)
+            return await asyncio.to_thread(lambda: [self._has(mount) for mount in mounts])
+
+    def _has_if_unlocked(self, mounts: Sequence[SkillMount]) -> list[bool] | None:
+        """``_has`` of each under the shared lock if no importer holds it now; None if one does."""
+        try:
+            fd = os.open(self.state_root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except (FileNotFoundError, NotADirectoryError):
+            return [False] * len(mounts)
+        except OSError as exc:
+            raise ProviderUnavailable(f"checking a skill under {self.state_root}: {exc}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            return [self._has(mount) for mount in mounts]
+        finally:
+            os.close(fd)
 
     def _has(self, mount: SkillMount) -> bool:
         with self._host_errors("checking a skill"):
