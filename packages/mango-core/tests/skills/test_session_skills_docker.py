@@ -15,7 +15,7 @@ from mango.app.memory_store import InMemoryBindingStore
 from mango.app.skill_catalog import InMemorySkillCatalog
 from mango.app.skills import SessionSkills
 from mango.domain import Command, SandboxSpec
-from mango.domain.errors import CapabilityNotSupported, PathEscapeError
+from mango.domain.errors import CapabilityNotSupported, PathEscapeError, PermanentError
 from mango.domain.files import FileStore
 from mango.local import LocalProvider
 
@@ -69,6 +69,16 @@ async def test_a_pinned_skill_is_there_read_only_and_repaired_before_each_step(
         sh(f"cd {SKILL_DIR} && find . -type f | sort && stat -c %a SKILL.md")
     )
     assert listed.stdout == b"./SKILL.md\n./docs/deep/note.txt\n./scripts/hello.sh\n444\n"
+
+    # An archive lost from the Files store is a permanent error naming it; the same
+    # tree uploaded again restores it (the same version), and the next step repairs.
+    await skills.blobs.delete(version.blob_key)
+    (host_tree / "SKILL.md").unlink()
+    with pytest.raises(PermanentError, match="hello-skill@1 is missing from the Files store"):
+        await docker_manager.materialize_skills("skilled", SandboxSpec())
+    assert (await skills.add(skill_tree(tmp_path / "again"))).identity == version.identity
+    restored = await docker_manager.materialize_skills("skilled", SandboxSpec())
+    assert (restored.imported, restored.present) == (1, 0)
 
 
 async def test_a_provider_without_skill_bundles_refuses_pins_at_admission(

@@ -29,12 +29,13 @@ from pathlib import Path
 import attrs
 
 from mango.app.skill_upload import CanonicalSkill, canonical_skill
-from mango.domain.errors import CapabilityNotSupported, InvalidInput
+from mango.domain.errors import CapabilityNotSupported, InvalidInput, PermanentError
 from mango.domain.files import FileStore
 from mango.domain.ports import Sandbox, SkillBundleSandbox
 from mango.domain.skills import (
     NewSkillVersion,
     SkillCatalog,
+    SkillMount,
     SkillRef,
     SkillVersion,
     check_session_skills,
@@ -166,8 +167,24 @@ async def materialize_skills(
     for version, mount, present in zip(pinned, mounts, found, strict=True):
         if present:
             continue
-        # The provider counts and hashes the archive as it arrives: hashed once.
-        async with skills.blobs.open(version.blob_key, size=version.size) as chunks:
-            await target.import_skill_bundle(mount, chunks)
+        await _import(skills, target, version, mount)
         imported += 1
     return SkillReport(imported=imported, present=len(pinned) - imported)
+
+
+async def _import(
+    skills: SessionSkills, target: SkillBundleSandbox, version: SkillVersion, mount: SkillMount
+) -> None:
+    # The provider counts and hashes the archive as it arrives: hashed once.
+    try:
+        opened = skills.blobs.open(version.blob_key, size=version.size)
+        async with opened as chunks:
+            await target.import_skill_bundle(mount, chunks)
+    except FileNotFoundError:
+        # A version's archive is written before its row and never removed: a retry
+        # cannot bring it back.
+        raise PermanentError(
+            f"the archive of skill {version.ref} is missing from the Files store "
+            f"({skills.blobs.location}, key {version.blob_key})",
+            hint="upload the skill again (the same tree restores the same archive)",
+        ) from None
