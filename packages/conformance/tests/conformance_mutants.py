@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import tarfile
+import zipfile
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +41,7 @@ from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
 from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
+from mango.domain.skills import SkillMount
 from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import (
     Command,
@@ -807,6 +809,12 @@ class DockerWrappedSandbox(WrappedSandbox):
     def open_session_outputs(self) -> Any:
         return self.inner.open_session_outputs()  # type: ignore[attr-defined]
 
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return await self.inner.has_skill_bundles(mounts)  # type: ignore[attr-defined, no-any-return]
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+
     @property
     def host_dir(self) -> Path:
         return Path(self.inner.host_dir)  # type: ignore[attr-defined]
@@ -1151,6 +1159,79 @@ PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
 }
 """The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
 
+
+class UnverifiedSkillSandbox(DockerWrappedSandbox):
+    """Takes whatever archive arrives: the mount's checksum is replaced by the bytes' own."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        data = await _gathered(chunks)
+        trusted = attrs.evolve(mount, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        await self.inner.import_skill_bundle(trusted, _once(data))  # type: ignore[attr-defined]
+
+
+class SkillUnverified(DockerWrapped):
+    """An archive of another SHA-256 is published."""
+
+    sandbox_class = UnverifiedSkillSandbox
+
+
+class InPlaceSkillSandbox(DockerWrappedSandbox):
+    """Extracts each entry at the runtime path as it comes, stopping at the first unsafe one."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        data = await _gathered(chunks)
+        target = self.host_dir / "skills" / mount.name
+        with contextlib.suppress(zipfile.BadZipFile), zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                relative = info.filename[len(mount.name) + 1 :]
+                if ".." in relative.split("/"):
+                    break
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                (target / relative).write_bytes(archive.read(info))
+        await self.inner.import_skill_bundle(mount, _once(data))  # type: ignore[attr-defined]
+
+
+class SkillExtractInPlace(DockerWrapped):
+    """A failed import leaves the entries before the bad one at the runtime path."""
+
+    sandbox_class = InPlaceSkillSandbox
+
+
+class ExecBitsDroppedSandbox(DockerWrappedSandbox):
+    """Publishes every file 0444, executables included."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+        for path in (self.host_dir / "skills" / mount.name).rglob("*"):
+            if path.is_file():
+                path.chmod(0o444)
+
+
+class SkillDropsExecBits(DockerWrapped):
+    """A skill's scripts cannot run."""
+
+    sandbox_class = ExecBitsDroppedSandbox
+
+
+class RememberingSkillSandbox(DockerWrappedSandbox):
+    """Answers ``has`` from what this client imported, not from the sandbox."""
+
+    imported: set[str] = attrs.field(factory=set)
+
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return [mount.identity in self.imported for mount in mounts]
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+        self.imported.add(mount.identity)
+
+
+class SkillStateInMemory(DockerWrapped):
+    """A fresh client believes no skill is there: every step would import again."""
+
+    sandbox_class = RememberingSkillSandbox
+
+
 DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "uploads-in-workspace": UploadsInWorkspace,
     "import-in-place": ImportInPlace,
@@ -1160,6 +1241,10 @@ DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "export-buffered": ExportBuffered,
     "export-follows-links": ExportFollowsLinks,
     "tools-see-another-root": ToolsSeeAnotherRoot,
+    "skill-unverified": SkillUnverified,
+    "skill-extract-in-place": SkillExtractInPlace,
+    "skill-drops-exec-bits": SkillDropsExecBits,
+    "skill-state-in-memory": SkillStateInMemory,
     "docker-unchanged": DockerWrapped,
     **PAUSE_MUTANTS,
 }

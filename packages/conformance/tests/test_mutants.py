@@ -252,6 +252,20 @@ PAUSE_CAUGHT_BY: dict[str, set[str]] = {
 """The pause and exposed-ports mutants (Docker) and the checks that must fail on each."""
 
 
+SKILLS = "skill_bundles"
+"""The checks the skill mutants are run with."""
+SKILL_IMPORT = "test_skill_bundles_import"
+SKILL_FAILED = "test_skill_bundles_failed_imports_are_never_visible"
+
+SKILL_CAUGHT_BY: dict[str, set[str]] = {
+    "skill-unverified": {SKILL_FAILED},
+    "skill-extract-in-place": {SKILL_FAILED},
+    "skill-drops-exec-bits": {SKILL_IMPORT},
+    "skill-state-in-memory": {SKILL_IMPORT},
+}
+"""The Docker skill mutants and the skill-bundles checks that must catch them."""
+
+
 @pytest.fixture
 async def docker_daemon() -> None:
     """The local daemon with the conformance image, else a skip (a failure when required).
@@ -314,6 +328,23 @@ def test_pause_or_port_mutant_is_caught(
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(SKILL_CAUGHT_BY))
+def test_skill_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """Each Docker skill mutant fails the skill-bundles checks named for it."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", SKILLS)
+    found = outcomes(result)
+    escaped = {name for name in SKILL_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
 def test_unchanged_docker_wrapper_passes_the_pause_and_port_checks(
     suite_pytester: pytest.Pytester,
     outcomes: Callable[[pytest.RunResult], dict[str, str]],
@@ -335,9 +366,11 @@ def test_unchanged_docker_wrapper_passes_the_resource_checks(
 ) -> None:
     """The control: the same wrapper with no defect passes every check the mutants fail."""
     suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
-    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", RESOURCES)
+    result = suite_pytester.runpytest(
+        "--mango-profile=offline-ci", "-k", f"{RESOURCES} or {SKILLS}"
+    )
     found = outcomes(result)
-    checks = set().union(*DOCKER_CAUGHT_BY.values())
+    checks = set().union(*DOCKER_CAUGHT_BY.values(), *SKILL_CAUGHT_BY.values())
     assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
     assert result.ret == pytest.ExitCode.OK
 

@@ -51,7 +51,7 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 
 def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
-    """``docker`` registers through the entry point: package setup, files, outputs, pause, ports."""
+    """``docker`` registers through the entry point: setup, files, outputs, skills, pause, ports."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet.of(
@@ -62,6 +62,7 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
         Capability.PAUSE,
         Capability.EXPOSED_PORTS,
         Capability.BACKGROUND_PROCESSES,
+        Capability.SKILL_BUNDLES,
     )
     names = {setting.env for setting in registration.settings}
     assert {

@@ -24,6 +24,7 @@ from mango_conformance.checks.processes import ProcessChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
+from mango_conformance.checks.skills import SkillBundleChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
@@ -49,6 +50,7 @@ class ProviderSuite(
     PauseChecks,
     PortChecks,
     ProcessChecks,
+    SkillBundleChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

@@ -14,8 +14,9 @@ Every sandbox container:
   deployment's extra labels, which may set none of mango's own
   (:func:`check_extra_labels`);
 * bind-mounts its host directory's ``files/`` read-only at
-  ``/mnt/session/uploads`` and ``outputs/`` writable at
-  ``/mnt/session/outputs`` (:mod:`mango_provider_docker.mounts`).
+  ``/mnt/session/uploads``, ``outputs/`` writable at
+  ``/mnt/session/outputs`` and ``skills/`` read-only at ``/workspace/skills``
+  (:mod:`mango_provider_docker.mounts`).
 
 Labels prove nothing on their own (anyone who reaches the daemon can set
 them), so before adopting an existing container create and attach compare its
@@ -232,8 +233,8 @@ def configuration_problems(
     attach also check the configuration before adopting a container: its
     network (the spec's, see :func:`~mango_provider_docker.network.network_problems`),
     an init process, no privilege, added capabilities, devices, security
-    options or shared host namespaces, no mount but the two resource binds
-    from ``host_dir`` (or none, for a container older than them: see
+    options or shared host namespaces, no mount but the resource binds
+    from ``host_dir`` (or an older generation's subset of them: see
     :func:`~mango_provider_docker.mounts.mount_problems`), the spec's image
     if it names one, and limits (see :func:`_limit_problems`). An empty list
     means nothing mango would refuse.

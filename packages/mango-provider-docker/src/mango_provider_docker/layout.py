@@ -63,9 +63,10 @@ CAPABILITIES = CapabilitySet.of(
     Capability.PAUSE,
     Capability.EXPOSED_PORTS,
     Capability.BACKGROUND_PROCESSES,
+    Capability.SKILL_BUNDLES,
 )
 """What the provider declares and reports: package setup (through exec, on its own network),
-File Resources and Session outputs (provider-owned mounts), the file API (the kit's
+File Resources, Session outputs and skill bundles (provider-owned mounts), the file API (the kit's
 exec fallback, :class:`~mango.provider.ExecFileSystem`), pause (Engine pause/unpause),
 exposed ports (published on 127.0.0.1 when a container is created) and background processes
 (a supervisor in the container, :mod:`mango_provider_docker.processes`)."""

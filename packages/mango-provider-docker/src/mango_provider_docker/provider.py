@@ -162,8 +162,9 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``package-setup`` (through ``exec``), ``file-resources`` and ``session-outputs``
-        (see :mod:`mango_provider_docker.mounts`), ``file-api`` (through ``exec``),
+        """``package-setup`` (through ``exec``), ``file-resources``, ``session-outputs``
+        and ``skill-bundles`` (see :mod:`mango_provider_docker.mounts`), ``file-api``
+        (through ``exec``), ``background-processes`` (a supervisor in the container),
         ``pause`` (Engine pause) and ``exposed-ports`` (published on 127.0.0.1 at creation)."""
         return CAPABILITIES
 

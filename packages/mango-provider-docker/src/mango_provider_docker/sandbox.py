@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ import attrs
 
 from mango.provider import (
     OUTPUTS_ROOT,
+    SKILLS_ROOT,
     UPLOADS_ROOT,
     Command,
     ExecFileSystem,
@@ -27,24 +28,27 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    SkillMount,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
+from mango.provider.hostskills import HostSkillBundles
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
     MOUNTS_POLICY,
+    PRE_SKILLS_POLICY,
     WORKSPACE_POLICY,
     open_workspace_file,
     read_workspace_file,
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
-from mango_provider_docker.mounts import FILES_DIR, STATE_DIR, MountState, predates
+from mango_provider_docker.mounts import FILES_DIR, SKILLS_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
 from mango_provider_docker.processes import ContainerProcesses
 
@@ -117,11 +121,13 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
     ``timeout`` is the default for commands that give none.
 
     With its resource mounts (every container made today: ``mounts``), it is
-    a ``FileResourceSandbox``, a ``SessionOutputSandbox`` and a
-    ``ResourceLockSandbox`` (see :mod:`mango_provider_docker.mounts`), and
-    its file tools also take absolute paths below ``/mnt/session/uploads``
-    (read only) and ``/mnt/session/outputs``. A container older than the
-    mounts fails those operations closed with a :class:`PermanentError`.
+    a ``FileResourceSandbox``, a ``SessionOutputSandbox``, a
+    ``SkillBundleSandbox`` and a ``ResourceLockSandbox`` (see
+    :mod:`mango_provider_docker.mounts`), and its file tools also take
+    absolute paths below ``/mnt/session/uploads`` (read only) and
+    ``/mnt/session/outputs``; ``skills/`` in the workspace is the read-only
+    skills mount. A container older than a mount fails its operations
+    closed with a :class:`PermanentError`.
     """
 
     _ref: SandboxRef
@@ -167,11 +173,17 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
 
     @property
     def _policy(self) -> PathPolicy:
-        return MOUNTS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+        if self._mounts.skills:
+            return MOUNTS_POLICY
+        return PRE_SKILLS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
 
     @property
     def _resources(self) -> HostFileResources:
         return HostFileResources(self._host_dir / FILES_DIR, self._host_dir / STATE_DIR)
+
+    @property
+    def _skills(self) -> HostSkillBundles:
+        return HostSkillBundles(self._host_dir / SKILLS_DIR, self._host_dir / STATE_DIR)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
@@ -389,7 +401,7 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
     @asynccontextmanager
     async def resource_lock(self, *, exclusive: bool = False) -> AsyncIterator[None]:
         """Hold the sandbox's resource lock (``<host dir>/state/.lock``) for the block."""
-        if not (self._mounts.uploads or self._mounts.outputs):
+        if not (self._mounts.uploads or self._mounts.outputs or self._mounts.skills):
             raise predates("resource mounts", self.container_id)
         resources = await self._host_side()
         async with resources.lock(exclusive=exclusive):
@@ -419,6 +431,23 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         except SandboxNotFound:
             return
         await resources.remove(runtime_path, identity)
+
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        """Whether each mount's complete, read-only tree is in place (False without the mount).
+
+        One thread hop for all of them (see the kit).
+        """
+        if not self._mounts.skills:
+            return [False] * len(mounts)
+        # No host directory answers False; the import that follows says why.
+        return await self._skills.has_all(mounts)
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        """Verify, extract and publish ``mount``'s archive at its runtime path (see the kit)."""
+        if not self._mounts.skills:
+            raise predates(f"skills mount ({SKILLS_ROOT})", self.container_id)
+        await self._host_side()
+        await self._skills.import_(mount, chunks)
 
     @asynccontextmanager
     async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:

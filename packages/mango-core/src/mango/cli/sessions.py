@@ -1,4 +1,4 @@
-"""``mango sessions``: list Sessions with their state, pause, resume and delete them."""
+"""``mango sessions``: create Sessions with what they pin, list, pause, resume and delete them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,44 @@ __all__ = ["sessions"]
 
 @click.group()
 def sessions() -> None:
-    """List, pause, resume and delete Sessions."""
+    """Create, list, pause, resume and delete Sessions."""
+
+
+@sessions.command(name="create")
+@click.argument("session_id")
+@click.option(
+    "--skill",
+    "skills",
+    multiple=True,
+    metavar="NAME@VERSION",
+    help="Pin this skill version (repeatable); it appears read-only at "
+    "/workspace/skills/NAME before each tool step. Needs a provider with skill-bundles.",
+)
+def sessions_create(session_id: str, skills: tuple[str, ...]) -> None:
+    """Create the Session SESSION_ID with what it needs from the start.
+
+    What 'mango exec' does implicitly for a new id (with nothing pinned).
+    Again with the same options it succeeds (nothing changes); with others it
+    fails: a Session's skills are fixed when it is created.
+
+    \b
+    Example:
+      mango skills add ./my-skill
+      mango sessions create demo --skill my-skill@1
+      mango exec --session demo -- cat /workspace/skills/my-skill/SKILL.md
+    """
+    session_id = session_id_arg(session_id)
+    # Each option is one keyword of SessionManager.create_session, so that a new kind of
+    # attachment is one more option and one more entry here.
+    needs: dict[str, Any] = {"skills": skills}
+
+    async def run(rt: Runtime) -> Any:
+        return await rt.manager.create_session(session_id, rt.default_spec(), **needs)
+
+    created = with_runtime(run)
+    verb = "created" if created.created else "exists already"
+    pinned = ", ".join(str(version.ref) for version in created.skills) or "none"
+    click.echo(f"{session_id}: {verb} (skills: {pinned})")
 
 
 @sessions.command(name="list")

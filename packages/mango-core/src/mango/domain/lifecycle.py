@@ -13,12 +13,16 @@
                                deleting --deletion_finished--> deleted
 
 The resource steps are rows too: on a bound Session ``materialize`` (before
-a tool step) brings the sandbox's File Resources in line with the Session's
-rows and ``publish-outputs`` publishes its outputs directory, each reporting
-a vanished sandbox as ``lost`` like attach does; without a bound sandbox
-``materialize`` only finishes removals in the rows and ``publish-outputs``
-does nothing (neither ever creates a sandbox); ``deletion-finished`` removes
-the Session's resource rows and output files before its row.
+a tool step) makes the Session's pinned skills present and intact
+(``materialize-skills``) and then brings the sandbox's File Resources in line
+with the Session's rows (``materialize-resources``), and ``publish-outputs``
+publishes its outputs directory, each reporting a vanished sandbox as
+``lost`` like attach does (the skills step leaves a vanished sandbox to the
+File Resource step after it, which attaches again and reports it: only a
+last effect may report a signal); without a bound sandbox ``materialize``
+only finishes removals in the rows and ``publish-outputs`` does nothing
+(neither ever creates a sandbox); ``deletion-finished`` removes the Session's
+skill pins, resource rows and output files before its row.
 
 A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
 and the transition is the whole rule for that step:
@@ -171,12 +175,12 @@ def _pause(*after: LifecycleCommand) -> Transition:
     )
 
 
-def _on_bound(command: LifecycleCommand, effect: LifecycleEffect) -> Transition:
+def _on_bound(command: LifecycleCommand, *effects: LifecycleEffect) -> Transition:
     # A resource step works on the bound sandbox (the cached client, else an
     # attach); a vanished one is recorded, then the command meets lost.
     return Transition(
         S.BOUND,
-        (effect,),
+        effects,
         guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
         follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, command)),),
     )
@@ -249,14 +253,17 @@ LIFECYCLE = LifecycleTable(
         (S.PAUSED, C.DELETE): _DELETE,
         # Deleting again repeats the idempotent teardown so a failed attempt can finish.
         (S.DELETING, C.DELETE): _DELETE,
-        # The Session's resource rows and output files go before its row may.
+        # The Session's skill pins, resource rows and output files go before its row may.
         (S.DELETING, C.DELETION_FINISHED): Transition(
-            S.DELETED, (E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
+            S.DELETED, (E.REMOVE_SESSION_SKILLS, E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
         ),
         (S.DELETED, C.DELETE): Transition(S.DELETED),
         (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
-        # Resource steps: before a tool step, and when the Session is idle.
-        (S.BOUND, C.MATERIALIZE): _on_bound(C.MATERIALIZE, E.MATERIALIZE_RESOURCES),
+        # Resource steps: before a tool step (skills, then File Resources), and
+        # when the Session is idle.
+        (S.BOUND, C.MATERIALIZE): _on_bound(
+            C.MATERIALIZE, E.MATERIALIZE_SKILLS, E.MATERIALIZE_RESOURCES
+        ),
         **_NO_SANDBOX_MATERIALIZE,
         (S.BOUND, C.PUBLISH_OUTPUTS): _on_bound(C.PUBLISH_OUTPUTS, E.PUBLISH_OUTPUTS),
         (S.UNBOUND, C.PUBLISH_OUTPUTS): Transition(S.UNBOUND),

@@ -54,7 +54,8 @@ class LifecycleCommand(enum.StrEnum):
     DELETE = "delete"
     DELETION_FINISHED = "deletion-finished"
     MATERIALIZE = "materialize"
-    """Bring the sandbox's File Resources in line with the Session's rows (before a tool step)."""
+    """Bring the sandbox's skills and File Resources in line with the Session's rows
+    (before a tool step)."""
     PUBLISH_OUTPUTS = "publish-outputs"
     """Publish the sandbox's outputs directory as the Session's output files."""
     PAUSE = "pause"
@@ -89,6 +90,7 @@ class LifecycleEffect(enum.StrEnum):
     REMOVE_BINDING = "remove-binding"
     REMOVE_INTENT = "remove-intent"
     DELETE_SESSION = "delete-session"
+    MATERIALIZE_SKILLS = "materialize-skills"
     MATERIALIZE_RESOURCES = "materialize-resources"
     FINISH_REMOVALS = "finish-removals"
     PUBLISH_OUTPUTS = "publish-outputs"
@@ -98,6 +100,7 @@ class LifecycleEffect(enum.StrEnum):
     PAUSE_RESOURCE = "pause-resource"
     RESUME_RESOURCE = "resume-resource"
     CLEAR_PAUSED = "clear-paused"
+    REMOVE_SESSION_SKILLS = "remove-session-skills"
 
 
 class LifecycleGuard(enum.StrEnum):

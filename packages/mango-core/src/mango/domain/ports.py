@@ -20,6 +20,7 @@ from mango.domain.resource_ports import (
     PackageSetupSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.sandbox_ports import (
     FileSystemSandbox,
@@ -57,6 +58,7 @@ __all__ = [
     "ResourceLockSandbox",
     "Sandbox",
     "SessionOutputSandbox",
+    "SkillBundleSandbox",
 ]
 
 

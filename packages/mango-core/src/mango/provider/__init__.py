@@ -87,6 +87,7 @@ from mango.domain.errors import (
     ResourceConflict,
     SandboxNotFound,
     SandboxNotRunning,
+    UnsafeArchiveError,
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
@@ -115,6 +116,7 @@ from mango.domain.ports import (
     ResourceLockSandbox,
     Sandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.registry import (
     ConformanceTarget,
@@ -144,6 +146,7 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
+from mango.domain.skills import SKILLS_ROOT, SkillMount
 from mango.domain.testbed import (
     ConformanceTestbed,
     EgressProbe,
@@ -203,6 +206,7 @@ __all__ = [
     "MAX_SETTING_SECONDS",
     "MEMORY_GRAMMAR",
     "OUTPUTS_ROOT",
+    "SKILLS_ROOT",
     "UPLOADS_ROOT",
     "Capability",
     "CapabilitySet",
@@ -277,9 +281,12 @@ __all__ = [
     "SandboxSpec",
     "SessionOutputSandbox",
     "SettingSpec",
+    "SkillBundleSandbox",
+    "SkillMount",
     "StatCallback",
     "SupportLevel",
     "TargetCost",
+    "UnsafeArchiveError",
     "admit",
     "check_directory",
     "check_list_limit",

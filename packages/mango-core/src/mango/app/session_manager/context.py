@@ -19,6 +19,7 @@ import attrs
 
 from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import CachedClient, ClientCache, SessionSandbox
+from mango.app.skills import SessionSkills
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
 from mango.domain.ports import BindingStore, Provider, Sandbox
@@ -77,6 +78,8 @@ class Ports:
     files: SessionFiles | None = None
     """The Session resource and output rows and the Files store (None: a manager without
     them, whose Sessions have no resources and publish no outputs)."""
+    skills: SessionSkills | None = None
+    """The skills and the Sessions' pins (None: a manager whose Sessions pin no skills)."""
 
 
 # ------------------------------------------------------------------ outcomes

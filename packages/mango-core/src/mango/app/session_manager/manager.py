@@ -47,6 +47,8 @@ from mango.app.session_manager.reconcile import (
 )
 from mango.app.session_manager.registry import Handlers, default_handlers
 from mango.app.session_manager.resources import Materialized, Published
+from mango.app.session_manager.skills import SkillsMaterialized
+from mango.app.skills import CreatedSession, SessionSkills, SkillReport
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
@@ -69,6 +71,7 @@ from mango.domain.lifecycle import (
 from mango.domain.ports import BindingStore, PortSandbox, ProcessSandbox, Provider, Sandbox
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
+from mango.domain.skills import SkillRef
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
@@ -139,6 +142,8 @@ class SessionManager:
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     files: SessionFiles | None = attrs.field(default=None, kw_only=True)
     """The Session resource and output rows and the Files store, for the resource steps."""
+    skills: SessionSkills | None = attrs.field(default=None, kw_only=True)
+    """The skills and the Sessions' pins, for the skills step."""
     _clients: ClientCache = attrs.field(init=False)
     _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
     _ports: Ports = attrs.field(init=False)
@@ -154,6 +159,7 @@ class SessionManager:
             max_sandboxes=self.max_sandboxes,
             use_interval=self.use_interval,
             files=self.files,
+            skills=self.skills,
         )
 
     @property
@@ -177,6 +183,48 @@ class SessionManager:
                 f"session {session_id!r} is being deleted",
                 hint="wait for the deletion to finish, then use a new session id",
             )
+
+    async def create_session(
+        self,
+        session_id: str,
+        spec: SandboxSpec | None = None,
+        *,
+        skills: Iterable[str | SkillRef] = (),
+    ) -> CreatedSession:
+        """Create the Session with what it needs from creation on: its pinned skills.
+
+        ``skills`` are ``NAME@VERSION`` pins (at most one version per name,
+        500 MiB expanded in all). Admission comes first, with the resource
+        capabilities the Session needs (a provider without ``skill-bundles``
+        refuses pins: every reason listed, nothing written); then the Session
+        and its pins are written in one step. An existing Session with the
+        same pins is success (``created=False``); with other pins it is
+        :class:`InvalidInput`, fenced :class:`SessionDeleting`.
+        """
+        validate_session_id(session_id)
+        refs = tuple(skills)
+        self.admit(spec or SandboxSpec(), (Capability.SKILL_BUNDLES,) if refs else ())
+        if self.skills is None:
+            if refs:
+                raise ConfigurationError(
+                    "this SessionManager has no skill catalog, so Sessions cannot pin skills",
+                    hint="open it with mango.open_session_manager(), or pass skills=...",
+                )
+            existed = await self.store.get_session(session_id) is not None
+            await self.ensure_session(session_id)
+            return CreatedSession(session_id, not existed)
+        created, pinned = await self.skills.create_session(session_id, refs)
+        return CreatedSession(session_id, created, pinned)
+
+    @property
+    def session_skills(self) -> SessionSkills:
+        """The skills and pins this manager works with (``mango skills``)."""
+        if self.skills is None:
+            raise ConfigurationError(
+                "this SessionManager has no skill catalog",
+                hint="open it with mango.open_session_manager(), or pass skills=SessionSkills(...)",
+            )
+        return self.skills
 
     def admit(self, spec: SandboxSpec, resources: tuple[Capability, ...] = ()) -> None:
         """Raise if ``spec`` cannot run on this provider (every reason listed).
@@ -393,11 +441,12 @@ class SessionManager:
     async def materialize(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
     ) -> MaterializeReport:
-        """Bring the bound sandbox's File Resources in line with the Session's rows.
+        """Bring the bound sandbox's skills and File Resources in line with the Session's rows.
 
         Run before every tool step (after :meth:`acquire`): only what changed
-        is done. Never provisions; with no bound sandbox only removals are
-        finished in the rows. :class:`SandboxNotFound` for a vanished sandbox.
+        is done (a pinned skill damaged on the host is repaired). Never
+        provisions; with no bound sandbox only removals are finished in the
+        rows. :class:`SandboxNotFound` for a vanished sandbox.
         """
         validate_session_id(session_id)
         with deadline_scope(deadline):
@@ -405,6 +454,17 @@ class SessionManager:
                 facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
         done = facts.last(Materialized)
         return done.report if done is not None else MaterializeReport()
+
+    async def materialize_skills(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> SkillReport:
+        """:meth:`materialize`, reporting what the skills step did instead."""
+        validate_session_id(session_id)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
+        done = facts.last(SkillsMaterialized)
+        return done.report if done is not None else SkillReport()
 
     async def publish_outputs(
         self, session_id: str, spec: SandboxSpec | None = None, *, deadline: float | None = None
