@@ -56,10 +56,13 @@ __all__ = [
 
 PROVIDER_NAME = "docker"
 CAPABILITIES = CapabilitySet.of(
-    Capability.PACKAGE_SETUP, Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+    Capability.PACKAGE_SETUP,
+    Capability.FILE_RESOURCES,
+    Capability.SESSION_OUTPUTS,
+    Capability.MEMORY_STORES,
 )
 """What the provider declares and reports: package setup (through exec, on its own network),
-File Resources and Session outputs (provider-owned mounts)."""
+File Resources, Session outputs and Memory Stores (provider-owned mounts)."""
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"

@@ -5,7 +5,9 @@ see :mod:`mango_provider_docker.layout`) holds::
 
     files/     0755  -> /mnt/session/uploads  read-only   File Resource copies (0444)
     outputs/   0777  -> /mnt/session/outputs  read-write  what the sandbox publishes
-    state/     0700  never mounted                        markers and the resource lock
+    memory/    0755
+      <slug>/  0755  -> /mnt/memory/<slug>    as attached one Memory Store each (spec)
+    state/     0700  never mounted                        markers, baselines, the lock
 
 Trust boundary: the container sees only the two mounted directories. The
 uploads mount is read-only in the kernel (a bind mount with ``ReadOnly``), so
@@ -15,31 +17,35 @@ sandbox's to write (0777: whichever user the image runs as); its content is
 untrusted and is only ever read through the Engine's archive API (never
 followed on the host) when it is published. The state directory, with the
 markers that say which resource a copy belongs to, is out of the container's
-reach.
+reach. A Memory Store's directory is the sandbox's to edit when it is
+attached ``read_write``; a ``read_only`` one is a read-only bind (even root
+in the container cannot write it). Its baseline lives in ``state/``.
 
 Containers created before these mounts existed have none: they keep working
 for commands and files, and :class:`MountState` reports them so that File
 Resources and outputs fail closed (a :class:`PermanentError` saying to
 recreate the Session's sandbox) instead of pretending. Attach and adoption
-read the mounts from the container's configuration: exactly these two binds,
-from this sandbox's own host directory, in these modes, or none at all.
+read the mounts from the container's configuration: exactly these binds
+(the two resource ones and one per Memory Store of the spec), from this
+sandbox's own host directory, in these modes, or none at all.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mango.provider import OUTPUTS_ROOT, UPLOADS_ROOT, PermanentError
+from mango.provider import OUTPUTS_ROOT, UPLOADS_ROOT, MemoryStoreMount, PermanentError
 from mango.provider.hostdirs import canonical_path, host_errors
 from mango_provider_docker.layout import RESOURCE_DIR_ENV
 
 __all__ = [
     "FILES_DIR",
+    "MEMORY_DIR",
     "OUTPUTS_DIR",
     "STATE_DIR",
     "MountState",
@@ -51,8 +57,9 @@ __all__ = [
 
 FILES_DIR = "files"
 OUTPUTS_DIR = "outputs"
+MEMORY_DIR = "memory"
 STATE_DIR = "state"
-_MODES = {FILES_DIR: 0o755, OUTPUTS_DIR: 0o777, STATE_DIR: 0o700}
+_MODES = {FILES_DIR: 0o755, OUTPUTS_DIR: 0o777, MEMORY_DIR: 0o755, STATE_DIR: 0o700}
 
 
 @attrs.frozen
@@ -61,6 +68,8 @@ class MountState:
 
     uploads: bool = True
     outputs: bool = True
+    memory: frozenset[str] = frozenset()
+    """The runtime paths of its Memory Store mounts (``/mnt/memory/<slug>``)."""
 
     @classmethod
     def none(cls) -> MountState:
@@ -78,10 +87,12 @@ def predates(what: str, container_id: str) -> PermanentError:
     )
 
 
-def ensure_mount_dirs(host_dir: Path) -> None:
-    """Create-if-absent ``files/``, ``outputs/``, ``state/`` in their modes (whatever the umask)."""
+def ensure_mount_dirs(host_dir: Path, memory: Sequence[MemoryStoreMount] = ()) -> None:
+    """Create-if-absent ``files/``, ``outputs/``, ``memory/<slug>/``, ``state/`` in their modes
+    (whatever the umask)."""
+    modes = {**_MODES, **{f"{MEMORY_DIR}/{mount.slug}": 0o755 for mount in memory}}
     with host_errors(host_dir.parent, setting=RESOURCE_DIR_ENV, what="cannot create directories"):
-        for name, mode in _MODES.items():
+        for name, mode in modes.items():
             path = host_dir / name
             with contextlib.suppress(FileExistsError):
                 path.mkdir(mode=mode)
@@ -90,8 +101,10 @@ def ensure_mount_dirs(host_dir: Path) -> None:
             path.chmod(mode)
 
 
-def container_mounts(host_dir: Path) -> list[dict[str, Any]]:
-    """``HostConfig.Mounts`` of a new container: the two binds, from ``host_dir``."""
+def container_mounts(
+    host_dir: Path, memory: Sequence[MemoryStoreMount] = ()
+) -> list[dict[str, Any]]:
+    """``HostConfig.Mounts`` of a new container: the binds, from ``host_dir``."""
     return [
         {
             "Type": "bind",
@@ -105,19 +118,35 @@ def container_mounts(host_dir: Path) -> list[dict[str, Any]]:
             "Target": OUTPUTS_ROOT,
             "ReadOnly": False,
         },
+        *(
+            {
+                "Type": "bind",
+                "Source": str(host_dir / MEMORY_DIR / mount.slug),
+                "Target": mount.runtime_path,
+                "ReadOnly": mount.read_only,
+            }
+            for mount in memory
+        ),
     ]
 
 
 _EXPECTED = {UPLOADS_ROOT: (FILES_DIR, True), OUTPUTS_ROOT: (OUTPUTS_DIR, False)}
 
 
-def mount_problems(host: Mapping[str, Any], host_dir: Path) -> tuple[MountState, list[str]]:
+def mount_problems(
+    host: Mapping[str, Any], host_dir: Path, memory: Sequence[MemoryStoreMount] = ()
+) -> tuple[MountState, list[str]]:
     """The container's resource mounts (from ``HostConfig``) and what is wrong with them.
 
     None at all is a container older than the mounts (no problem); anything
-    else must be exactly :func:`container_mounts` of ``host_dir``: no other
-    bind, volume or tmpfs, no ``Binds``, the right sources and modes.
+    else must be exactly :func:`container_mounts` of ``host_dir`` and
+    ``memory``: no other bind, volume or tmpfs, no ``Binds``, the right
+    sources and modes, every Memory Store of the spec.
     """
+    expected = {
+        **_EXPECTED,
+        **{m.runtime_path: (f"{MEMORY_DIR}/{m.slug}", m.read_only) for m in memory},
+    }
     problems: list[str] = []
     if host.get("Binds"):
         problems.append(f"bind mounts {host.get('Binds')!r}")
@@ -127,12 +156,12 @@ def mount_problems(host: Mapping[str, Any], host_dir: Path) -> tuple[MountState,
     found: set[str] = set()
     for mount in mounts:
         target = mount.get("Target") if isinstance(mount, Mapping) else None
-        expected = _EXPECTED.get(str(target))
-        if not isinstance(mount, Mapping) or expected is None or target in found:
+        wanted = expected.get(str(target))
+        if not isinstance(mount, Mapping) or wanted is None or target in found:
             problems.append(f"mount {mount!r}")
             continue
         found.add(str(target))
-        name, read_only = expected
+        name, read_only = wanted
         source = mount.get("Source")
         if mount.get("Type") != "bind" or not isinstance(source, str):
             problems.append(f"{target} is not a bind mount of a host directory")
@@ -141,4 +170,14 @@ def mount_problems(host: Mapping[str, Any], host_dir: Path) -> tuple[MountState,
         if bool(mount.get("ReadOnly")) is not read_only:
             mode = "read-only" if read_only else "writable"
             problems.append(f"{target} is not {mode}")
-    return MountState(uploads=UPLOADS_ROOT in found, outputs=OUTPUTS_ROOT in found), problems
+    memory_found = frozenset(found - set(_EXPECTED))
+    if found:
+        problems.extend(
+            f"the Memory Store mount {mount.runtime_path} is missing"
+            for mount in memory
+            if mount.runtime_path not in memory_found
+        )
+    state = MountState(
+        uploads=UPLOADS_ROOT in found, outputs=OUTPUTS_ROOT in found, memory=memory_found
+    )
+    return state, problems

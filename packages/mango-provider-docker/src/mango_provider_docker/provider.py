@@ -189,7 +189,9 @@ class DockerProvider:
             max_read_bytes=self.max_read_bytes,
             tracker=self._tracker,
             background=self._background,
-            mounts=mounts if mounts is not None else MountState(),
+            mounts=mounts
+            if mounts is not None
+            else MountState(memory=frozenset(m.runtime_path for m in spec.memory_stores)),
         )
 
     async def create(self, session_key: str, spec: SandboxSpec) -> DockerSandbox:
@@ -221,7 +223,7 @@ class DockerProvider:
                 self._engine, image, pull=self.pull_missing_images, progress=self.progress
             )
             made = await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
-            await asyncio.to_thread(ensure_mount_dirs, made)
+            await asyncio.to_thread(ensure_mount_dirs, made, spec.memory_stores)
             config = container_config(
                 image=image,
                 spec=spec,

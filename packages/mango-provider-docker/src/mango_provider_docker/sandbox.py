@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,9 @@ from mango.provider import (
     Command,
     ExecResult,
     FileResourceMount,
+    MemoryFile,
+    MemorySnapshot,
+    MemoryStoreMount,
     PathPolicy,
     ProviderUnavailable,
     SandboxNotFound,
@@ -26,6 +29,8 @@ from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
+from mango.provider.hostmemory import HostMemoryStores
+from mango.provider.locks import try_exclusive_lock_async
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
@@ -38,7 +43,7 @@ from mango_provider_docker.files import (
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
-from mango_provider_docker.mounts import FILES_DIR, STATE_DIR, MountState, predates
+from mango_provider_docker.mounts import FILES_DIR, MEMORY_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
 
 __all__ = ["DockerSandbox", "ensure_running"]
@@ -76,8 +81,10 @@ class DockerSandbox(StreamedExec):
     ``timeout`` is the default for commands that give none.
 
     With its resource mounts (every container made today: ``mounts``), it is
-    a ``FileResourceSandbox``, a ``SessionOutputSandbox`` and a
-    ``ResourceLockSandbox`` (see :mod:`mango_provider_docker.mounts`), and
+    a ``FileResourceSandbox``, a ``SessionOutputSandbox``, a
+    ``MemoryStoreSandbox`` (for the Memory Stores its spec had when it was
+    created) and a ``ResourceLockSandbox`` (see
+    :mod:`mango_provider_docker.mounts`), and
     its file tools also take absolute paths below ``/mnt/session/uploads``
     (read only) and ``/mnt/session/outputs``. A container older than the
     mounts fails those operations closed with a :class:`PermanentError`.
@@ -289,3 +296,38 @@ class DockerSandbox(StreamedExec):
                     f"{OUTPUTS_ROOT} is missing in container {self.container_id[:12]}"
                 )
             yield chunks
+
+    # ------------------------------------------------------------------ memory stores
+
+    @property
+    def _memory(self) -> HostMemoryStores:
+        return HostMemoryStores(self._host_dir / MEMORY_DIR, self._host_dir / STATE_DIR)
+
+    @asynccontextmanager
+    async def memory_sync_lock(self, *, wait: bool) -> AsyncIterator[bool]:
+        """The resource lock, exclusive; ``wait=False`` tries once (see the protocol)."""
+        if not (self._mounts.uploads or self._mounts.outputs):
+            raise predates("resource mounts", self.container_id)
+        resources = await self._host_side()
+        if wait:
+            async with resources.lock(exclusive=True):
+                yield True
+            return
+        async with try_exclusive_lock_async(resources.state_root / ".lock") as held:
+            yield held
+
+    async def _memory_side(self, mount: MemoryStoreMount) -> HostMemoryStores:
+        if mount.runtime_path not in self._mounts.memory:
+            raise predates(f"Memory Store mount ({mount.runtime_path})", self.container_id)
+        await self._host_side()
+        return self._memory
+
+    async def read_memory_store(self, mount: MemoryStoreMount) -> MemorySnapshot:
+        """The mount's baseline and files (the caller holds ``memory_sync_lock``)."""
+        return await (await self._memory_side(mount)).read(mount)
+
+    async def replace_memory_store(
+        self, mount: MemoryStoreMount, files: Sequence[MemoryFile]
+    ) -> None:
+        """Make the mount hold ``files``, the new baseline (the caller holds the lock)."""
+        await (await self._memory_side(mount)).replace(mount, files)
