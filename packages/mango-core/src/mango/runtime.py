@@ -33,6 +33,7 @@ from mango.plugins import PluginHost, load_plugins
 from mango.postgres import (
     PostgresBindingStore,
     PostgresFileCatalog,
+    PostgresMemoryRepository,
     PostgresOutputCatalog,
     PostgresResourceCatalog,
     open_store,
@@ -208,6 +209,7 @@ async def open_runtime(
                 package_manager_hosts=settings.package_manager_hosts,
                 max_sandboxes=settings.fleet.max_sandboxes,
                 files=files,
+                memory=PostgresMemoryRepository(store.pool),
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)

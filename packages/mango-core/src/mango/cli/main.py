@@ -46,6 +46,7 @@ from mango.cli.execute import exec_
 from mango.cli.files import files
 from mango.cli.gc import gc
 from mango.cli.hints import hint_for
+from mango.cli.memory import memory
 from mango.cli.outputs import outputs
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
@@ -155,6 +156,7 @@ for _command in (
     dev_env,
     resources,
     outputs,
+    memory,
 ):
     cli.add_command(_command)
 

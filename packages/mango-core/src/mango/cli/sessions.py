@@ -1,4 +1,4 @@
-"""``mango sessions``: list Sessions with their state, delete them."""
+"""``mango sessions``: create Sessions (with their Memory Stores), list them, delete them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,37 @@ __all__ = ["sessions"]
 
 @click.group()
 def sessions() -> None:
-    """List and delete Sessions."""
+    """Create, list and delete Sessions."""
+
+
+@sessions.command(name="create")
+@click.argument("session_id")
+@click.option(
+    "--memory",
+    "memories",
+    multiple=True,
+    metavar="STORE_ID[:read_only|read_write]",
+    help="Attach a Memory Store at /mnt/memory/<slug> (read_write unless said; up to 8).",
+)
+def sessions_create(session_id: str, memories: tuple[str, ...]) -> None:
+    """Create the Session SESSION_ID (what 'mango exec' does for a new id, with none).
+
+    Its Memory Stores are mounted when its sandbox is created, on first use.
+    """
+    from mango.domain.errors import MangoError
+    from mango.domain.memories import parse_attachment
+
+    session_id = session_id_arg(session_id)
+    try:
+        attachments = [parse_attachment(text) for text in memories]
+    except MangoError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory") from None
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.create_session(session_id, memory=attachments)
+
+    with_runtime(run)
+    click.echo(session_id)
 
 
 @sessions.command(name="list")

@@ -16,7 +16,12 @@ rows and ``publish-outputs`` publishes its outputs directory, each reporting
 a vanished sandbox as ``lost`` like attach does; without a bound sandbox
 ``materialize`` only finishes removals in the rows and ``publish-outputs``
 does nothing (neither ever creates a sandbox); ``deletion-finished`` removes
-the Session's resource rows and output files before its row.
+the Session's resource rows, output files and Memory Store attachments
+before its row. Around a tool step, ``refresh-memory`` and
+``write-back-memory`` are the Memory Store wave (:mod:`mango.app.memory_wave`)
+on the bound sandbox, and a deletion writes the sandbox's last Memory Store
+changes back (``final-memory-writeback``, after the fence, before the
+destroy; never provisioning or attaching a sandbox the Session does not have).
 
 A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
 and the transition is the whole rule for that step:
@@ -109,9 +114,18 @@ L = LifecycleSignal
 
 # Deletion is refused before the fence if another provider holds the Session:
 # a command run with the wrong provider selected leaves the Session as it was.
+# Once fenced (no new tool starts), the sandbox's last Memory Store changes are
+# written back before it is destroyed; with no live binding there is nothing to
+# write back, and nothing is provisioned to find out.
 _DELETE = Transition(
     S.DELETING,
-    (E.FENCE_SESSION, E.DESTROY_RESOURCE, E.REMOVE_BINDING, E.REMOVE_INTENT),
+    (
+        E.FENCE_SESSION,
+        E.FINAL_MEMORY_WRITEBACK,
+        E.DESTROY_RESOURCE,
+        E.REMOVE_BINDING,
+        E.REMOVE_INTENT,
+    ),
     guards=(G.OWNED_HERE,),
 )
 
@@ -148,6 +162,24 @@ def _on_bound(command: LifecycleCommand, effect: LifecycleEffect) -> Transition:
 _NO_SANDBOX_MATERIALIZE = {
     (state, C.MATERIALIZE): Transition(state, (E.FINISH_REMOVALS,))
     for state in (S.UNBOUND, S.PROVISIONING, S.LOST, S.EVICTED)
+}
+
+# The Memory Store wave around a tool step works on the bound sandbox; with
+# none yet there is nothing to refresh or write back, and a lost or evicted
+# one fails as every step does.
+_MEMORY_WAVE = {
+    key: row
+    for command, effect in (
+        (C.REFRESH_MEMORY, E.REFRESH_MEMORY),
+        (C.WRITE_BACK_MEMORY, E.WRITE_BACK_MEMORY),
+    )
+    for key, row in {
+        (S.BOUND, command): _on_bound(command, effect),
+        (S.UNBOUND, command): Transition(S.UNBOUND),
+        (S.PROVISIONING, command): Transition(S.PROVISIONING),
+        (S.LOST, command): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.EVICTED, command): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+    }.items()
 }
 
 LIFECYCLE = LifecycleTable(
@@ -210,7 +242,7 @@ LIFECYCLE = LifecycleTable(
         (S.DELETING, C.DELETE): _DELETE,
         # The Session's resource rows and output files go before its row may.
         (S.DELETING, C.DELETION_FINISHED): Transition(
-            S.DELETED, (E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
+            S.DELETED, (E.REMOVE_SESSION_FILES, E.DETACH_MEMORY_STORES, E.DELETE_SESSION)
         ),
         (S.DELETED, C.DELETE): Transition(S.DELETED),
         (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
@@ -222,6 +254,7 @@ LIFECYCLE = LifecycleTable(
         (S.PROVISIONING, C.PUBLISH_OUTPUTS): Transition(S.PROVISIONING),
         (S.LOST, C.PUBLISH_OUTPUTS): Transition(S.LOST, (E.FAIL_LOST,)),
         (S.EVICTED, C.PUBLISH_OUTPUTS): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        **_MEMORY_WAVE,
     },
     signals={
         E.SETUP_RESOURCE: {L.READY},
@@ -230,6 +263,8 @@ LIFECYCLE = LifecycleTable(
         E.MARK_EVICTED: {L.IDLE},
         E.MATERIALIZE_RESOURCES: {L.LOST},
         E.PUBLISH_OUTPUTS: {L.LOST},
+        E.REFRESH_MEMORY: {L.LOST},
+        E.WRITE_BACK_MEMORY: {L.LOST},
     },
     # A fenced Session admits no new work, even on a sandbox that still exists.
     refusals={S.DELETING: G.NOT_DELETING},

@@ -55,6 +55,10 @@ class LifecycleCommand(enum.StrEnum):
     """Bring the sandbox's File Resources in line with the Session's rows (before a tool step)."""
     PUBLISH_OUTPUTS = "publish-outputs"
     """Publish the sandbox's outputs directory as the Session's output files."""
+    REFRESH_MEMORY = "refresh-memory"
+    """Before a tool: join the running Memory Store wave, or start one (write back, refresh)."""
+    WRITE_BACK_MEMORY = "write-back-memory"
+    """After a tool: once the wave's last tool is done, commit its Memory Store changes."""
 
 
 class LifecycleEffect(enum.StrEnum):
@@ -81,6 +85,10 @@ class LifecycleEffect(enum.StrEnum):
     FINISH_REMOVALS = "finish-removals"
     PUBLISH_OUTPUTS = "publish-outputs"
     REMOVE_SESSION_FILES = "remove-session-files"
+    REFRESH_MEMORY = "refresh-memory"
+    WRITE_BACK_MEMORY = "write-back-memory"
+    FINAL_MEMORY_WRITEBACK = "final-memory-writeback"
+    DETACH_MEMORY_STORES = "detach-memory-stores"
 
 
 class LifecycleGuard(enum.StrEnum):

@@ -348,6 +348,9 @@ class ExecResult:
     ``cancelled`` means it was terminated because its sandbox was torn down
     while it ran (``exit_code`` is then -1 too). Each stream holds at most the provider's cap; the
     ``*_truncated`` flags say that bytes past the cap were discarded.
+    ``memory_writeback_error`` is set by SessionManager's tool step, never by a
+    provider: the command's Memory Store changes could not be committed
+    (``Memory Store writeback failed: ...``) and were discarded.
     """
 
     stdout: bytes = b""
@@ -357,6 +360,7 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     cancelled: bool = False
+    memory_writeback_error: str | None = None
 
     @property
     def ok(self) -> bool:

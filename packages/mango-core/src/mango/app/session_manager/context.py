@@ -21,6 +21,7 @@ from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import CachedClient, ClientCache
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
+from mango.domain.memories import MemoryRepository
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.values import (
     Binding,
@@ -77,6 +78,8 @@ class Ports:
     files: SessionFiles | None = None
     """The Session resource and output rows and the Files store (None: a manager without
     them, whose Sessions have no resources and publish no outputs)."""
+    memory: MemoryRepository | None = None
+    """Memory Stores and the Sessions' attachments (None: Sessions attach no stores)."""
 
 
 # ------------------------------------------------------------------ outcomes

@@ -15,14 +15,17 @@ only split that contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import attrs
 
 from mango.app import telemetry
 from mango.app.admission import admit_environment
 from mango.app.materializer import MaterializeReport
+from mango.app.memories import MemoryStores
+from mango.app.memory_wave import WaveReport, writeback_failure
 from mango.app.outputs import PublishReport
 from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import ClientCache, SessionLocks
@@ -38,6 +41,7 @@ from mango.app.session_manager.context import (
 )
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.interpreter import Interpreter
+from mango.app.session_manager.memory import MemoryWaved
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -62,13 +66,14 @@ from mango.domain.lifecycle import (
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.memories import MemoryAccess, MemoryRepository, MemoryStoreMount
+from mango.domain.ports import BindingStore, Provider, ResourceLockSandbox, Sandbox
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
-__all__ = ["SessionManager"]
+__all__ = ["MemoryStep", "SessionManager"]
 
 log = logging.getLogger("mango.app.session_manager")
 _C = LifecycleCommand
@@ -84,6 +89,21 @@ def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
 
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
+
+
+@attrs.define
+class MemoryStep:
+    """The Memory Store wave around one tool step (:meth:`SessionManager.tool_step`)."""
+
+    begin: WaveReport = attrs.field(factory=WaveReport)
+    end: WaveReport | None = None
+    """The writeback after the tool (None until the step is done, or without stores)."""
+
+    @property
+    def failure(self) -> str | None:
+        """``Memory Store writeback failed: ...`` if a change was discarded, else None."""
+        errors = self.begin.errors + (self.end.errors if self.end is not None else ())
+        return writeback_failure(WaveReport(errors=errors))
 
 
 @attrs.define
@@ -130,6 +150,8 @@ class SessionManager:
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     files: SessionFiles | None = attrs.field(default=None, kw_only=True)
     """The Session resource and output rows and the Files store, for the resource steps."""
+    memory: MemoryRepository | None = attrs.field(default=None, kw_only=True)
+    """Memory Stores and the Sessions' attachments (``memory_stores``, the wave steps)."""
     _clients: ClientCache = attrs.field(init=False)
     _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
     _ports: Ports = attrs.field(init=False)
@@ -145,6 +167,7 @@ class SessionManager:
             max_sandboxes=self.max_sandboxes,
             use_interval=self.use_interval,
             files=self.files,
+            memory=self.memory,
         )
 
     @property
@@ -195,6 +218,7 @@ class SessionManager:
         """
         validate_session_id(session_id)
         self.admit(spec)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.ACQUIRE, spec))
@@ -208,6 +232,7 @@ class SessionManager:
         """Return the Session's bound sandbox, or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.ACQUIRE_EXISTING, spec))
@@ -312,6 +337,7 @@ class SessionManager:
         finished in the rows. :class:`SandboxNotFound` for a vanished sandbox.
         """
         validate_session_id(session_id)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
@@ -329,11 +355,109 @@ class SessionManager:
         validate_session_id(session_id)
         chosen = spec or SandboxSpec()
         self.admit(chosen, (Capability.SESSION_OUTPUTS,))
+        chosen = await self.session_spec(session_id, chosen)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.PUBLISH_OUTPUTS, chosen))
         done = facts.last(Published)
         return done.report if done is not None else None
+
+    # ------------------------------------------------------------------ memory stores
+
+    @property
+    def memory_stores(self) -> MemoryStores:
+        """The Memory Store operations (create, list, archive, read, write, versions)."""
+        if self.memory is None:
+            raise ConfigurationError(
+                "this SessionManager has no memory repository, so it has no Memory Stores",
+                hint="open it with mango.open_session_manager(), or pass memory=...",
+            )
+        return MemoryStores(self.memory)
+
+    async def create_session(
+        self,
+        session_id: str,
+        spec: SandboxSpec | None = None,
+        *,
+        memory: Sequence[tuple[str, MemoryAccess | str]] = (),
+    ) -> None:
+        """Create the Session with its Memory Stores (``(store id, access)``, at most 8).
+
+        What :meth:`ensure_session` does, and the stores are attached:
+        mounted at ``/mnt/memory/<slug>`` when its sandbox is created.
+        Admission first (a provider without ``memory-stores`` refuses, every
+        reason listed); a store that does not exist is
+        :class:`~mango.domain.errors.MemoryStoreNotFound`; a Session that
+        exists with other stores, or has a sandbox already, is :class:`InvalidInput`.
+        """
+        validate_session_id(session_id)
+        wanted = [(store, MemoryAccess(access)) for store, access in memory]
+        self.admit(spec or SandboxSpec(), (Capability.MEMORY_STORES,) if wanted else ())
+        mounts = await self.memory_stores.mounts(wanted) if wanted else ()
+        await self.ensure_session(session_id, spec)
+        if not mounts:
+            return
+        attached = tuple(await self.memory_stores.repository.attachments(session_id))
+        if attached != mounts and (
+            await self.store.get_binding(session_id) or await self.store.get_intent(session_id)
+        ):
+            raise InvalidInput(
+                f"session {session_id!r} has a sandbox already: memory stores are attached "
+                "when a Session is created",
+                hint="use a new session id",
+            )
+        await self.memory_stores.repository.attach(session_id, mounts)
+
+    async def session_spec(self, session_id: str, spec: SandboxSpec) -> SandboxSpec:
+        """``spec`` with the Session's Memory Store mounts (what its sandbox is created with)."""
+        if self.memory is None or spec.memory_stores:
+            return spec
+        mounts: tuple[MemoryStoreMount, ...] = tuple(await self.memory.attachments(session_id))
+        return attrs.evolve(spec, memory_stores=mounts) if mounts else spec
+
+    @contextlib.asynccontextmanager
+    async def tool_step(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> AsyncIterator[MemoryStep]:
+        """Run the block as one tool step of the Session's Memory Store wave.
+
+        Call it after :meth:`acquire`. Before the block: join the running
+        wave, or write back what an interrupted step left and refresh the
+        mounts (``refresh-memory``); the block runs holding the resource
+        lock shared; after it, once the wave's last tool is done, its
+        changes are committed (``write-back-memory``). A change that could
+        not be committed is discarded and :attr:`MemoryStep.failure` says so
+        (the tool's result must say the writeback failed). Without Memory
+        Stores it only runs the block.
+        """
+        spec = await self.session_spec(session_id, spec)
+        step = MemoryStep()
+        if self.memory is None or not spec.memory_stores:
+            yield step
+            return
+        step.begin = await self._wave(session_id, _C.REFRESH_MEMORY, spec, deadline)
+        cached = self._clients.get(session_id)
+        if cached is None:  # pragma: no cover - the bound step just cached it
+            raise MangoError(f"session {session_id!r} has no sandbox for its tool step")
+        raw: object = cached.raw
+        if not isinstance(raw, ResourceLockSandbox):  # pragma: no cover - admitted with stores
+            raise MangoError(f"session {session_id!r} has no lockable sandbox for its tool step")
+        async with raw.resource_lock(exclusive=False):
+            yield step
+        try:
+            step.end = await self._wave(session_id, _C.WRITE_BACK_MEMORY, spec, deadline)
+        except SessionDeleting:
+            # Fenced meanwhile: the deletion's final writeback commits these changes.
+            step.end = WaveReport()
+
+    async def _wave(
+        self, session_id: str, command: LifecycleCommand, spec: SandboxSpec, deadline: float | None
+    ) -> WaveReport:
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, command, spec))
+        done = facts.last(MemoryWaved)
+        return done.report if done is not None else WaveReport()
 
     # ------------------------------------------------------------------ reconciliation
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from mango.app.session_manager import fleet, guards, provisioning, resources, teardown
+from mango.app.session_manager import fleet, guards, memory, provisioning, resources, teardown
 from mango.app.session_manager.context import EffectHandler, GuardCheck
 from mango.domain.errors import LifecycleTableError
 from mango.domain.lifecycle import LifecycleEffect, LifecycleGuard, LifecycleTable
@@ -98,6 +98,10 @@ def default_handlers() -> Handlers:
             _E.FINISH_REMOVALS: resources.FINISH_REMOVALS,
             _E.PUBLISH_OUTPUTS: resources.PUBLISH_OUTPUTS,
             _E.REMOVE_SESSION_FILES: resources.REMOVE_SESSION_FILES,
+            _E.REFRESH_MEMORY: memory.REFRESH_MEMORY,
+            _E.WRITE_BACK_MEMORY: memory.WRITE_BACK_MEMORY,
+            _E.FINAL_MEMORY_WRITEBACK: memory.FINAL_MEMORY_WRITEBACK,
+            _E.DETACH_MEMORY_STORES: memory.DETACH_MEMORY_STORES,
         },
         {
             _G.OWNED_HERE: guards.owned_here,
