@@ -172,13 +172,14 @@ class HostMemoryStores:
                     where = f"{mount.runtime_path}{relative}"
                     if stat.S_ISLNK(info.st_mode):
                         raise InvalidMemory(
-                            f"{where} is a symbolic link; a memory store holds regular files only",
+                            f"memory {relative!r} ({where}) is a symbolic link; a memory store "
+                            "holds regular files only",
                             path=relative,
                         )
                     if not stat.S_ISREG(info.st_mode):
                         raise InvalidMemory(
-                            f"{where} is not a regular file; a memory store holds regular "
-                            "files only",
+                            f"memory {relative!r} ({where}) is not a regular file; a memory "
+                            "store holds regular files only",
                             path=relative,
                         )
                     validate_memory_path(relative)
