@@ -14,6 +14,7 @@ from mango_conformance.checks.capabilities import (
     declared_capabilities,
 )
 from mango_conformance.checks.gaps import GapChecks
+from mango_conformance.checks.memory import MemoryStoreChecks
 from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
@@ -42,6 +43,7 @@ class ProviderSuite(
     PackageChecks,
     FileResourceChecks,
     OutputChecks,
+    MemoryStoreChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

@@ -5,10 +5,9 @@ registration, or what it reports when no registration is given), never by its
 name. A provider that does not declare a capability skips the group with
 "not declared". A provider that declares it must hand out sandboxes that
 implement the matching protocols of :mod:`mango.domain.ports` (checked here):
-file resources and session outputs need the resource lock as well. Skill
-bundles and memory stores have no protocol yet: a provider that declares one
-of them fails its protocol check, since nothing in mango could use the
-capability.
+file resources, session outputs and memory stores need the resource lock as
+well. Skill bundles have no protocol yet: a provider that declares them
+fails its protocol check, since nothing in mango could use the capability.
 
 Behavioural checks: ``limited-network`` (:mod:`.network`) and
 ``package-setup`` (:mod:`.packages`) need what only the target can give
@@ -16,8 +15,9 @@ offline (hosts to reach, a package source): its testbed
 (``ConformanceTarget.testbed``). A declared capability whose target has no
 testbed for it fails those checks (the declaration cannot be checked)
 unless the target waives it with a reason (``ConformanceTarget.waivers``),
-which the run reports as a waiver. ``file-resources`` (:mod:`.resources`)
-and ``session-outputs`` (:mod:`.outputs`) need no testbed. The other
+which the run reports as a waiver. ``file-resources`` (:mod:`.resources`),
+``session-outputs`` (:mod:`.outputs`) and ``memory-stores`` (:mod:`.memory`)
+need no testbed. The other
 groups' behavioural checks are listed in :data:`PENDING_CHECKS` and skip
 until the issue that builds the capability specifies them.
 """
@@ -35,6 +35,7 @@ from mango.provider import (
     FileResourceSandbox,
     FileSystemSandbox,
     LimitedNetworkSandbox,
+    MemoryStoreSandbox,
     PausableSandbox,
     PortSandbox,
     ProcessSandbox,
@@ -65,6 +66,7 @@ CAPABILITY_PROTOCOLS: dict[Capability, tuple[type, ...]] = {
     Capability.PACKAGE_SETUP: (),
     Capability.FILE_RESOURCES: (FileResourceSandbox, ResourceLockSandbox),
     Capability.SESSION_OUTPUTS: (SessionOutputSandbox, ResourceLockSandbox),
+    Capability.MEMORY_STORES: (MemoryStoreSandbox, ResourceLockSandbox),
     Capability.FILE_API: (FileSystemSandbox,),
     Capability.BACKGROUND_PROCESSES: (ProcessSandbox,),
     Capability.PAUSE: (PausableSandbox,),
@@ -79,10 +81,6 @@ PENDING_CHECKS: dict[Capability, str] = {
     Capability.SKILL_BUNDLES: (
         "S-1..S-7: a failed import never becomes visible, a full import is visible with "
         "exec bits, the bundle is read-only to file tools, and survives a fresh-client attach"
-    ),
-    Capability.MEMORY_STORES: (
-        "memory stores: replace then read round-trips, a fresh-client attach sees the "
-        "same files, and a concurrent change is a PreconditionFailed"
     ),
 }
 """What each group will check once its capability is specified."""
@@ -168,13 +166,8 @@ class CapabilityChecks:
 
     @pytest.mark.mango_capability(Capability.MEMORY_STORES.value)
     def test_memory_stores_protocol(self, conformance: Harness) -> None:
-        """A provider declaring memory stores fails: they have no sandbox protocol yet."""
+        """Sandboxes of a provider declaring memory stores implement its two protocols."""
         _protocol_check(conformance, Capability.MEMORY_STORES)
-
-    @pytest.mark.mango_capability(Capability.MEMORY_STORES.value)
-    def test_memory_stores_round_trip(self) -> None:
-        """Memory store checks (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.MEMORY_STORES))
 
     @pytest.mark.mango_capability(Capability.LIMITED_NETWORK.value)
     def test_limited_network_protocol(self, conformance: Harness) -> None:
