@@ -15,6 +15,7 @@ from mango.provider import (
     UPLOADS_ROOT,
     Command,
     ExecResult,
+    ExtraRoot,
     FileResourceMount,
     MemoryFile,
     MemorySnapshot,
@@ -132,7 +133,19 @@ class DockerSandbox(StreamedExec):
 
     @property
     def _policy(self) -> PathPolicy:
-        return MOUNTS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+        if not self._mounts.outputs:
+            return WORKSPACE_POLICY
+        memory = [m for m in self._spec.memory_stores if m.runtime_path in self._mounts.memory]
+        if not memory:
+            return MOUNTS_POLICY
+        # Each Memory Store is a root of its own: writable iff attached read_write.
+        return attrs.evolve(
+            MOUNTS_POLICY,
+            extra_roots=(
+                *MOUNTS_POLICY.extra_roots,
+                *(ExtraRoot(m.runtime_path, writable=not m.read_only) for m in memory),
+            ),
+        )
 
     @property
     def _resources(self) -> HostFileResources:
