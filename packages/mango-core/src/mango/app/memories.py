@@ -42,6 +42,7 @@ from mango.domain.memories import (
     new_store_id,
     new_version_id,
     plan_sync,
+    refuse_nesting,
     validate_memory_path,
     validate_store_id,
 )
@@ -198,6 +199,10 @@ class InMemoryMemoryRepository:
         """The heads, by path."""
         return sorted(self._get(store_id).heads.values(), key=lambda head: head.path)
 
+    async def digests(self, store_id: str) -> Sequence[BaselineEntry]:
+        """The heads' ids, paths and digests."""
+        return [BaselineEntry(h.memory_id, h.path, h.sha256) for h in await self.heads(store_id)]
+
     def _version(
         self,
         entry: _Store,
@@ -238,6 +243,8 @@ class InMemoryMemoryRepository:
             found = next((h for h in entry.heads.values() if h.path == path), None)
             if found is not None and found.content == content:
                 return found
+            if found is None:
+                refuse_nesting(path, [h.path for h in entry.heads.values()])
             if found is None and len(entry.heads) >= MAX_MEMORY_FILES:
                 raise InvalidMemory(
                     f"the store holds {MAX_MEMORY_FILES} memories already", path=path

@@ -94,7 +94,6 @@ async def converge(
     except InvalidInput:  # a symlink, a file over the limits: discard it with the rest
         await _refresh(sandbox, repository, mount)
         raise
-    committed = False
     if snapshot.initialized and not mount.read_only and snapshot.changed:
         try:
             heads = await repository.sync(
@@ -103,15 +102,17 @@ async def converge(
         except _DISCARDED:
             await _refresh(sandbox, repository, mount)
             raise
-        committed = True
-    else:
-        heads = await repository.heads(mount.store_id)
-    current = [(e.memory_id, e.path, e.sha256) for e in snapshot.baseline]
-    wanted = [(h.memory_id, h.path, h.sha256) for h in heads]
-    if snapshot.initialized and current == wanted and not snapshot.changed:
-        return committed, False
-    await sandbox.replace_memory_store(mount, _files(heads))
-    return committed, True
+        await sandbox.replace_memory_store(mount, _files(heads))
+        return True, True
+    # Nothing local to commit: refresh only if the heads moved (digests, no content).
+    if (
+        snapshot.initialized
+        and not snapshot.changed
+        and list(await repository.digests(mount.store_id)) == list(snapshot.baseline)
+    ):
+        return False, False
+    await sandbox.replace_memory_store(mount, _files(await repository.heads(mount.store_id)))
+    return False, True
 
 
 async def _refresh(

@@ -63,11 +63,13 @@ __all__ = [
     "check_store_name",
     "content_sha256",
     "memory_slug",
+    "nesting_clash",
     "new_memory_id",
     "new_store_id",
     "new_version_id",
     "parse_attachment",
     "plan_sync",
+    "refuse_nesting",
     "validate_memory_path",
     "validate_store_id",
 ]
@@ -415,8 +417,31 @@ def _unique(paths: Iterable[str], what: str) -> None:
         seen.add(path)
 
 
+def nesting_clash(paths: Iterable[str]) -> tuple[str, str] | None:
+    """``(parent, child)`` if one path is a directory of another (a file cannot be both)."""
+    known = set(paths)
+    for path in known:
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in known:
+                return parent, path
+            parent = parent.rpartition("/")[0]
+    return None
+
+
+def refuse_nesting(path: str, others: Iterable[str]) -> None:
+    """:class:`InvalidMemory` if a new memory at ``path`` would nest with one of ``others``."""
+    clash = nesting_clash([path, *others])
+    if clash is not None and path in clash:
+        raise InvalidMemory(
+            f"memory {path!r} and the memory {clash[0] if clash[1] == path else clash[1]!r} "
+            "cannot both exist: one would be a directory of the other",
+            path=path,
+        )
+
+
 def check_files(files: Sequence[MemoryFile]) -> None:
-    """Every path valid and unique, every content within limits, at most 2000 files."""
+    """Every path valid and unique, none below another, contents within limits, at most 2000."""
     if len(files) > MAX_MEMORY_FILES:
         raise InvalidMemory(
             f"{len(files)} files, more than the {MAX_MEMORY_FILES} a memory store holds", path="/"
@@ -425,6 +450,11 @@ def check_files(files: Sequence[MemoryFile]) -> None:
         validate_memory_path(item.path)
         check_memory_content(item.path, item.content)
     _unique((item.path for item in files), "the files")
+    clash = nesting_clash(item.path for item in files)
+    if clash is not None:
+        raise InvalidMemory(
+            f"memory {clash[1]!r} would be below the memory {clash[0]!r}, a file", path=clash[1]
+        )
 
 
 def plan_sync(
@@ -465,6 +495,12 @@ def plan_sync(
             raise _conflict(item.path, "was created in another Session meanwhile")
         creates.append(item)
     plan = SyncPlan(tuple(updates), tuple(deletes), tuple(creates))
+    if creates:
+        gone = {head.memory_id for head in deletes}
+        after = [h.path for h in heads if h.memory_id not in gone] + [c.path for c in creates]
+        clash = nesting_clash(after)
+        if clash is not None:
+            raise _conflict(clash[1], f"clashes with {clash[0]!r}, created in another Session")
     if len(heads) - len(deletes) + len(creates) > MAX_MEMORY_FILES:
         raise InvalidMemory(f"the store would hold more than {MAX_MEMORY_FILES} memories", path="/")
     if archived and not plan.empty:
@@ -530,6 +566,10 @@ class MemoryRepository(Protocol):
 
     async def heads(self, store_id: str) -> Sequence[MemoryHead]:
         """The store's heads, by path."""
+        ...
+
+    async def digests(self, store_id: str) -> Sequence[BaselineEntry]:
+        """The heads' ids, paths and SHA-256 without their content, by path (cheap)."""
         ...
 
     async def write(self, store_id: str, path: str, content: str, actor: Actor) -> MemoryHead:

@@ -38,6 +38,7 @@ from mango.domain.memories import (
     new_memory_id,
     new_version_id,
     plan_sync,
+    refuse_nesting,
 )
 from mango.postgres._errors import translate_errors
 from mango.postgres.schema import Pool
@@ -166,6 +167,16 @@ class PostgresMemoryRepository:
         async with self._connection("reading memories") as conn:
             return await self._heads(conn, store_id, lock=False)
 
+    async def digests(self, store_id: str) -> Sequence[BaselineEntry]:
+        """The heads' ids, paths and digests (no content), by path."""
+        async with self._connection("reading memories") as conn:
+            cursor = await conn.execute(
+                "SELECT id, path, content_sha256 FROM mango_memories"
+                " WHERE memory_store_id = %s ORDER BY path",
+                (store_id,),
+            )
+            return [BaselineEntry(row[0], row[1], row[2]) for row in await cursor.fetchall()]
+
     async def _heads(
         self, conn: psycopg.AsyncConnection[Any], store_id: str, *, lock: bool
     ) -> list[MemoryHead]:
@@ -201,6 +212,13 @@ class PostgresMemoryRepository:
             if found is not None and found.content == content:
                 return found
             if found is None:
+                ancestors = [path[:i] for i in range(1, len(path)) if path[i] == "/"]
+                cursor = await conn.execute(
+                    "SELECT path FROM mango_memories WHERE memory_store_id = %s"
+                    " AND (path = ANY(%s) OR starts_with(path, %s))",
+                    (store_id, ancestors, path + "/"),
+                )
+                refuse_nesting(path, [row[0] for row in await cursor.fetchall()])
                 cursor = await conn.execute(
                     "SELECT count(*) FROM mango_memories WHERE memory_store_id = %s", (store_id,)
                 )

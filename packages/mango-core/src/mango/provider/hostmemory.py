@@ -15,8 +15,10 @@ with :class:`HostMemoryStores`:
   and more than 2000 files;
 * **replace** validates everything first, removes the manifest (so an
   interrupted refresh reads back as "no baseline", never as edits against an
-  old one), empties the mount, writes each file through a temporary file
-  (fsync, 0644, rename), fsyncs and writes the manifest last.
+  old one), removes from the mount whatever is not a given file with its
+  content (a file that holds it already stays), writes the others in place
+  (0644, fsynced, sixteen at a time), fsyncs the directories and writes the
+  manifest last.
 
 Neither takes the resource lock: the caller holds it exclusively across a
 read, the database writeback and the replace. Files the sandbox created are
@@ -34,6 +36,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -206,14 +209,29 @@ class HostMemoryStores:
 
     def _replace(self, mount: MemoryStoreMount, files: Sequence[MemoryFile]) -> None:
         root = self.directory(mount)
+        wanted = {item.path[1:]: item.content.encode("utf-8") for item in files}
+        needed = {
+            parent.as_posix()
+            for relative in wanted
+            for parent in Path(relative).parents
+            if parent != Path()
+        }
         with self._host_errors("refreshing a memory store"):
             self.manifest(mount).unlink(missing_ok=True)
             _fsync_dir(self.state_root)
-            _empty(root)
-            for item in sorted(files, key=lambda f: f.path):
-                target = root / item.path[1:]
-                _make_parents(root, target.parent)
-                _write_atomic(target.parent, target, item.content.encode(), MEMORY_FILE_MODE)
+            kept: set[str] = set()
+            _prune(root, root, wanted, needed, kept)
+            for directory in sorted(needed, key=len):
+                _make_parents(root, root / directory)
+            # No manifest while the files are written: an interrupted refresh reads back as
+            # "no baseline" and is simply refreshed again, so each file is written in place
+            # (no temporary and rename), a file that holds its content already is kept, and
+            # the fsyncs run in parallel (the filesystem's journal commits them together).
+            missing = [relative for relative in wanted if relative not in kept]
+            with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+                list(pool.map(lambda rel: _write_new(root / rel, wanted[rel]), missing))
+            for directory in sorted(needed, key=len, reverse=True):
+                _fsync_dir(root / directory)
             _fsync_dir(root)
             document: dict[str, Any] = {
                 "version": _MANIFEST_VERSION,
@@ -236,6 +254,23 @@ class HostMemoryStores:
             _fsync_dir(self.state_root)
 
 
+_WRITERS = 16
+"""Threads writing (and fsyncing) a refresh's files."""
+
+
+def _write_new(target: Path, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(target, flags, MEMORY_FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, MEMORY_FILE_MODE)  # the umask must not narrow it
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_regular(path: Path, relative: str, limit: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
@@ -254,16 +289,42 @@ def _read_regular(path: Path, relative: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def _empty(root: Path) -> None:
-    """Remove everything below ``root`` (never following a link), ``root`` stays."""
-    for entry in list(os.scandir(root)):
+def _prune(
+    directory: Path, root: Path, wanted: dict[str, bytes], needed: set[str], kept: set[str]
+) -> None:
+    """Remove below ``directory`` all that is not a wanted file with its content (never
+    following a link); record the files kept in ``kept``."""
+    directory.chmod(MEMORY_DIRECTORY_MODE)  # a command may have taken our access
+    for entry in list(os.scandir(directory)):
         path = Path(entry.path)
+        relative = path.relative_to(root).as_posix()
         if entry.is_dir(follow_symlinks=False):
-            path.chmod(MEMORY_DIRECTORY_MODE)  # a command may have taken our access
-            _empty(path)
-            path.rmdir()
+            _prune(path, root, wanted, needed, kept)
+            if relative not in needed:
+                path.rmdir()
+            continue
+        data = wanted.get(relative)
+        if data is not None and entry.is_file(follow_symlinks=False) and _holds(path, data):
+            kept.add(relative)
         else:
             path.unlink()
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """True if ``path`` is a 0644 regular file of exactly ``data``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
+            return False
+        if stat.S_IMODE(info.st_mode) != MEMORY_FILE_MODE:
+            return False
+        return os.read(fd, len(data) + 1) == data
+    finally:
+        os.close(fd)
 
 
 def _make_parents(root: Path, parent: Path) -> None:
