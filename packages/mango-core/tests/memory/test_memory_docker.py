@@ -15,7 +15,7 @@ import pytest
 
 from mango.app import SessionManager
 from mango.domain import Command, SandboxSpec
-from mango.domain.errors import InvalidInput, MemoryStoreNotFound
+from mango.domain.errors import InvalidInput, InvalidMemory, MemoryStoreNotFound
 from mango.domain.memories import MEMORY_ROOT, ActorType, MemoryOperation
 from mango.domain.ports import Sandbox
 
@@ -208,3 +208,6 @@ async def test_attachments_are_checked_before_anything_is_written(
     await manager.create_session("archived-ro", memory=[(archived, "read_only")])
     with pytest.raises(InvalidInput, match="read-only"):
         await manager.memory_stores.write(archived, "/a.md", "x")
+    await manager.memory_stores.write(store, "/dir", "a file")
+    with pytest.raises(InvalidMemory, match="directory of the other"):
+        await manager.memory_stores.write(store, "/dir/child.md", "x")

@@ -33,6 +33,7 @@ from mango.domain.memories import (
     MemoryFile,
     MemoryHead,
     MemoryStoreMount,
+    check_files,
     check_memory_content,
     content_sha256,
     memory_slug,
@@ -248,3 +249,20 @@ def test_the_deletion_writes_memory_back_after_the_fence_before_the_destroy() ->
         assert LIFECYCLE.step(LifecycleState.PROVISIONING, command).effects == ()
     finished = LIFECYCLE.step(LifecycleState.DELETING, LifecycleCommand.DELETION_FINISHED)
     assert LifecycleEffect.DETACH_MEMORY_STORES in finished.effects
+
+
+async def test_no_memory_may_be_a_directory_of_another() -> None:
+    """On write, in a writeback's result and in a replace: a file cannot also be a directory."""
+    stores = MemoryStores(InMemoryMemoryRepository())
+    store = (await stores.create("nest")).store_id
+    await stores.write(store, "/a", "file")
+    for path in ("/a/b.md", "/a/b/c.md"):
+        with pytest.raises(InvalidMemory, match="directory of the other") as caught:
+            await stores.write(store, path, "x")
+        assert caught.value.path == path
+    await stores.write(store, "/ab", "a sibling, not a child")
+    with pytest.raises(MemoryConflict, match="clashes with '/a'") as conflict:
+        plan_sync([], [MemoryFile("/a/b", "mine")], [head("m1", "/a", "theirs")])
+    assert conflict.value.path == "/a/b"
+    with pytest.raises(InvalidMemory, match="below the memory '/x'"):
+        check_files([MemoryFile("/x", "1", "m1"), MemoryFile("/x/y", "2", "m2")])
