@@ -151,8 +151,8 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``package-setup`` (through ``exec``), ``file-resources`` and ``session-outputs``
-        (see :mod:`mango_provider_docker.mounts`)."""
+        """``package-setup`` (through ``exec``), ``file-resources``, ``session-outputs`` and
+        ``memory-stores`` (see :mod:`mango_provider_docker.mounts`)."""
         return CAPABILITIES
 
     @property
