@@ -246,8 +246,9 @@ class SessionManager:
         Never creates; it attaches only to write a bound sandbox's Memory
         Stores back first (a Session with stores; ``final-memory-writeback``).
         The bound reference (or, for an intent-only Session, what
-        ``Provider.find`` reports) is removed with ``Provider.destroy``; with no binding left, a purging provider also
-        purges what it holds under the Session's names. If destroy fails the
+        ``Provider.find`` reports) is removed with ``Provider.destroy``; with
+        no binding left, a purging provider also purges what it holds under
+        the Session's names. If destroy fails the
         binding is kept so a retry can finish. A lost reference counts as
         already destroyed.
 
