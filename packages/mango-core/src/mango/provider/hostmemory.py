@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -157,45 +158,49 @@ class HostMemoryStores:
         )
 
     def _walk(self, mount: MemoryStoreMount) -> tuple[MemoryFile, ...]:
-        root = self.directory(mount)
-        if not stat.S_ISDIR(root.lstat().st_mode):
-            raise PermanentError(f"the memory mount {root} is not a directory")
         found: list[MemoryFile] = []
-        pending = [root]
-        while pending:
-            directory = pending.pop()
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    path = Path(entry.path)
-                    relative = "/" + path.relative_to(root).as_posix()
-                    info = entry.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(info.st_mode):
-                        pending.append(path)
-                        continue
-                    where = f"{mount.runtime_path}{relative}"
-                    if stat.S_ISLNK(info.st_mode):
-                        raise InvalidMemory(
-                            f"memory {relative!r} ({where}) is a symbolic link; a memory store "
-                            "holds regular files only",
-                            path=relative,
-                        )
-                    if not stat.S_ISREG(info.st_mode):
-                        raise InvalidMemory(
-                            f"memory {relative!r} ({where}) is not a regular file; a memory "
-                            "store holds regular files only",
-                            path=relative,
-                        )
-                    validate_memory_path(relative)
-                    if info.st_size > MAX_MEMORY_CONTENT_BYTES:
-                        check_memory_content(relative, b"\0" * info.st_size)  # raises: too large
-                    if len(found) >= MAX_MEMORY_FILES:
-                        raise InvalidMemory(
-                            f"{mount.runtime_path} holds more than {MAX_MEMORY_FILES} files",
-                            path="/",
-                        )
-                    data = _read_regular(path, relative, MAX_MEMORY_CONTENT_BYTES + 1)
-                    found.append(MemoryFile(relative, check_memory_content(relative, data)))
+        with _root_fd(self.directory(mount)) as root:
+            self._walk_dir(mount, root, "", found)
         return tuple(sorted(found, key=lambda item: item.path))
+
+    def _walk_dir(
+        self, mount: MemoryStoreMount, fd: int, prefix: str, found: list[MemoryFile]
+    ) -> None:
+        """Read every file below the directory ``fd`` (``prefix`` its path in the store).
+
+        Every name is opened relative to its directory's descriptor and never
+        followed, so a command racing the walk (swapping a directory for a
+        link) can at most make it fail, never make it read outside the mount.
+        """
+        for entry in _entries(fd):
+            relative = f"{prefix}/{entry.name}"
+            where = f"{mount.runtime_path}{relative}"
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                with _child_fd(fd, entry.name, relative) as child:
+                    self._walk_dir(mount, child, relative, found)
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                raise InvalidMemory(
+                    f"memory {relative!r} ({where}) is a symbolic link; a memory store "
+                    "holds regular files only",
+                    path=relative,
+                )
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidMemory(
+                    f"memory {relative!r} ({where}) is not a regular file; a memory "
+                    "store holds regular files only",
+                    path=relative,
+                )
+            validate_memory_path(relative)
+            if info.st_size > MAX_MEMORY_CONTENT_BYTES:
+                check_memory_content(relative, b"\0" * info.st_size)  # raises: too large
+            if len(found) >= MAX_MEMORY_FILES:
+                raise InvalidMemory(
+                    f"{mount.runtime_path} holds more than {MAX_MEMORY_FILES} files", path="/"
+                )
+            data = _read_regular(fd, entry.name, relative, MAX_MEMORY_CONTENT_BYTES + 1)
+            found.append(MemoryFile(relative, check_memory_content(relative, data)))
 
     # ------------------------------------------------------------------ replace
 
@@ -220,19 +225,30 @@ class HostMemoryStores:
             self.manifest(mount).unlink(missing_ok=True)
             _fsync_dir(self.state_root)
             kept: set[str] = set()
-            _prune(root, root, wanted, needed, kept)
-            for directory in sorted(needed, key=len):
-                _make_parents(root, root / directory)
-            # No manifest while the files are written: an interrupted refresh reads back as
-            # "no baseline" and is simply refreshed again, so each file is written in place
-            # (no temporary and rename), a file that holds its content already is kept, and
-            # the fsyncs run in parallel (the filesystem's journal commits them together).
-            missing = [relative for relative in wanted if relative not in kept]
-            with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
-                list(pool.map(lambda rel: _write_new(root / rel, wanted[rel]), missing))
-            for directory in sorted(needed, key=len, reverse=True):
-                _fsync_dir(root / directory)
-            _fsync_dir(root)
+            with _root_fd(root) as top:
+                _prune(top, "", wanted, needed, kept)
+                # No manifest while the files are written: an interrupted refresh reads back
+                # as "no baseline" and is simply refreshed again, so each file is written in
+                # place (no temporary and rename), a file that holds its content already is
+                # kept, and the fsyncs run in parallel (the journal commits them together).
+                missing = [relative for relative in wanted if relative not in kept]
+                by_directory: dict[str, list[str]] = {}
+                for relative in missing:
+                    parent, _, name = relative.rpartition("/")
+                    by_directory.setdefault(parent, []).append(name)
+                for directory in sorted(needed | {""}, key=len):
+                    with _directory_fd(top, directory) as fd:
+                        names = by_directory.get(directory, [])
+                        with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+                            list(
+                                pool.map(
+                                    lambda name, fd=fd, directory=directory: _write_new(
+                                        fd, name, wanted[f"{directory}/{name}".lstrip("/")]
+                                    ),
+                                    names,
+                                )
+                            )
+                        os.fsync(fd)
             document: dict[str, Any] = {
                 "version": _MANIFEST_VERSION,
                 "store_id": mount.store_id,
@@ -256,11 +272,69 @@ class HostMemoryStores:
 
 _WRITERS = 16
 """Threads writing (and fsyncing) a refresh's files."""
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write_new(target: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _root_fd(root: Path) -> Iterator[int]:
+    """The mount's host directory, opened (it must be a real directory)."""
+    try:
+        fd = os.open(root, _DIRECTORY)
+    except (NotADirectoryError, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise PermanentError(f"the memory mount {root} is missing") from exc
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PermanentError(f"the memory mount {root} is not a directory") from exc
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _child_fd(parent: int, name: str, relative: str) -> Iterator[int]:
+    """The directory ``name`` below ``parent``, never through a link."""
+    try:
+        fd = os.open(name, _DIRECTORY, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise InvalidMemory(
+                f"memory directory {relative!r} changed into a link or a file while it was read",
+                path=relative,
+            ) from exc
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _directory_fd(top: int, relative: str) -> Iterator[int]:
+    """The directory ``relative`` below ``top``, each component made (0755) if missing."""
+    fd = os.dup(top)
+    try:
+        for part in [p for p in relative.split("/") if p]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, MEMORY_DIRECTORY_MODE, dir_fd=fd)
+            child = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            os.fchmod(fd, MEMORY_DIRECTORY_MODE)  # the umask must not narrow it
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _entries(fd: int) -> list[os.DirEntry[str]]:
+    with os.scandir(fd) as entries:
+        return list(entries)
+
+
+def _write_new(directory: int, name: str, data: bytes) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(target, flags, MEMORY_FILE_MODE)
+    fd = os.open(name, flags, MEMORY_FILE_MODE, dir_fd=directory)
     try:
         view = memoryview(data)
         while view:
@@ -271,11 +345,24 @@ def _write_new(target: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _read_regular(path: Path, relative: str, limit: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+def _open_regular(directory: int, name: str) -> int | None:
+    try:
+        return os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=directory
+        )
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
+            return None
+        raise
+
+
+def _read_regular(directory: int, name: str, relative: str, limit: int) -> bytes:
+    fd = _open_regular(directory, name)
+    if fd is None:
+        raise InvalidMemory(f"memory {relative!r} changed while it was read", path=relative)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the scan
-            raise InvalidMemory(f"{path} is not a regular file", path=relative)
+            raise InvalidMemory(f"memory {relative!r} is not a regular file", path=relative)
         chunks: list[bytes] = []
         size = 0
         while size < limit:
@@ -290,31 +377,30 @@ def _read_regular(path: Path, relative: str, limit: int) -> bytes:
 
 
 def _prune(
-    directory: Path, root: Path, wanted: dict[str, bytes], needed: set[str], kept: set[str]
+    fd: int, prefix: str, wanted: dict[str, bytes], needed: set[str], kept: set[str]
 ) -> None:
-    """Remove below ``directory`` all that is not a wanted file with its content (never
-    following a link); record the files kept in ``kept``."""
-    directory.chmod(MEMORY_DIRECTORY_MODE)  # a command may have taken our access
-    for entry in list(os.scandir(directory)):
-        path = Path(entry.path)
-        relative = path.relative_to(root).as_posix()
+    """Remove below the directory ``fd`` all that is not a wanted file with its content
+    (by name relative to ``fd``, never through a link); record the files kept in ``kept``."""
+    os.fchmod(fd, MEMORY_DIRECTORY_MODE)  # a command may have taken our access
+    for entry in _entries(fd):
+        relative = f"{prefix}/{entry.name}".lstrip("/")
         if entry.is_dir(follow_symlinks=False):
-            _prune(path, root, wanted, needed, kept)
+            with _child_fd(fd, entry.name, "/" + relative) as child:
+                _prune(child, relative, wanted, needed, kept)
             if relative not in needed:
-                path.rmdir()
+                os.rmdir(entry.name, dir_fd=fd)
             continue
         data = wanted.get(relative)
-        if data is not None and entry.is_file(follow_symlinks=False) and _holds(path, data):
+        if data is not None and _holds(fd, entry.name, data):
             kept.add(relative)
         else:
-            path.unlink()
+            os.unlink(entry.name, dir_fd=fd)
 
 
-def _holds(path: Path, data: bytes) -> bool:
-    """True if ``path`` is a 0644 regular file of exactly ``data``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+def _holds(directory: int, name: str, data: bytes) -> bool:
+    """True if ``name`` is a 0644 regular file of exactly ``data``."""
+    fd = _open_regular(directory, name)
+    if fd is None:
         return False
     try:
         info = os.fstat(fd)
@@ -325,12 +411,3 @@ def _holds(path: Path, data: bytes) -> bool:
         return os.read(fd, len(data) + 1) == data
     finally:
         os.close(fd)
-
-
-def _make_parents(root: Path, parent: Path) -> None:
-    current = root
-    for part in parent.relative_to(root).parts:
-        current = current / part
-        with contextlib.suppress(FileExistsError):
-            current.mkdir(mode=MEMORY_DIRECTORY_MODE)
-        current.chmod(MEMORY_DIRECTORY_MODE)
