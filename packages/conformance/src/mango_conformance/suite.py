@@ -13,12 +13,15 @@ from mango_conformance.checks.capabilities import (
     CapabilityChecks,
     declared_capabilities,
 )
+from mango_conformance.checks.fileapi import FileApiChecks
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.memory import MemoryStoreChecks
 from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
+from mango_conformance.checks.pause import PauseChecks, PortChecks
+from mango_conformance.checks.processes import ProcessChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
@@ -42,8 +45,12 @@ class ProviderSuite(
     NetworkChecks,
     PackageChecks,
     FileResourceChecks,
+    FileApiChecks,
     OutputChecks,
     MemoryStoreChecks,
+    PauseChecks,
+    PortChecks,
+    ProcessChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

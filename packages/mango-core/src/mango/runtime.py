@@ -208,6 +208,7 @@ async def open_runtime(
                 registration.quirks,
                 package_manager_hosts=settings.package_manager_hosts,
                 max_sandboxes=settings.fleet.max_sandboxes,
+                evict_action=settings.fleet.evict_action,
                 files=files,
                 memory=PostgresMemoryRepository(store.pool),
             )

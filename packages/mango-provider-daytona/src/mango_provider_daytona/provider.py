@@ -14,6 +14,7 @@ import httpx
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     InvalidInput,
@@ -136,8 +137,8 @@ class DaytonaProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None yet: package setup, mounts and limited network are not implemented."""
-        return CapabilitySet()
+        """The file API (``file-api``); package setup, mounts and limited network are not built."""
+        return CapabilitySet.of(Capability.FILE_API)
 
     @property
     def ownership(self) -> Ownership:

@@ -19,6 +19,7 @@ from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_ENV,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -196,7 +197,7 @@ def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.FILE_API),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_daytona_provider,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,13 +14,19 @@ from mango.provider import (
     OUTPUTS_ROOT,
     UPLOADS_ROOT,
     Command,
+    ExecFileSystem,
     ExecResult,
     ExtraRoot,
     FileResourceMount,
+    InvalidInput,
     MemoryFile,
     MemorySnapshot,
     MemoryStoreMount,
     PathPolicy,
+    PermanentError,
+    ProcessHandle,
+    ProcessInfo,
+    ProcessOutput,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -46,27 +52,55 @@ from mango_provider_docker.files import (
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.mounts import FILES_DIR, MEMORY_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
+from mango_provider_docker.processes import ContainerProcesses
 
 __all__ = ["DockerSandbox", "ensure_running"]
 
+_PORTS_KEY = "NetworkSettings"
 
-async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, Any] | None) -> None:
-    """Start or unpause the container if its inspect document says it is not running.
 
-    ``inspect=None`` means "just created": start it. Raises
-    :class:`SandboxNotFound` if the container is gone or being removed.
+def check_port(port: object) -> int:
+    """``port`` if it is a TCP port number (1 to 65535), else :class:`InvalidInput`."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidInput(f"a port is a number from 1 to 65535, got {port!r}")
+    return port
+
+
+def published_port(inspect: Mapping[str, Any], port: int) -> str | None:
+    """The host port the Engine bound ``port``/tcp to on 127.0.0.1, if any."""
+    settings = inspect.get(_PORTS_KEY)
+    ports = settings.get("Ports") if isinstance(settings, Mapping) else None
+    bindings = ports.get(f"{port}/tcp") if isinstance(ports, Mapping) else None
+    for binding in bindings or ():
+        if isinstance(binding, Mapping) and binding.get("HostIp") == "127.0.0.1":
+            host_port = binding.get("HostPort")
+            if isinstance(host_port, str) and host_port.isdigit():
+                return host_port
+    return None
+
+
+async def ensure_running(
+    engine: Engine, container_id: str, inspect: dict[str, Any] | None, *, unpause: bool = True
+) -> None:
+    """Start (or unpause) the container if its inspect document says it is not running.
+
+    ``inspect=None`` means "just created": start it. With ``unpause=False`` a
+    paused container stays paused (attach: a pause is mango's to undo,
+    through ``resume``). Raises :class:`SandboxNotFound` if the container is
+    gone or being removed.
     """
     state = (inspect or {}).get("State") or {}
     if inspect is not None and state.get("Status") == "removing":
         raise SandboxNotFound(f"container {container_id} is being removed")
     if state.get("Paused"):
-        await engine.unpause_container(container_id)
+        if unpause:
+            await engine.unpause_container(container_id)
     elif not state.get("Running"):
         await engine.start_container(container_id)
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DockerSandbox(StreamedExec):
+class DockerSandbox(StreamedExec, ExecFileSystem):
     """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
 
     Commands (``exec``, ``exec_stream``) run inside the container's workspace
@@ -74,8 +108,15 @@ class DockerSandbox(StreamedExec):
     image's, with ``PATH`` and ``HOME=/workspace`` fixed, plus
     ``command.env``. ``command.cwd`` is created if missing; a symlink in it
     raises :class:`PathEscapeError`. A stopped or paused container is started
-    again first; :class:`SandboxNotFound` if the container is gone.
+    (or resumed) again by ``exec`` first, but attach leaves a paused one
+    paused; :class:`SandboxNotFound` if the container is gone. It pauses with
+    the Engine's pause (the cgroup freezer: every process stops, memory and
+    workspace stay) and exposes ports published on 127.0.0.1 at creation
+    (``MANGO_SANDBOX_PORTS``).
     Files move through the archive API (see :mod:`mango_provider_docker.files`).
+    The file API (``list_dir``, ``stat``, ``exists``, ``remove``, ``rename``,
+    ``make_dir``) is the provider kit's :class:`~mango.provider.ExecFileSystem`:
+    one busybox command per operation through ``exec``, as root in the container.
     Package setup has its own network when the spec has none
     (:mod:`mango_provider_docker.network`).
     The sandbox keeps the spec it was created or attached with; its
@@ -97,6 +138,7 @@ class DockerSandbox(StreamedExec):
     _engine: Engine = attrs.field(repr=False)
     _max_output_bytes: int
     _max_read_bytes: int
+    _max_process_log_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
     _background: set[asyncio.Task[Any]] = attrs.field(repr=False)
     _mounts: MountState = attrs.field(factory=MountState)
@@ -173,10 +215,65 @@ class DockerSandbox(StreamedExec):
             raise ProviderUnavailable(f"container {self.container_id} stops as soon as it starts")
 
     async def _revive(self) -> None:
+        # A command asked of a paused container resumes it, as E2B's connect does.
+        await ensure_running(self._engine, self.container_id, await self._inspect())
+
+    async def _inspect(self) -> dict[str, Any]:
         inspect = await self._engine.inspect_container(self.container_id)
-        if inspect is None:
+        if inspect is None or (inspect.get("State") or {}).get("Status") == "removing":
             raise SandboxNotFound(f"container {self.container_id} no longer exists")
+        return inspect
+
+    # ------------------------------------------------------------------ pause and ports
+
+    async def pause(self) -> None:
+        """Freeze every process of the container (Engine pause); idempotent.
+
+        A stopped container is started first, so a paused one always holds
+        its processes' memory. :class:`SandboxNotFound` if it is gone.
+        """
+        inspect = await self._inspect()
+        state = inspect.get("State") or {}
+        if state.get("Paused"):
+            return
         await ensure_running(self._engine, self.container_id, inspect)
+        try:
+            await self._engine.pause_container(self.container_id)
+        except ProviderUnavailable:
+            if not await self.is_paused():  # another worker's pause won the race
+                raise
+
+    async def resume(self) -> None:
+        """Thaw the container (Engine unpause; a stopped one is started); idempotent."""
+        inspect = await self._inspect()
+        try:
+            await ensure_running(self._engine, self.container_id, inspect)
+        except ProviderUnavailable:
+            if await self.is_paused():
+                raise
+
+    async def is_paused(self) -> bool:
+        """The Engine's word: is the container paused now?"""
+        return bool(((await self._inspect()).get("State") or {}).get("Paused"))
+
+    async def expose_port(self, port: int) -> str:
+        """``http://127.0.0.1:<host port>``: the Engine's binding of ``port`` on 127.0.0.1.
+
+        Docker publishes ports only when it creates a container, so only the
+        ports of ``MANGO_SANDBOX_PORTS`` in a ``bridge``-network sandbox have
+        one; any other is a :class:`PermanentError` saying so.
+        """
+        check_port(port)
+        inspect = await self._inspect()
+        binding = published_port(inspect, port)
+        if binding is None:
+            raise PermanentError(
+                f"port {port} of container {self.container_id[:12]} is not published",
+                hint="Docker publishes ports when it creates a container: set "
+                f"MANGO_SANDBOX_PORTS to include {port} and use network 'bridge' for "
+                "a new Session",
+            )
+        return f"http://127.0.0.1:{binding}"
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.
@@ -243,6 +340,57 @@ class DockerSandbox(StreamedExec):
         await self._engine.kill_container(self.container_id)
         await asyncio.to_thread(remove_dir, self._host_dir)
         await self._engine.remove_container(self.container_id)
+
+    # ------------------------------------------------------------------ background processes
+
+    @property
+    def _processes(self) -> ContainerProcesses:
+        return ContainerProcesses(
+            self.exec,
+            log_cap=self._max_process_log_bytes,
+            output_cap=self._max_output_bytes,
+            gone=self._gone,
+        )
+
+    async def _gone(self) -> bool:
+        """After a failed exec: True if the container is gone, being removed, or was killed."""
+        inspect = await self._engine.inspect_container(self.container_id)
+        state = (inspect or {}).get("State") or {}
+        return (
+            inspect is None
+            or state.get("Status") in ("removing", "dead")
+            or (not state.get("Running") and not state.get("Paused"))
+        )
+
+    async def start(self, command: Command) -> ProcessHandle:
+        """Start ``command`` under a supervisor in the container (see :mod:`.processes`).
+
+        Environment and working directory as for :meth:`exec`; the process
+        runs until it exits, is killed, or the container goes.
+        """
+        return await self._processes.start(command)
+
+    async def processes(self) -> list[ProcessInfo]:
+        """Every background process of the container, oldest first, from any worker."""
+        return await self._processes.processes()
+
+    async def logs(
+        self, process_id: str, *, since: int = 0, max_bytes: int | None = None
+    ) -> ProcessOutput:
+        """The log from byte ``since``; at most ``max_bytes`` and the exec output cap per call."""
+        return await self._processes.logs(process_id, since, max_bytes)
+
+    async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
+        """Wait for the end or ``timeout`` (then the answer is RUNNING)."""
+        return await self._processes.wait(process_id, timeout)
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        """Write ``data`` to the process's stdin."""
+        await self._processes.send_stdin(process_id, data)
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        """Kill the process's group and tree; idempotent for an ended process."""
+        return await self._processes.kill(process_id)
 
     # ------------------------------------------------------------------ resources
 

@@ -26,6 +26,7 @@ import attrs
 import httpx
 
 from mango.provider import (
+    Capability,
     CapabilitySet,
     NetworkMode,
     OwnedResource,
@@ -120,8 +121,8 @@ class E2BProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None of the optional capabilities yet (resource mounts come with their issue)."""
-        return CapabilitySet()
+        """The file API (``file-api``: envd's ``Filesystem``), for E2B and Cube alike."""
+        return CapabilitySet.of(Capability.FILE_API)
 
     @property
     def control(self) -> ControlPlane:

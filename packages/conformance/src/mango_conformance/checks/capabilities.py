@@ -16,8 +16,9 @@ offline (hosts to reach, a package source): its testbed
 testbed for it fails those checks (the declaration cannot be checked)
 unless the target waives it with a reason (``ConformanceTarget.waivers``),
 which the run reports as a waiver. ``file-resources`` (:mod:`.resources`),
-``session-outputs`` (:mod:`.outputs`) and ``memory-stores`` (:mod:`.memory`)
-need no testbed. The other
+``session-outputs`` (:mod:`.outputs`), ``memory-stores`` (:mod:`.memory`),
+``file-api`` (:mod:`.fileapi`) and ``background-processes``
+(:mod:`.processes`) need no testbed. The other
 groups' behavioural checks are listed in :data:`PENDING_CHECKS` and skip
 until the issue that builds the capability specifies them.
 """

@@ -48,6 +48,8 @@ from mango.cli.gc import gc
 from mango.cli.hints import hint_for
 from mango.cli.memory import memory
 from mango.cli.outputs import outputs
+from mango.cli.ports import ports
+from mango.cli.processes import processes
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
 from mango.cli.resources import resources
@@ -146,6 +148,7 @@ for _command in (
     providers,
     exec_,
     files,
+    processes,
     sessions,
     reconcile,
     gc,
@@ -157,6 +160,7 @@ for _command in (
     resources,
     outputs,
     memory,
+    ports,
 ):
     cli.add_command(_command)
 

@@ -1,4 +1,5 @@
-"""``mango sessions``: create Sessions (with their Memory Stores), list them, delete them."""
+"""``mango sessions``: create Sessions (with their Memory Stores), list them with their state,
+pause, resume and delete them."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ __all__ = ["sessions"]
 
 @click.group()
 def sessions() -> None:
-    """Create, list and delete Sessions."""
+    """Create, list, pause, resume and delete Sessions."""
 
 
 @sessions.command(name="create")
@@ -77,6 +78,7 @@ def sessions_list(limit: int, as_json: bool) -> None:
                 has_binding=binding is not None,
                 binding_lost=binding is not None and binding.lost,
                 binding_evicted=binding is not None and binding.evicted,
+                binding_paused=binding is not None and binding.paused,
             ).value
             rows.append(
                 {
@@ -84,6 +86,11 @@ def sessions_list(limit: int, as_json: bool) -> None:
                     "created_at": record.created_at.isoformat(),
                     "state": state,
                     "sandbox": str(binding.ref) if binding else None,
+                    "paused_at": (
+                        binding.paused_at.isoformat()
+                        if binding is not None and binding.paused_at is not None
+                        else None
+                    ),
                 }
             )
         return rows
@@ -138,3 +145,33 @@ def sessions_delete(
     for row in rows:
         verb = "deleted" if row["deleted"] else "not found (nothing to delete)"
         click.echo(f"{row['session_id']}: {verb}")
+
+
+@sessions.command(name="pause")
+@click.argument("session_id")
+def sessions_pause(session_id: str) -> None:
+    """Pause the Session's sandbox (its workspace and memory stay; it runs nothing).
+
+    The next use (mango exec, a tool step, mango sessions resume) resumes it.
+    Refused where the provider does not declare pause.
+    """
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.pause(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: paused")
+
+
+@sessions.command(name="resume")
+@click.argument("session_id")
+def sessions_resume(session_id: str) -> None:
+    """Resume the Session's paused sandbox (nothing to do for a running one)."""
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.resume(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: running")

@@ -36,6 +36,8 @@ class LifecycleState(enum.StrEnum):
     BOUND = "bound"
     LOST = "lost"
     EVICTED = "evicted"
+    PAUSED = "paused"
+    """Bound, with the resource paused (or being paused): the next use resumes it."""
     DELETING = "deleting"
     DELETED = "deleted"
 
@@ -59,6 +61,16 @@ class LifecycleCommand(enum.StrEnum):
     """Before a tool: join the running Memory Store wave, or start one (write back, refresh)."""
     WRITE_BACK_MEMORY = "write-back-memory"
     """After a tool: once the wave's last tool is done, commit its Memory Store changes."""
+    PAUSE = "pause"
+    """Pause the bound sandbox (explicitly: ``mango sessions pause``)."""
+    RESUME = "resume"
+    """Resume a paused sandbox (explicitly, or before any other use of it)."""
+    RESOURCE_RESUMED = "resource-resumed"
+    """The provider resumed the paused resource: the mark may go."""
+    PAUSE_IDLE = "pause-idle"
+    """The idle eviction, where it pauses instead of destroying."""
+    PAUSE_MARKED = "pause-marked"
+    """The binding was still unused and is now marked paused: its resource pauses."""
 
 
 class LifecycleEffect(enum.StrEnum):
@@ -89,6 +101,11 @@ class LifecycleEffect(enum.StrEnum):
     WRITE_BACK_MEMORY = "write-back-memory"
     FINAL_MEMORY_WRITEBACK = "final-memory-writeback"
     DETACH_MEMORY_STORES = "detach-memory-stores"
+    MARK_PAUSED = "mark-paused"
+    MARK_PAUSED_IDLE = "mark-paused-idle"
+    PAUSE_RESOURCE = "pause-resource"
+    RESUME_RESOURCE = "resume-resource"
+    CLEAR_PAUSED = "clear-paused"
 
 
 class LifecycleGuard(enum.StrEnum):
@@ -118,7 +135,10 @@ class LifecycleSignal(enum.StrEnum):
     LOST = "lost"
     """The provider no longer knows the bound resource."""
     IDLE = "idle"
-    """The binding was still unused and is now marked evicted: its resource goes."""
+    """The binding was still unused and is now marked evicted (or paused): its resource goes
+    (or pauses)."""
+    RESUMED = "resumed"
+    """The provider resumed the paused resource."""
 
 
 @attrs.frozen

@@ -58,9 +58,12 @@ import pluggy
 from mango.config import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_PROCESS_LOG_BYTES_ENV,
+    MAX_PROCESS_LOG_BYTES_SETTING,
     MAX_READ_BYTES_ENV,
     MAX_READ_BYTES_SETTING,
     max_output_bytes,
+    max_process_log_bytes,
     max_read_bytes,
     state_dir,
 )
@@ -91,6 +94,7 @@ from mango.domain.hashing import session_key_hash
 from mango.domain.limits import (
     CPUS_GRAMMAR,
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PROCESS_LOG_BYTES,
     DEFAULT_MAX_READ_BYTES,
     MAX_MEMORY_BYTES,
     MEMORY_GRAMMAR,
@@ -145,6 +149,7 @@ from mango.domain.sandbox_ports import (
     FileInfo,
     FileKind,
     FileSystemSandbox,
+    PausableProvider,
     PausableSandbox,
     PortSandbox,
     ProcessHandle,
@@ -153,7 +158,13 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
-from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
+from mango.domain.testbed import (
+    ConformanceTestbed,
+    EgressProbe,
+    NetworkTestbed,
+    PackageSource,
+    PortTestbed,
+)
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
     non_negative_number,
@@ -175,6 +186,7 @@ from mango.domain.values import (
     validate_provider_name,
     validate_session_id,
 )
+from mango.provider.fileapi import ExecFileSystem, FirstEntries, check_list_limit
 from mango.provider.paths import (
     Entry,
     EntryKind,
@@ -192,6 +204,7 @@ __all__ = [
     "CPUS_GRAMMAR",
     "DEFAULT_LIST_LIMIT",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_PROCESS_LOG_BYTES",
     "DEFAULT_MAX_READ_BYTES",
     "MAX_LIST_LIMIT",
     "MAX_MEMORY_BYTES",
@@ -199,6 +212,8 @@ __all__ = [
     "MAX_MEMORY_FILES",
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_PROCESS_LOG_BYTES_ENV",
+    "MAX_PROCESS_LOG_BYTES_SETTING",
     "MAX_READ_BYTES_ENV",
     "MAX_READ_BYTES_SETTING",
     "MAX_SETTING_SECONDS",
@@ -221,6 +236,7 @@ __all__ = [
     "Entry",
     "EntryKind",
     "ExecEvent",
+    "ExecFileSystem",
     "ExecResult",
     "ExtraRoot",
     "FileInfo",
@@ -229,6 +245,7 @@ __all__ = [
     "FileResourceSandbox",
     "FileSystemSandbox",
     "FileTooLarge",
+    "FirstEntries",
     "InvalidInput",
     "InvalidMemory",
     "InvalidPathError",
@@ -255,9 +272,11 @@ __all__ = [
     "PathEscapeError",
     "PathExists",
     "PathPolicy",
+    "PausableProvider",
     "PausableSandbox",
     "PermanentError",
     "PortSandbox",
+    "PortTestbed",
     "ProcessHandle",
     "ProcessInfo",
     "ProcessNotFound",
@@ -288,11 +307,13 @@ __all__ = [
     "admit",
     "check_directory",
     "check_files",
+    "check_list_limit",
     "check_regular",
     "file_not_found",
     "hookimpl",
     "is_permanent",
     "max_output_bytes",
+    "max_process_log_bytes",
     "max_read_bytes",
     "non_negative_number",
     "normalize_workspace_dir",

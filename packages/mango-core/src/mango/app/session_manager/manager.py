@@ -27,8 +27,9 @@ from mango.app.materializer import MaterializeReport
 from mango.app.memories import MemoryStores
 from mango.app.memory_wave import WaveReport, writeback_failure
 from mango.app.outputs import PublishReport
+from mango.app.processes import check_declared, process_sandbox
 from mango.app.session_files import SessionFiles
-from mango.app.session_manager.clients import ClientCache, SessionLocks
+from mango.app.session_manager.clients import ClientCache, SessionLocks, SessionSandbox
 from mango.app.session_manager.context import (
     USE_INTERVAL,
     Evicted,
@@ -42,6 +43,7 @@ from mango.app.session_manager.context import (
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.interpreter import Interpreter
 from mango.app.session_manager.memory import MemoryWaved
+from mango.app.session_manager.pause import PausedIdle
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -52,6 +54,7 @@ from mango.app.session_manager.resources import Materialized, Published
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    CapabilityNotSupported,
     ConfigurationError,
     InvalidInput,
     InvalidTransition,
@@ -60,6 +63,7 @@ from mango.domain.errors import (
     SandboxNotFound,
     SessionDeleting,
 )
+from mango.domain.fleet import EvictAction
 from mango.domain.lifecycle import (
     LIFECYCLE,
     LifecycleCommand,
@@ -67,7 +71,14 @@ from mango.domain.lifecycle import (
     LifecycleTable,
 )
 from mango.domain.memories import MemoryAccess, MemoryRepository, MemoryStoreMount
-from mango.domain.ports import BindingStore, Provider, ResourceLockSandbox, Sandbox
+from mango.domain.ports import (
+    BindingStore,
+    PortSandbox,
+    ProcessSandbox,
+    Provider,
+    ResourceLockSandbox,
+    Sandbox,
+)
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
@@ -146,6 +157,11 @@ class SessionManager:
     use_interval: float = attrs.field(
         default=USE_INTERVAL, kw_only=True, validator=non_negative_number
     )
+    evict_action: EvictAction = attrs.field(
+        default=EvictAction.PAUSE, kw_only=True, converter=EvictAction
+    )
+    """``MANGO_EVICT_ACTION``: the idle eviction pauses where the provider declares ``pause``
+    (the default), or always destroys."""
     table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     files: SessionFiles | None = attrs.field(default=None, kw_only=True)
@@ -158,7 +174,7 @@ class SessionManager:
 
     def __attrs_post_init__(self) -> None:
         self.handlers.check(self.table)
-        self._clients = ClientCache(self._record_loss)
+        self._clients = ClientCache(self._record_loss, capabilities=self._declared)
         self._ports = Ports(
             self.provider,
             self.store,
@@ -208,8 +224,13 @@ class SessionManager:
 
     async def acquire(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox:
+    ) -> SessionSandbox:
         """Return the Session's sandbox, provisioning it on first use.
+
+        The client (a :class:`SessionSandbox`) has the Sandbox operations and
+        the file API (``list_dir``, ``stat``, ``exists``, ``remove``,
+        ``rename``, ``make_dir``), which raises :class:`CapabilityNotSupported`
+        where the provider does not declare ``file-api``.
 
         Raises :class:`SandboxNotFound` if the bound resource is gone (the loss
         is persisted; never an empty replacement), :class:`SessionDeleting` if
@@ -228,8 +249,8 @@ class SessionManager:
 
     async def acquire_existing(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox | None:
-        """Return the Session's bound sandbox, or None; never provisions."""
+    ) -> SessionSandbox | None:
+        """Return the Session's bound sandbox (as :meth:`acquire`), or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
         spec = await self.session_spec(session_id, spec)
@@ -291,6 +312,80 @@ class SessionManager:
                 )
         deleted = facts.last(SessionDeleted)
         return deleted is not None and deleted.deleted
+
+    # ------------------------------------------------------------------ pause and ports
+
+    def _require(self, capability: Capability) -> None:
+        if capability not in self._declared:
+            name = self.provider.name
+            raise CapabilityNotSupported(
+                name,
+                [f"{name} does not support {capability.description}"],
+                hint=f"choose a provider that declares {capability.value} "
+                "(mango providers lists them)",
+            )
+
+    async def pause(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Pause the Session's bound sandbox; idempotent for a paused one.
+
+        The binding is marked paused before the provider pauses the resource,
+        so a crash between the two leaves a paused record that the next use
+        resumes. The next :meth:`acquire` (or resource step) resumes it
+        before handing it out. :class:`CapabilityNotSupported` where the
+        provider does not declare ``pause``; :class:`InvalidTransition` for a
+        Session with no bound sandbox; :class:`SandboxNotFound` (recorded) for
+        a vanished one.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.PAUSE, fresh=True))
+
+    async def resume(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Resume the Session's paused sandbox; idempotent for a running one.
+
+        The provider resumes the resource before the pause mark goes. Errors
+        as for :meth:`pause`.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.RESUME, fresh=True))
+
+    async def expose_port(
+        self,
+        session_id: str,
+        port: int,
+        spec: SandboxSpec | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> str:
+        """A URL that reaches ``port`` in the Session's bound sandbox (resumed if paused).
+
+        Never provisions: a server listens in a sandbox that exists.
+        :class:`CapabilityNotSupported` where the provider does not declare
+        ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535
+        or a Session with no sandbox.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.EXPOSED_PORTS)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidInput(f"port must be a number from 1 to 65535, got {port!r}")
+        sandbox = await self.acquire_existing(session_id, spec or SandboxSpec(), deadline=deadline)
+        if sandbox is None:
+            raise InvalidInput(
+                f"session {session_id!r} has no sandbox to expose a port of",
+                hint="start it first (mango exec --session ...), then expose the port",
+            )
+        raw = sandbox.inner if isinstance(sandbox, SessionSandbox) else sandbox
+        if not isinstance(raw, PortSandbox):
+            raise CapabilityNotSupported(
+                self.provider.name, [f"{self.provider.name} sandboxes expose no ports"]
+            )
+        with deadline_scope(deadline):
+            return await raw.expose_port(port)
 
     # ------------------------------------------------------------------ resources
 
@@ -482,10 +577,21 @@ class SessionManager:
         telemetry.count_reconciled(self.provider.name, report.completed)
         return report
 
+    @property
+    def idle_action(self) -> str:
+        """What :meth:`evict` does: ``pause`` where the provider declares it and
+        ``evict_action`` allows, else ``destroy``."""
+        pauses = self.evict_action is EvictAction.PAUSE and Capability.PAUSE in self._declared
+        return EvictAction.PAUSE.value if pauses else EvictAction.DESTROY.value
+
     async def evict(
         self, session_id: str, *, idle_for: float, deadline: float | None = None
     ) -> bool:
-        """Destroy the Session's sandbox if it was unused for ``idle_for`` seconds.
+        """Destroy (or pause) the Session's sandbox if it was unused for ``idle_for`` seconds.
+
+        Where :attr:`idle_action` is ``pause`` the same compare-and-set marks
+        the binding paused and the provider pauses the resource; the next
+        acquire resumes it. Otherwise:
 
         The binding is marked evicted first, by a compare-and-set on its last
         use, so an acquire that recorded its use meanwhile keeps the sandbox
@@ -499,9 +605,10 @@ class SessionManager:
         self._check_idle_for(idle_for)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
-                operation = Operation(session_id, _C.EVICT, idle_for=idle_for, fresh=True)
+                command = _C.PAUSE_IDLE if self.idle_action == "pause" else _C.EVICT
+                operation = Operation(session_id, command, idle_for=idle_for, fresh=True)
                 facts = await self._run(operation)
-        return facts.last(Evicted) is not None
+        return facts.last(Evicted) is not None or facts.last(PausedIdle) is not None
 
     async def evict_idle(
         self, idle_for: float, limit: int = 100, *, deadline: float | None = None
@@ -520,6 +627,27 @@ class SessionManager:
                 f"idle_for must be a number of seconds of at least {self.use_interval:g} "
                 f"(how coarsely uses are written), got {idle_for!r}"
             )
+
+    async def processes(
+        self, session_id: str, spec: SandboxSpec, *, provision: bool = True
+    ) -> ProcessSandbox | None:
+        """The Session's sandbox for its background processes (capability ``background-processes``).
+
+        Refused with :class:`CapabilityNotSupported` before anything is
+        acquired when the provider does not declare the capability (or its
+        sandbox does not implement :class:`~mango.domain.ports.ProcessSandbox`).
+        With ``provision`` the sandbox is acquired as for ``exec`` (made on
+        first use); without it, ``None`` if the Session has no bound sandbox
+        (a mistyped id never creates one). Process ids are durable: any
+        worker reaches a process started by another through this.
+        """
+        validate_session_id(session_id)
+        check_declared(self.provider.name, self._declared)
+        if provision:
+            sandbox: Sandbox | None = await self.acquire(session_id, spec)
+        else:
+            sandbox = await self.acquire_existing(session_id, spec)
+        return None if sandbox is None else process_sandbox(self.provider.name, sandbox, session_id)
 
     async def aclose(self) -> None:
         """Forget cached clients and close the provider's connections."""

@@ -16,7 +16,15 @@ from typing import Any
 
 import attrs
 
-from mango.app.session_manager import fleet, guards, memory, provisioning, resources, teardown
+from mango.app.session_manager import (
+    fleet,
+    guards,
+    memory,
+    pause,
+    provisioning,
+    resources,
+    teardown,
+)
 from mango.app.session_manager.context import EffectHandler, GuardCheck
 from mango.domain.errors import LifecycleTableError
 from mango.domain.lifecycle import LifecycleEffect, LifecycleGuard, LifecycleTable
@@ -102,6 +110,11 @@ def default_handlers() -> Handlers:
             _E.WRITE_BACK_MEMORY: memory.WRITE_BACK_MEMORY,
             _E.FINAL_MEMORY_WRITEBACK: memory.FINAL_MEMORY_WRITEBACK,
             _E.DETACH_MEMORY_STORES: memory.DETACH_MEMORY_STORES,
+            _E.MARK_PAUSED: pause.MARK_PAUSED,
+            _E.MARK_PAUSED_IDLE: pause.MARK_PAUSED_IDLE,
+            _E.PAUSE_RESOURCE: pause.PAUSE_RESOURCE,
+            _E.RESUME_RESOURCE: pause.RESUME_RESOURCE,
+            _E.CLEAR_PAUSED: pause.CLEAR_PAUSED,
         },
         {
             _G.OWNED_HERE: guards.owned_here,
