@@ -6,8 +6,8 @@ passes would mean a check is vacuous. Imported by path from pytester runs.
 The ``limited-network`` and ``package-setup`` mutants wrap the OpenSandbox
 provider on its fake instead (the one provider that implements both, with
 the fake's egress gateway, image and testbed), each with one defect; the
-``file-resources`` and ``session-outputs`` mutants wrap the Docker provider
-on the local daemon (the one that implements them).
+``file-resources``, ``session-outputs`` and ``memory-stores`` mutants wrap
+the Docker provider on the local daemon (the one that implements them).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from mango.domain.errors import (
     ResourceConflict,
     SandboxNotFound,
 )
+from mango.domain.memories import MemoryFile, MemorySnapshot, MemoryStoreMount
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
@@ -815,6 +816,17 @@ class DockerWrappedSandbox(WrappedSandbox):
     async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
         await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
 
+    def memory_sync_lock(self, *, wait: bool) -> Any:
+        return self.inner.memory_sync_lock(wait=wait)  # type: ignore[attr-defined]
+
+    async def read_memory_store(self, mount: MemoryStoreMount) -> MemorySnapshot:
+        return await self.inner.read_memory_store(mount)  # type: ignore[attr-defined, no-any-return]
+
+    async def replace_memory_store(
+        self, mount: MemoryStoreMount, files: Sequence[MemoryFile]
+    ) -> None:
+        await self.inner.replace_memory_store(mount, files)  # type: ignore[attr-defined]
+
     @property
     def host_dir(self) -> Path:
         return Path(self.inner.host_dir)  # type: ignore[attr-defined]
@@ -1077,6 +1089,59 @@ class ToolsSeeAnotherRoot(DockerWrapped):
     sandbox_class = ToolsElsewhereSandbox
 
 
+def _writable(spec: SandboxSpec) -> SandboxSpec:
+    mounts = tuple(attrs.evolve(m, access="read_write") for m in spec.memory_stores)
+    return attrs.evolve(spec, memory_stores=mounts)
+
+
+class ReadOnlyWritable(DockerWrapped):
+    """A read_only Memory Store is bound writable: a command can change it."""
+
+    async def create(self, session_key: str, spec: SandboxSpec) -> WrappedSandbox:
+        return self.wrap(await self.inner.create(session_key, _writable(spec)))
+
+    async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> WrappedSandbox:
+        return self.wrap(await self.inner.attach(session_key, ref, _writable(spec)))
+
+
+class StaleKeepingSandbox(DockerWrappedSandbox):
+    """A replace adds and overwrites, but leaves the files it was not given."""
+
+    async def replace_memory_store(
+        self, mount: MemoryStoreMount, files: Sequence[MemoryFile]
+    ) -> None:
+        before = await self.inner.read_memory_store(mount)  # type: ignore[attr-defined]
+        await self.inner.replace_memory_store(mount, files)  # type: ignore[attr-defined]
+        given = {item.path for item in files}
+        root = self.host_dir / "memory" / mount.slug
+        for item in before.files:
+            if item.path not in given:
+                target = root / item.path[1:]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(item.content, encoding="utf-8")
+
+
+class ReplaceKeepsStale(DockerWrapped):
+    """A refresh leaves behind memories the heads no longer have."""
+
+    sandbox_class = StaleKeepingSandbox
+
+
+class IgnoredToolLockSandbox(DockerWrappedSandbox):
+    """The sync lock's try never fails: a refresh may run under an active tool."""
+
+    @contextlib.asynccontextmanager
+    async def memory_sync_lock(self, *, wait: bool) -> AsyncIterator[bool]:
+        del wait
+        yield True
+
+
+class SyncLockIgnoresTools(DockerWrapped):
+    """Tools do not hold a refresh back."""
+
+    sandbox_class = IgnoredToolLockSandbox
+
+
 # pause and exposed-ports: mutants of the Docker provider (Engine pause, 127.0.0.1 ports).
 
 
@@ -1245,6 +1310,9 @@ DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "skill-extract-in-place": SkillExtractInPlace,
     "skill-drops-exec-bits": SkillDropsExecBits,
     "skill-state-in-memory": SkillStateInMemory,
+    "memory-read-only-writable": ReadOnlyWritable,
+    "memory-replace-keeps-stale": ReplaceKeepsStale,
+    "memory-lock-ignores-tools": SyncLockIgnoresTools,
     "docker-unchanged": DockerWrapped,
     **PAUSE_MUTANTS,
 }

@@ -265,6 +265,17 @@ SKILL_CAUGHT_BY: dict[str, set[str]] = {
 }
 """The Docker skill mutants and the skill-bundles checks that must catch them."""
 
+MEMORY_ROUND_TRIP = "test_memory_stores_round_trip"
+MEMORY_READ_ONLY = "test_memory_stores_read_only_even_to_root"
+MEMORY_LOCK = "test_memory_stores_sync_lock_excludes_tools"
+
+DOCKER_MEMORY_CAUGHT_BY: dict[str, set[str]] = {
+    "memory-read-only-writable": {MEMORY_READ_ONLY},
+    "memory-replace-keeps-stale": {MEMORY_ROUND_TRIP},
+    "memory-lock-ignores-tools": {MEMORY_LOCK},
+}
+"""The Docker mutants of Memory Stores and the memory-stores checks that must catch them."""
+
 
 @pytest.fixture
 async def docker_daemon() -> None:
@@ -367,12 +378,31 @@ def test_unchanged_docker_wrapper_passes_the_resource_checks(
     """The control: the same wrapper with no defect passes every check the mutants fail."""
     suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
     result = suite_pytester.runpytest(
-        "--mango-profile=offline-ci", "-k", f"{RESOURCES} or {SKILLS}"
+        "--mango-profile=offline-ci", "-k", f"{RESOURCES} or {SKILLS} or memory_stores"
     )
     found = outcomes(result)
-    checks = set().union(*DOCKER_CAUGHT_BY.values(), *SKILL_CAUGHT_BY.values())
+    checks = set().union(
+        *DOCKER_CAUGHT_BY.values(), *SKILL_CAUGHT_BY.values(), *DOCKER_MEMORY_CAUGHT_BY.values()
+    )
     assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
     assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(DOCKER_MEMORY_CAUGHT_BY))
+def test_memory_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """Each Memory Store mutant fails the memory-stores check named for it (control below)."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", "memory_stores")
+    found = outcomes(result)
+    escaped = {name for name in DOCKER_MEMORY_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.mark.parametrize("mutant", sorted(REMOTE_CAUGHT_BY))

@@ -10,6 +10,7 @@ import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mango.domain.errors import (
@@ -24,6 +25,8 @@ from mango.domain.skills import SkillMount
 from mango.domain.values import SandboxRef, SandboxSpec
 from mango.provider import (
     FileResourceSandbox,
+    MemoryStoreMount,
+    MemoryStoreSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
     SkillBundleSandbox,
@@ -86,7 +89,13 @@ async def test_a_new_sandbox_implements_the_resource_protocols(sandbox: DockerSa
     assert isinstance(sandbox, ResourceLockSandbox)
     assert sandbox.mounts == MountState()
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in sandbox.host_dir.iterdir()}
-    assert modes == {"files": "0o755", "outputs": "0o777", "skills": "0o755", "state": "0o700"}
+    assert modes == {
+        "files": "0o755",
+        "outputs": "0o777",
+        "skills": "0o755",
+        "memory": "0o755",
+        "state": "0o700",
+    }
 
 
 async def test_uploads_are_read_only_even_to_root(sandbox: DockerSandbox) -> None:
@@ -333,3 +342,27 @@ async def test_resource_operations_after_destroy(sandbox: DockerSandbox) -> None
         async with sandbox.open_session_outputs():
             pass
     await sandbox.remove_file_resource(PATH, FIRST)
+
+
+async def test_memory_mounts_are_part_of_the_configuration(
+    provider: DockerProvider, session_key: str
+) -> None:
+    """A spec's Memory Stores are bound as it says; attaching for other mounts is refused."""
+    notes = MemoryStoreMount("memstore-" + "1" * 32, "notes", "read_write")
+    facts = MemoryStoreMount("memstore-" + "2" * 32, "facts", "read_only")
+    spec = SandboxSpec(timeout=60.0, memory_stores=(notes, facts))
+    created = await provider.create(session_key, spec)
+    assert isinstance(created, MemoryStoreSandbox)
+    probe = await created.exec(
+        sh("touch /mnt/memory/notes/ok && { touch /mnt/memory/facts/no 2>/dev/null || echo ro; }")
+    )
+    assert (probe.exit_code, probe.stdout) == (0, b"ro\n")
+    again = await provider.attach(session_key, created.ref, spec)
+    assert again.mounts.memory == {notes.runtime_path, facts.runtime_path}
+    for other in (
+        SandboxSpec(timeout=60.0, memory_stores=(notes,)),
+        SandboxSpec(timeout=60.0, memory_stores=(notes, attrs.evolve(facts, access="read_write"))),
+        SandboxSpec(timeout=60.0),
+    ):
+        with pytest.raises(OwnershipError):
+            await provider.attach(session_key, created.ref, other)

@@ -51,13 +51,14 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 
 def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
-    """``docker`` registers through the entry point: setup, files, outputs, skills, pause, ports."""
+    """``docker`` registers: setup, files, outputs, skills, memory, pause, ports, processes."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet.of(
         Capability.PACKAGE_SETUP,
         Capability.FILE_RESOURCES,
         Capability.SESSION_OUTPUTS,
+        Capability.MEMORY_STORES,
         Capability.FILE_API,
         Capability.PAUSE,
         Capability.EXPOSED_PORTS,

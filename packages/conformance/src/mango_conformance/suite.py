@@ -15,6 +15,7 @@ from mango_conformance.checks.capabilities import (
 )
 from mango_conformance.checks.fileapi import FileApiChecks
 from mango_conformance.checks.gaps import GapChecks
+from mango_conformance.checks.memory import MemoryStoreChecks
 from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
@@ -47,6 +48,7 @@ class ProviderSuite(
     FileResourceChecks,
     FileApiChecks,
     OutputChecks,
+    MemoryStoreChecks,
     PauseChecks,
     PortChecks,
     ProcessChecks,

@@ -34,6 +34,7 @@ from mango.plugins import PluginHost, load_plugins
 from mango.postgres import (
     PostgresBindingStore,
     PostgresFileCatalog,
+    PostgresMemoryRepository,
     PostgresOutputCatalog,
     PostgresResourceCatalog,
     PostgresSkillCatalog,
@@ -214,6 +215,7 @@ async def open_runtime(
                 evict_action=settings.fleet.evict_action,
                 files=files,
                 skills=skills,
+                memory=PostgresMemoryRepository(store.pool),
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)

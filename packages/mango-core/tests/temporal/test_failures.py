@@ -50,6 +50,8 @@ SAMPLES: dict[str, Any] = {
     "expected_sha256": "0" * 64,
     "sha256": "f" * 64,
     "file_id": "file-" + "0" * 32,
+    "store_id": "memstore-" + "0" * 32,
+    "process_id": "proc-0123",
     "path": "/var/lib/mango/sandboxes/mango-0123.deleting-4567/workspace/mnt",
     "idle_seconds": 7200.5,
     "finished": False,

@@ -16,10 +16,11 @@ API version with the daemon.
 * **Files.** Through the archive API, refusing ``..``, absolute paths and
   symlinks anywhere in a path (see :mod:`mango_provider_docker.files`).
 * **Capabilities.** ``package-setup``; ``file-resources``,
-  ``session-outputs`` and ``skill-bundles``: a read-only uploads mount, a
-  writable outputs mount and a read-only skills mount from the sandbox's
-  host directory (see :mod:`mango_provider_docker.mounts`); limited network
-  is rejected at admission.
+  ``session-outputs``, ``skill-bundles`` and ``memory-stores``: a read-only
+  uploads mount, a writable outputs mount, a read-only skills mount and one
+  mount per Memory Store from the sandbox's host directory (see
+  :mod:`mango_provider_docker.mounts`); ``file-api``, ``background-processes``,
+  ``pause`` and ``exposed-ports``; limited network is rejected at admission.
 
 Settings are in :mod:`mango_provider_docker.settings`.
 

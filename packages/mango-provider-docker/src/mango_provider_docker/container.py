@@ -141,7 +141,7 @@ def container_config(
         "Init": True,
         "NetworkMode": creation_mode(spec),
         "RestartPolicy": {"Name": "no"},
-        "Mounts": container_mounts(host_dir),
+        "Mounts": container_mounts(host_dir, spec.memory_stores),
     }
     exposed: dict[str, Any] = {}
     if ports and spec.network is NetworkMode.BRIDGE:
@@ -245,7 +245,7 @@ def configuration_problems(
         return ["no configuration in its inspect document"]
     problems = network_problems(inspect, spec)
     problems += _isolation_problems(host)
-    problems += mount_problems(host, host_dir)[1]
+    problems += mount_problems(host, host_dir, spec.memory_stores)[1]
     if spec.image is not None and config.get("Image") != spec.image:
         problems.append(f"image {config.get('Image')!r} where the spec asks for {spec.image!r}")
     problems += _limit_problems(host, spec, resolve_limits(spec, defaults))

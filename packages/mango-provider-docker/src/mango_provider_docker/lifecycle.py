@@ -126,4 +126,6 @@ def adopt(
             hint=f"if mango did not make it, remove it (docker rm -f {name}); "
             "if the spec changed, delete the session to start afresh",
         )
-    return container_id, mount_problems(inspect.get("HostConfig") or {}, host_dir)[0]
+    return container_id, mount_problems(
+        inspect.get("HostConfig") or {}, host_dir, spec.memory_stores
+    )[0]

@@ -162,10 +162,11 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``package-setup`` (through ``exec``), ``file-resources``, ``session-outputs``
-        and ``skill-bundles`` (see :mod:`mango_provider_docker.mounts`), ``file-api``
-        (through ``exec``), ``background-processes`` (a supervisor in the container),
-        ``pause`` (Engine pause) and ``exposed-ports`` (published on 127.0.0.1 at creation)."""
+        """``package-setup`` (through ``exec``), ``file-resources``, ``session-outputs``,
+        ``skill-bundles`` and ``memory-stores`` (see :mod:`mango_provider_docker.mounts`),
+        ``file-api`` (through ``exec``), ``background-processes`` (a supervisor in the
+        container), ``pause`` (Engine pause) and ``exposed-ports`` (published on 127.0.0.1
+        at creation)."""
         return CAPABILITIES
 
     @property
@@ -203,7 +204,9 @@ class DockerProvider:
             max_process_log_bytes=self.max_process_log_bytes,
             tracker=self._tracker,
             background=self._background,
-            mounts=mounts if mounts is not None else MountState(),
+            mounts=mounts
+            if mounts is not None
+            else MountState(memory=frozenset(m.runtime_path for m in spec.memory_stores)),
         )
 
     async def create(self, session_key: str, spec: SandboxSpec) -> DockerSandbox:
@@ -235,7 +238,7 @@ class DockerProvider:
                 self._engine, image, pull=self.pull_missing_images, progress=self.progress
             )
             made = await asyncio.to_thread(ensure_host_dir, self.resource_dir, ownership, key)
-            await asyncio.to_thread(ensure_mount_dirs, made)
+            await asyncio.to_thread(ensure_mount_dirs, made, spec.memory_stores)
             config = container_config(
                 image=image,
                 spec=spec,

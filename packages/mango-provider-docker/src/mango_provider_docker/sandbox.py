@@ -17,8 +17,12 @@ from mango.provider import (
     Command,
     ExecFileSystem,
     ExecResult,
+    ExtraRoot,
     FileResourceMount,
     InvalidInput,
+    MemoryFile,
+    MemorySnapshot,
+    MemoryStoreMount,
     PathPolicy,
     PermanentError,
     ProcessHandle,
@@ -34,7 +38,9 @@ from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
+from mango.provider.hostmemory import HostMemoryStores
 from mango.provider.hostskills import HostSkillBundles
+from mango.provider.locks import try_exclusive_lock_async
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
@@ -48,7 +54,14 @@ from mango_provider_docker.files import (
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
-from mango_provider_docker.mounts import FILES_DIR, SKILLS_DIR, STATE_DIR, MountState, predates
+from mango_provider_docker.mounts import (
+    FILES_DIR,
+    MEMORY_DIR,
+    SKILLS_DIR,
+    STATE_DIR,
+    MountState,
+    predates,
+)
 from mango_provider_docker.network import begin_setup, end_setup
 from mango_provider_docker.processes import ContainerProcesses
 
@@ -122,7 +135,8 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
 
     With its resource mounts (every container made today: ``mounts``), it is
     a ``FileResourceSandbox``, a ``SessionOutputSandbox``, a
-    ``SkillBundleSandbox`` and a ``ResourceLockSandbox`` (see
+    ``SkillBundleSandbox``, a ``MemoryStoreSandbox`` (for the Memory Stores its
+    spec had when it was created) and a ``ResourceLockSandbox`` (see
     :mod:`mango_provider_docker.mounts`), and its file tools also take
     absolute paths below ``/mnt/session/uploads`` (read only) and
     ``/mnt/session/outputs``; ``skills/`` in the workspace is the read-only
@@ -173,9 +187,21 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
 
     @property
     def _policy(self) -> PathPolicy:
-        if self._mounts.skills:
+        if not self._mounts.outputs:
+            return WORKSPACE_POLICY
+        if not self._mounts.skills:
+            return PRE_SKILLS_POLICY
+        memory = [m for m in self._spec.memory_stores if m.runtime_path in self._mounts.memory]
+        if not memory:
             return MOUNTS_POLICY
-        return PRE_SKILLS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+        # Each Memory Store is a root of its own: writable iff attached read_write.
+        return attrs.evolve(
+            MOUNTS_POLICY,
+            extra_roots=(
+                *MOUNTS_POLICY.extra_roots,
+                *(ExtraRoot(m.runtime_path, writable=not m.read_only) for m in memory),
+            ),
+        )
 
     @property
     def _resources(self) -> HostFileResources:
@@ -466,3 +492,38 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
                     f"{OUTPUTS_ROOT} is missing in container {self.container_id[:12]}"
                 )
             yield chunks
+
+    # ------------------------------------------------------------------ memory stores
+
+    @property
+    def _memory(self) -> HostMemoryStores:
+        return HostMemoryStores(self._host_dir / MEMORY_DIR, self._host_dir / STATE_DIR)
+
+    @asynccontextmanager
+    async def memory_sync_lock(self, *, wait: bool) -> AsyncIterator[bool]:
+        """The resource lock, exclusive; ``wait=False`` tries once (see the protocol)."""
+        if not (self._mounts.uploads or self._mounts.outputs):
+            raise predates("resource mounts", self.container_id)
+        resources = await self._host_side()
+        if wait:
+            async with resources.lock(exclusive=True):
+                yield True
+            return
+        async with try_exclusive_lock_async(resources.state_root / ".lock") as held:
+            yield held
+
+    async def _memory_side(self, mount: MemoryStoreMount) -> HostMemoryStores:
+        if mount.runtime_path not in self._mounts.memory:
+            raise predates(f"Memory Store mount ({mount.runtime_path})", self.container_id)
+        await self._host_side()
+        return self._memory
+
+    async def read_memory_store(self, mount: MemoryStoreMount) -> MemorySnapshot:
+        """The mount's baseline and files (the caller holds ``memory_sync_lock``)."""
+        return await (await self._memory_side(mount)).read(mount)
+
+    async def replace_memory_store(
+        self, mount: MemoryStoreMount, files: Sequence[MemoryFile]
+    ) -> None:
+        """Make the mount hold ``files``, the new baseline (the caller holds the lock)."""
+        await (await self._memory_side(mount)).replace(mount, files)

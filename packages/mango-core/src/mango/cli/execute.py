@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+import attrs
 import click
 
 from mango.cli.common import (
@@ -127,9 +128,14 @@ def exec_(  # noqa: PLR0917 - click passes every option as an argument
         await rt.manager.ensure_session(session_id, spec)
         with progress_scope(report):
             sandbox = await rt.manager.acquire(session_id, spec)
-        # A command is a tool step: the Session's File Resources are in place first.
+        # A command is a tool step: the Session's File Resources are in place first,
+        # and it is one step of its Memory Store wave.
         await rt.manager.materialize(session_id, spec)
-        return _emit(await _stream(sandbox, command))
+        async with rt.manager.tool_step(session_id, spec) as step:
+            result = await _stream(sandbox, command)
+        if step.failure is not None:
+            result = attrs.evolve(result, memory_writeback_error=step.failure)
+        return _emit(result)
 
     sys.exit(with_runtime(run))
 
@@ -164,6 +170,8 @@ def _emit(result: ExecResult) -> int:
     ):
         if truncated:
             click.echo(f"mango: {stream} was truncated at the output cap", err=True)
+    if result.memory_writeback_error is not None:
+        click.echo(f"mango: {result.memory_writeback_error}", err=True)
     if result.timed_out:
         click.echo("mango: the command timed out and was terminated", err=True)
         return EXIT_TIMEOUT
@@ -173,4 +181,6 @@ def _emit(result: ExecResult) -> int:
             err=True,
         )
         return EXIT_INTERRUPTED
-    return result.exit_code if 0 <= result.exit_code <= 255 else 1
+    code = result.exit_code if 0 <= result.exit_code <= 255 else 1
+    # A command whose Memory Store changes were discarded did not do all it was asked.
+    return 1 if code == 0 and result.memory_writeback_error is not None else code

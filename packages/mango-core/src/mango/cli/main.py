@@ -47,6 +47,7 @@ from mango.cli.execute import exec_
 from mango.cli.files import files
 from mango.cli.gc import gc
 from mango.cli.hints import hint_for
+from mango.cli.memory import memory
 from mango.cli.outputs import outputs
 from mango.cli.ports import ports
 from mango.cli.processes import processes
@@ -160,6 +161,7 @@ for _command in (
     dev_env,
     resources,
     outputs,
+    memory,
     ports,
     skills,
 ):

@@ -1,4 +1,5 @@
-"""``mango sessions``: create Sessions with what they pin, list, pause, resume and delete them."""
+"""``mango sessions``: create Sessions with what they pin and attach, list them with their
+state, pause, resume and delete them."""
 
 from __future__ import annotations
 
@@ -37,12 +38,21 @@ def sessions() -> None:
     help="Pin this skill version (repeatable); it appears read-only at "
     "/workspace/skills/NAME before each tool step. Needs a provider with skill-bundles.",
 )
-def sessions_create(session_id: str, skills: tuple[str, ...]) -> None:
+@click.option(
+    "--memory",
+    "memories",
+    multiple=True,
+    metavar="STORE_ID[:read_only|read_write]",
+    help="Attach a Memory Store at /mnt/memory/<slug> (read_write unless said; up to 8). "
+    "Needs a provider with memory-stores.",
+)
+def sessions_create(session_id: str, skills: tuple[str, ...], memories: tuple[str, ...]) -> None:
     """Create the Session SESSION_ID with what it needs from the start.
 
-    What 'mango exec' does implicitly for a new id (with nothing pinned).
-    Again with the same options it succeeds (nothing changes); with others it
-    fails: a Session's skills are fixed when it is created.
+    What 'mango exec' does implicitly for a new id (with nothing pinned or
+    attached). Again with the same options it succeeds (nothing changes); with
+    others it fails: a Session's skills are fixed when it is created, and its
+    Memory Stores are mounted when its sandbox is created, on first use.
 
     \b
     Example:
@@ -50,10 +60,17 @@ def sessions_create(session_id: str, skills: tuple[str, ...]) -> None:
       mango sessions create demo --skill my-skill@1
       mango exec --session demo -- cat /workspace/skills/my-skill/SKILL.md
     """
+    from mango.domain.errors import MangoError
+    from mango.domain.memories import parse_attachment
+
     session_id = session_id_arg(session_id)
+    try:
+        attachments = [parse_attachment(text) for text in memories]
+    except MangoError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory") from None
     # Each option is one keyword of SessionManager.create_session, so that a new kind of
     # attachment is one more option and one more entry here.
-    needs: dict[str, Any] = {"skills": skills}
+    needs: dict[str, Any] = {"skills": skills, "memory": attachments}
 
     async def run(rt: Runtime) -> Any:
         return await rt.manager.create_session(session_id, rt.default_spec(), **needs)
@@ -61,7 +78,8 @@ def sessions_create(session_id: str, skills: tuple[str, ...]) -> None:
     created = with_runtime(run)
     verb = "created" if created.created else "exists already"
     pinned = ", ".join(str(version.ref) for version in created.skills) or "none"
-    click.echo(f"{session_id}: {verb} (skills: {pinned})")
+    stores = ", ".join(store for store, _ in attachments) or "none"
+    click.echo(f"{session_id}: {verb} (skills: {pinned}; memory stores: {stores})")
 
 
 @sessions.command(name="list")

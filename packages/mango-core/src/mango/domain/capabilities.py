@@ -119,6 +119,8 @@ def admission_reasons(
         reasons.append(
             (f"network allowlists need network 'limited', not {spec.network.value!r}", False)
         )
+    if spec.memory_stores and Capability.MEMORY_STORES not in capabilities:
+        resources = {*resources, Capability.MEMORY_STORES}
     for resource in sorted(set(resources)):
         if resource not in RESOURCE_CAPABILITIES:
             reasons.append((f"{resource.value} is not a resource capability", False))

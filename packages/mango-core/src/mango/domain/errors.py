@@ -15,6 +15,7 @@ message text::
     │   └── FileStoreUnavailable   the Files store (a directory, an S3 endpoint) failed (retry)
     ├── ProvisioningBlocked        intent refused: Session absent, fenced or already bound
     ├── PreconditionFailed         a concurrent change won (compare-and-delete lost, Memory race)
+    │   └── MemoryConflict         another Session or API writer changed a memory first; has path
     ├── PackageSetupInterrupted    package setup timed out or was cancelled (retry re-runs it)
     ├── ResourceConflict           the backend refused a change that conflicts with its state (409)
     ├── StoredFileNotReady         a stored file is still uploading (wait, or reconcile a crash)
@@ -24,8 +25,10 @@ message text::
         ├── FileTooLarge           a file is larger than the read bound; has size, limit
         ├── StoredFileNotFound     no stored file has that id (or it is being deleted)
         ├── InvalidInput           a value at a boundary is malformed (empty id, bad ref, ...)
-        │   └── InvalidPathError   a workspace path breaks the path rules
-        │       └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
+        │   ├── InvalidPathError   a workspace path breaks the path rules
+        │   │   └── PathEscapeError   the path leaves the workspace (.., absolute, symlink)
+        │   └── InvalidMemory      a memory breaks the Memory Store limits; has path
+        ├── MemoryStoreNotFound    no Memory Store has that id; has store_id
         ├── PathExists             the file API's destination exists already (rename, mkdir)
         ├── DirectoryNotEmpty      a directory to remove has entries; remove it recursively
         ├── ProcessNotFound        no background process has that id in the sandbox; process_id
@@ -79,10 +82,13 @@ __all__ = [
     "FileTooLarge",
     "FleetFull",
     "InvalidInput",
+    "InvalidMemory",
     "InvalidPathError",
     "InvalidTransition",
     "LifecycleTableError",
     "MangoError",
+    "MemoryConflict",
+    "MemoryStoreNotFound",
     "OutputRejected",
     "OwnershipError",
     "PackageSetupFailed",
@@ -210,6 +216,22 @@ class PreconditionFailed(MangoError):
     """
 
     permanent = False
+
+
+class MemoryConflict(PreconditionFailed):
+    """A memory changed (in another Session, or through the API) since the baseline a change
+    was made against; never overwritten silently.
+
+    Retryable like every precondition (the next wave starts from the new
+    heads), though the stale change itself is discarded. ``path`` is the
+    memory's path in its store (``/notes.md``).
+    """
+
+    permanent = False
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
 
 
 class PackageSetupInterrupted(MangoError):
@@ -391,6 +413,32 @@ class InvalidPathError(InvalidInput):
 
 class PathEscapeError(InvalidPathError):
     """A path would leave the workspace: ``..``, an absolute path, or a symlink."""
+
+
+class InvalidMemory(InvalidInput):
+    """A memory breaks the Memory Store limits: its path, its size, its text, the file count.
+
+    Permanent: the same content fails the same way. ``path`` names the file
+    (``/notes.md``; the store's root ``/`` for a limit of the whole store).
+    """
+
+    def __init__(self, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+class MemoryStoreNotFound(PermanentError):
+    """No Memory Store has this id.
+
+    Permanent: ids are never reused. ``store_id`` is the id that was asked for.
+    """
+
+    def __init__(self, store_id: str, *, hint: str | None = None) -> None:
+        self.store_id = store_id
+        super().__init__(
+            f"no memory store {store_id!r}",
+            hint=hint or "list the memory stores with 'mango memory ls'",
+        )
 
 
 class PathExists(PermanentError):

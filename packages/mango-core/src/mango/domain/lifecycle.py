@@ -22,7 +22,12 @@ File Resource step after it, which attaches again and reports it: only a
 last effect may report a signal); without a bound sandbox ``materialize``
 only finishes removals in the rows and ``publish-outputs`` does nothing
 (neither ever creates a sandbox); ``deletion-finished`` removes the Session's
-skill pins, resource rows and output files before its row.
+skill pins, resource rows, output files and Memory Store attachments before
+its row. Around a tool step, ``refresh-memory`` and ``write-back-memory`` are
+the Memory Store wave (:mod:`mango.app.memory_wave`) on the bound sandbox,
+and a deletion writes the sandbox's last Memory Store changes back
+(``final-memory-writeback``, after the fence, before the destroy; never
+provisioning or attaching a sandbox the Session does not have).
 
 A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
 and the transition is the whole rule for that step:
@@ -129,9 +134,18 @@ L = LifecycleSignal
 
 # Deletion is refused before the fence if another provider holds the Session:
 # a command run with the wrong provider selected leaves the Session as it was.
+# Once fenced (no new tool starts), the sandbox's last Memory Store changes are
+# written back before it is destroyed; with no live binding there is nothing to
+# write back, and nothing is provisioned to find out.
 _DELETE = Transition(
     S.DELETING,
-    (E.FENCE_SESSION, E.DESTROY_RESOURCE, E.REMOVE_BINDING, E.REMOVE_INTENT),
+    (
+        E.FENCE_SESSION,
+        E.FINAL_MEMORY_WRITEBACK,
+        E.DESTROY_RESOURCE,
+        E.REMOVE_BINDING,
+        E.REMOVE_INTENT,
+    ),
     guards=(G.OWNED_HERE,),
 )
 
@@ -194,6 +208,26 @@ _NO_SANDBOX_MATERIALIZE = {
     for state in (S.UNBOUND, S.PROVISIONING, S.LOST, S.EVICTED)
 }
 
+# The Memory Store wave around a tool step works on the bound sandbox; with
+# none yet there is nothing to refresh or write back, a paused one is resumed
+# first, and a lost or evicted one fails as every step does.
+_MEMORY_WAVE = {
+    key: row
+    for command, effect in (
+        (C.REFRESH_MEMORY, E.REFRESH_MEMORY),
+        (C.WRITE_BACK_MEMORY, E.WRITE_BACK_MEMORY),
+    )
+    for key, row in {
+        (S.BOUND, command): _on_bound(command, effect),
+        (S.UNBOUND, command): Transition(S.UNBOUND),
+        (S.PROVISIONING, command): Transition(S.PROVISIONING),
+        (S.LOST, command): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.EVICTED, command): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        # A Session paused meanwhile is resumed first, as for every other use.
+        (S.PAUSED, command): _resume_then(command),
+    }.items()
+}
+
 LIFECYCLE = LifecycleTable(
     {
         # The intent takes its place under the fleet limit before anything is
@@ -253,9 +287,16 @@ LIFECYCLE = LifecycleTable(
         (S.PAUSED, C.DELETE): _DELETE,
         # Deleting again repeats the idempotent teardown so a failed attempt can finish.
         (S.DELETING, C.DELETE): _DELETE,
-        # The Session's skill pins, resource rows and output files go before its row may.
+        # The Session's skill pins, resource rows, output files and Memory Store attachments
+        # go before its row may.
         (S.DELETING, C.DELETION_FINISHED): Transition(
-            S.DELETED, (E.REMOVE_SESSION_SKILLS, E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
+            S.DELETED,
+            (
+                E.REMOVE_SESSION_SKILLS,
+                E.REMOVE_SESSION_FILES,
+                E.DETACH_MEMORY_STORES,
+                E.DELETE_SESSION,
+            ),
         ),
         (S.DELETED, C.DELETE): Transition(S.DELETED),
         (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
@@ -270,6 +311,7 @@ LIFECYCLE = LifecycleTable(
         (S.PROVISIONING, C.PUBLISH_OUTPUTS): Transition(S.PROVISIONING),
         (S.LOST, C.PUBLISH_OUTPUTS): Transition(S.LOST, (E.FAIL_LOST,)),
         (S.EVICTED, C.PUBLISH_OUTPUTS): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        **_MEMORY_WAVE,
         # Pause: the mark first, so a paused resource always has a paused record.
         (S.BOUND, C.PAUSE): Transition(
             S.PAUSED,
@@ -333,6 +375,8 @@ LIFECYCLE = LifecycleTable(
         E.MARK_EVICTED: {L.IDLE},
         E.MATERIALIZE_RESOURCES: {L.LOST},
         E.PUBLISH_OUTPUTS: {L.LOST},
+        E.REFRESH_MEMORY: {L.LOST},
+        E.WRITE_BACK_MEMORY: {L.LOST},
         E.PAUSE_RESOURCE: {L.LOST},
         E.RESUME_RESOURCE: {L.RESUMED, L.LOST},
         E.MARK_PAUSED_IDLE: {L.IDLE},

@@ -17,6 +17,7 @@ from mango.domain.fleet import FleetRecords
 from mango.domain.resource_ports import (
     FileResourceSandbox,
     LimitedNetworkSandbox,
+    MemoryStoreSandbox,
     PackageSetupSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
@@ -48,6 +49,7 @@ __all__ = [
     "FileSystemSandbox",
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
+    "MemoryStoreSandbox",
     "PackageSetupSandbox",
     "PausableProvider",
     "PausableSandbox",

@@ -8,9 +8,12 @@ A provider that declares ``file-resources`` hands out sandboxes that are
 :class:`FileResourceSandbox` and :class:`ResourceLockSandbox`; one that
 declares ``session-outputs``, sandboxes that are :class:`SessionOutputSandbox`
 and :class:`ResourceLockSandbox`; one that declares ``skill-bundles``,
-sandboxes that are :class:`SkillBundleSandbox` and :class:`ResourceLockSandbox`.
-The mango-conformance suite checks each contract below on the provider (its
-``file-resources``, ``session-outputs`` and ``skill-bundles`` groups).
+sandboxes that are :class:`SkillBundleSandbox` and :class:`ResourceLockSandbox`;
+one that declares ``memory-stores``, sandboxes that are
+:class:`MemoryStoreSandbox` and :class:`ResourceLockSandbox`. The
+mango-conformance suite checks each contract below on the provider (its
+``file-resources``, ``session-outputs``, ``skill-bundles`` and
+``memory-stores`` groups).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
+from mango.domain.memories import MemoryFile, MemorySnapshot, MemoryStoreMount
 from mango.domain.resources import FileResourceMount
 from mango.domain.skills import SkillMount
 
 __all__ = [
     "FileResourceSandbox",
     "LimitedNetworkSandbox",
+    "MemoryStoreSandbox",
     "PackageSetupSandbox",
     "ResourceLockSandbox",
     "SessionOutputSandbox",
@@ -160,6 +165,60 @@ class SessionOutputSandbox(Protocol):
         * A sandbox that predates the outputs mount raises
           :class:`~mango.domain.errors.PermanentError` saying to recreate it,
           never an empty archive.
+        """
+        ...
+
+
+@runtime_checkable
+class MemoryStoreSandbox(Protocol):
+    """Capability ``memory-stores``: a Session's stores at ``/mnt/memory/<slug>``.
+
+    The spec's :attr:`~mango.domain.values.SandboxSpec.memory_stores` are
+    mounted when the sandbox is created (a ``read_only`` one read-only to
+    every process in it, root included); a sandbox cannot gain one later.
+    The *baseline* of each mount (memory ids and SHA-256 of what the last
+    refresh wrote, never content) is kept in provider-owned state outside
+    the mount, out of the sandbox's reach.
+
+    :meth:`read_memory_store` and :meth:`replace_memory_store` never lock:
+    their caller holds :meth:`memory_sync_lock` across read, database
+    writeback and replace (one wave's end, or the next one's start).
+    """
+
+    def memory_sync_lock(self, *, wait: bool) -> AbstractAsyncContextManager[bool]:
+        """The resource lock, exclusive: ``async with ... as held``.
+
+        ``wait=False`` tries once and yields False (holding nothing) if
+        anyone holds the lock, shared or exclusive (a tool is running: join
+        its wave); ``wait=True`` waits (up to the provider's bound, then
+        :class:`~mango.domain.errors.ProviderUnavailable`) and yields True.
+        """
+        ...
+
+    async def read_memory_store(self, mount: MemoryStoreMount) -> MemorySnapshot:
+        """The mount's baseline (``initialized=False`` if none is recorded) and files.
+
+        Every regular file below the mount is read (directories are
+        walked); a symlink or other special file, a path the memory rules
+        refuse, content over 100 KiB or not UTF-8, or more than 2000 files
+        is :class:`~mango.domain.errors.InvalidMemory` naming the file. A
+        recorded baseline that does not parse, or names another store, is a
+        :class:`~mango.domain.errors.PermanentError`. A mount the sandbox
+        does not have is a :class:`~mango.domain.errors.PermanentError`
+        saying to recreate the sandbox.
+        """
+        ...
+
+    async def replace_memory_store(
+        self, mount: MemoryStoreMount, files: Sequence[MemoryFile]
+    ) -> None:
+        """Make the mount hold exactly ``files`` (heads, with their memory ids): the new baseline.
+
+        Everything is validated first (the limits above, unique paths, a
+        memory id each). The baseline record is removed first, so an
+        interrupted refresh reads back as ``initialized=False`` (never as
+        edits against an old baseline); then the mount is emptied, each file
+        written (0644, atomically) and the new baseline recorded last.
         """
         ...
 

@@ -22,6 +22,7 @@ import attrs
 
 from mango.domain.errors import InvalidInput
 from mango.domain.limits import MemorySize, parse_cpus
+from mango.domain.memories import MAX_SESSION_MEMORY_STORES, MemoryStoreMount
 from mango.domain.paths import normalize_workspace_dir
 from mango.domain.validators import positive_int, positive_number
 
@@ -163,6 +164,26 @@ def _hosts(values: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(sorted({validate_host(host).lower() for host in _str_tuple(values)}))
 
 
+def _memory_mounts(
+    values: Iterable[MemoryStoreMount | Mapping[str, Any]],
+) -> tuple[MemoryStoreMount, ...]:
+    """Memory Store mounts: at most 8, one per store and per slug, sorted by slug."""
+    mounts = tuple(
+        value if isinstance(value, MemoryStoreMount) else MemoryStoreMount(**value)
+        for value in values
+    )
+    if len(mounts) > MAX_SESSION_MEMORY_STORES:
+        raise InvalidInput(
+            f"{len(mounts)} memory stores, more than the {MAX_SESSION_MEMORY_STORES} a Session "
+            "may attach"
+        )
+    if len({m.store_id for m in mounts}) != len(mounts) or len({m.slug for m in mounts}) != len(
+        mounts
+    ):
+        raise InvalidInput("a memory store (or a mount directory) is attached twice")
+    return tuple(sorted(mounts, key=lambda mount: mount.slug))
+
+
 class NetworkMode(enum.StrEnum):
     """Network access of a sandbox."""
 
@@ -238,6 +259,10 @@ class SandboxSpec:
     setup_network_allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_hosts)
     """Temporary allowlist used only while packages are installed."""
     packages: PackagePlan = attrs.field(factory=PackagePlan)
+    memory_stores: tuple[MemoryStoreMount, ...] = attrs.field(default=(), converter=_memory_mounts)
+    """The Session's Memory Stores, mounted at ``/mnt/memory/<slug>`` when the sandbox is
+    created (capability ``memory-stores``). SessionManager fills it from the Session's
+    attachments; callers leave it empty."""
 
     @functools.cached_property
     def memory_size(self) -> MemorySize | None:
@@ -323,6 +348,9 @@ class ExecResult:
     ``cancelled`` means it was terminated because its sandbox was torn down
     while it ran (``exit_code`` is then -1 too). Each stream holds at most the provider's cap; the
     ``*_truncated`` flags say that bytes past the cap were discarded.
+    ``memory_writeback_error`` is set by SessionManager's tool step, never by a
+    provider: the command's Memory Store changes could not be committed
+    (``Memory Store writeback failed: ...``) and were discarded.
     """
 
     stdout: bytes = b""
@@ -332,6 +360,7 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     cancelled: bool = False
+    memory_writeback_error: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ from mango.postgres._errors import redact, redact_conninfo
 from mango.postgres.claims import PostgresSessionClaims
 from mango.postgres.connect import open_store
 from mango.postgres.files import PostgresFileCatalog
+from mango.postgres.memories import PostgresMemoryRepository
 from mango.postgres.outputs import PostgresOutputCatalog
 from mango.postgres.resources import PostgresResourceCatalog
 from mango.postgres.schema import (
@@ -30,6 +31,7 @@ __all__ = [
     "Pool",
     "PostgresBindingStore",
     "PostgresFileCatalog",
+    "PostgresMemoryRepository",
     "PostgresOutputCatalog",
     "PostgresResourceCatalog",
     "PostgresSessionClaims",

@@ -15,7 +15,9 @@ what the caller was doing, instead of a silent hang:
   :func:`asyncio.sleep` between attempts and so never blocks its event loop;
 * :func:`file_lock_async` -- either mode for a coroutine: shared holders
   exclude only exclusive ones (a resource lock: exports shared, imports
-  exclusive).
+  exclusive);
+* :func:`try_exclusive_lock_async` -- one attempt, no wait: the block learns
+  whether it holds the lock (a Memory Store wave joins a running one).
 
 Each acquisition opens the file afresh, so holders in one process exclude
 each other as holders in different processes do (``flock`` locks belong to
@@ -36,7 +38,12 @@ from collections.abc import AsyncIterator, Iterator
 
 from mango.domain.errors import ProviderUnavailable
 
-__all__ = ["exclusive_lock", "exclusive_lock_async", "file_lock_async"]
+__all__ = [
+    "exclusive_lock",
+    "exclusive_lock_async",
+    "file_lock_async",
+    "try_exclusive_lock_async",
+]
 
 _FIRST_WAIT = 0.01
 _LONGEST_WAIT = 0.25
@@ -118,5 +125,18 @@ async def file_lock_async(
         for pause in _pauses(fd, path, timeout, what, exclusive=exclusive):
             await asyncio.sleep(pause)
         yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.asynccontextmanager
+async def try_exclusive_lock_async(path: str | os.PathLike[str]) -> AsyncIterator[bool]:
+    """Try once to take an exclusive ``flock`` on ``path``; yield whether it is held.
+
+    False (holding nothing) if any holder, shared or exclusive, has it now.
+    """
+    fd = _open(path)
+    try:
+        yield _locked(fd, exclusive=True)
     finally:
         os.close(fd)

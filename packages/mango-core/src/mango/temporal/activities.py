@@ -183,7 +183,17 @@ class MangoActivities(ResourceActivities):
         async def work() -> ToolResult:
             parse_arguments(request.call)
             sandbox = await self._sandbox(request.session_id, request.spec)
-            return await self.tools.run(sandbox, request.call)
+            async with self.manager.tool_step(
+                request.session_id, request.spec, deadline=activity_deadline()
+            ) as step:
+                result = await self.tools.run(sandbox, request.call)
+            if step.failure is None:
+                return result
+            return attrs.evolve(
+                result,
+                output=f"{result.output}\n{step.failure}",
+                memory_writeback_error=step.failure,
+            )
 
         return await boundary(heartbeating(work(), self.heartbeat_interval))
 
@@ -198,7 +208,13 @@ class MangoActivities(ResourceActivities):
 
         async def work() -> ExecResult:
             sandbox = await self._sandbox(request.session_id, request.spec)
-            return await self._fit(await sandbox.exec(request.command))
+            async with self.manager.tool_step(
+                request.session_id, request.spec, deadline=activity_deadline()
+            ) as step:
+                result = await sandbox.exec(request.command)
+            if step.failure is not None:
+                result = attrs.evolve(result, memory_writeback_error=step.failure)
+            return await self._fit(result)
 
         return await boundary(heartbeating(work(), self.heartbeat_interval))
 

@@ -8,6 +8,7 @@ use it (an import-linter contract keeps the order):
 * :mod:`.reconcile`: reconciliation passes and their report;
 * :mod:`.eviction`: the idle eviction pass and its report;
 * :mod:`.registry`: effect handlers and guard checks, checked against a table;
+* :mod:`.memory`: the Memory Store effects (the wave around a tool, the final writeback);
 * :mod:`.resources`: the resource effects (materialize, publish outputs);
 * :mod:`.provisioning`, :mod:`.teardown`, :mod:`.fleet` and :mod:`.pause`: the lifecycle's
   own effects;
@@ -25,7 +26,7 @@ from mango.app.session_manager.context import (
     Outcome,
 )
 from mango.app.session_manager.eviction import EvictionReport
-from mango.app.session_manager.manager import SessionManager
+from mango.app.session_manager.manager import MemoryStep, SessionManager
 from mango.app.session_manager.reconcile import ReconcileReport
 from mango.app.session_manager.registry import Handlers, default_handlers
 
@@ -36,6 +37,7 @@ __all__ = [
     "Facts",
     "GuardCheck",
     "Handlers",
+    "MemoryStep",
     "Outcome",
     "ReconcileReport",
     "SessionManager",

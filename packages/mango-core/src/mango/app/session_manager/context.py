@@ -22,6 +22,7 @@ from mango.app.session_manager.clients import CachedClient, ClientCache, Session
 from mango.app.skills import SessionSkills
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
+from mango.domain.memories import MemoryRepository
 from mango.domain.ports import BindingStore, Provider, Sandbox
 from mango.domain.values import (
     Binding,
@@ -80,6 +81,8 @@ class Ports:
     them, whose Sessions have no resources and publish no outputs)."""
     skills: SessionSkills | None = None
     """The skills and the Sessions' pins (None: a manager whose Sessions pin no skills)."""
+    memory: MemoryRepository | None = None
+    """Memory Stores and the Sessions' attachments (None: Sessions attach no stores)."""
 
 
 # ------------------------------------------------------------------ outcomes

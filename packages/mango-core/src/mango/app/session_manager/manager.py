@@ -15,14 +15,17 @@ only split that contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import attrs
 
 from mango.app import telemetry
 from mango.app.admission import admit_environment
 from mango.app.materializer import MaterializeReport
+from mango.app.memories import MemoryStores
+from mango.app.memory_wave import WaveReport, writeback_failure
 from mango.app.outputs import PublishReport
 from mango.app.processes import check_declared, process_sandbox
 from mango.app.session_files import SessionFiles
@@ -39,6 +42,7 @@ from mango.app.session_manager.context import (
 )
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.interpreter import Interpreter
+from mango.app.session_manager.memory import MemoryWaved
 from mango.app.session_manager.pause import PausedIdle
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
@@ -68,14 +72,22 @@ from mango.domain.lifecycle import (
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, PortSandbox, ProcessSandbox, Provider, Sandbox
+from mango.domain.memories import MemoryAccess, MemoryRepository, MemoryStoreMount
+from mango.domain.ports import (
+    BindingStore,
+    PortSandbox,
+    ProcessSandbox,
+    Provider,
+    ResourceLockSandbox,
+    Sandbox,
+)
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.skills import SkillRef
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
-__all__ = ["SessionManager"]
+__all__ = ["MemoryStep", "SessionManager"]
 
 log = logging.getLogger("mango.app.session_manager")
 _C = LifecycleCommand
@@ -91,6 +103,21 @@ def _quirks(values: Iterable[Quirk | str]) -> frozenset[Quirk]:
 
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
+
+
+@attrs.define
+class MemoryStep:
+    """The Memory Store wave around one tool step (:meth:`SessionManager.tool_step`)."""
+
+    begin: WaveReport = attrs.field(factory=WaveReport)
+    end: WaveReport | None = None
+    """The writeback after the tool (None until the step is done, or without stores)."""
+
+    @property
+    def failure(self) -> str | None:
+        """``Memory Store writeback failed: ...`` if a change was discarded, else None."""
+        errors = self.begin.errors + (self.end.errors if self.end is not None else ())
+        return writeback_failure(WaveReport(errors=errors))
 
 
 @attrs.define
@@ -144,6 +171,8 @@ class SessionManager:
     """The Session resource and output rows and the Files store, for the resource steps."""
     skills: SessionSkills | None = attrs.field(default=None, kw_only=True)
     """The skills and the Sessions' pins, for the skills step."""
+    memory: MemoryRepository | None = attrs.field(default=None, kw_only=True)
+    """Memory Stores and the Sessions' attachments (``memory_stores``, the wave steps)."""
     _clients: ClientCache = attrs.field(init=False)
     _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
     _ports: Ports = attrs.field(init=False)
@@ -160,6 +189,7 @@ class SessionManager:
             use_interval=self.use_interval,
             files=self.files,
             skills=self.skills,
+            memory=self.memory,
         )
 
     @property
@@ -190,20 +220,31 @@ class SessionManager:
         spec: SandboxSpec | None = None,
         *,
         skills: Iterable[str | SkillRef] = (),
+        memory: Sequence[tuple[str, MemoryAccess | str]] = (),
     ) -> CreatedSession:
-        """Create the Session with what it needs from creation on: its pinned skills.
+        """Create the Session with what it needs from creation on: skills and Memory Stores.
 
         ``skills`` are ``NAME@VERSION`` pins (at most one version per name,
-        500 MiB expanded in all). Admission comes first, with the resource
+        500 MiB expanded in all); ``memory`` are ``(store id, access)``
+        attachments (at most 8), mounted at ``/mnt/memory/<slug>`` when its
+        sandbox is created. Admission comes first, with the resource
         capabilities the Session needs (a provider without ``skill-bundles``
-        refuses pins: every reason listed, nothing written); then the Session
-        and its pins are written in one step. An existing Session with the
-        same pins is success (``created=False``); with other pins it is
-        :class:`InvalidInput`, fenced :class:`SessionDeleting`.
+        refuses pins, one without ``memory-stores`` attachments: every reason
+        listed, nothing written); a store that does not exist is
+        :class:`~mango.domain.errors.MemoryStoreNotFound`. Then the Session
+        and its pins are written in one step, and its stores attached. An
+        existing Session with the same pins and stores is success
+        (``created=False``); with other pins, or other stores once it has a
+        sandbox, it is :class:`InvalidInput`, fenced :class:`SessionDeleting`.
         """
         validate_session_id(session_id)
         refs = tuple(skills)
-        self.admit(spec or SandboxSpec(), (Capability.SKILL_BUNDLES,) if refs else ())
+        wanted = [(store, MemoryAccess(access)) for store, access in memory]
+        needs = ((Capability.SKILL_BUNDLES,) if refs else ()) + (
+            (Capability.MEMORY_STORES,) if wanted else ()
+        )
+        self.admit(spec or SandboxSpec(), needs)
+        mounts = await self.memory_stores.mounts(wanted) if wanted else ()
         if self.skills is None:
             if refs:
                 raise ConfigurationError(
@@ -211,10 +252,23 @@ class SessionManager:
                     hint="open it with mango.open_session_manager(), or pass skills=...",
                 )
             existed = await self.store.get_session(session_id) is not None
-            await self.ensure_session(session_id)
-            return CreatedSession(session_id, not existed)
-        created, pinned = await self.skills.create_session(session_id, refs)
-        return CreatedSession(session_id, created, pinned)
+            await self.ensure_session(session_id, spec)
+            result = CreatedSession(session_id, not existed)
+        else:
+            created, pinned = await self.skills.create_session(session_id, refs)
+            result = CreatedSession(session_id, created, pinned)
+        if mounts:
+            attached = tuple(await self.memory_stores.repository.attachments(session_id))
+            if attached != mounts and (
+                await self.store.get_binding(session_id) or await self.store.get_intent(session_id)
+            ):
+                raise InvalidInput(
+                    f"session {session_id!r} has a sandbox already: memory stores are attached "
+                    "when a Session is created",
+                    hint="use a new session id",
+                )
+            await self.memory_stores.repository.attach(session_id, mounts)
+        return result
 
     @property
     def session_skills(self) -> SessionSkills:
@@ -257,6 +311,7 @@ class SessionManager:
         """
         validate_session_id(session_id)
         self.admit(spec)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.ACQUIRE, spec))
@@ -270,6 +325,7 @@ class SessionManager:
         """Return the Session's bound sandbox (as :meth:`acquire`), or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.ACQUIRE_EXISTING, spec))
@@ -280,10 +336,12 @@ class SessionManager:
     ) -> None:
         """Fence the Session and tear its sandbox down; idempotent.
 
-        Never creates or attaches: the bound reference (or, for an intent-only
-        Session, what ``Provider.find`` reports) is removed with
-        ``Provider.destroy``; with no binding left, a purging provider also
-        purges what it holds under the Session's names. If destroy fails the
+        Never creates; it attaches only to write a bound sandbox's Memory
+        Stores back first (a Session with stores; ``final-memory-writeback``).
+        The bound reference (or, for an intent-only Session, what
+        ``Provider.find`` reports) is removed with ``Provider.destroy``; with
+        no binding left, a purging provider also purges what it holds under
+        the Session's names. If destroy fails the
         binding is kept so a retry can finish. A lost reference counts as
         already destroyed.
 
@@ -449,6 +507,7 @@ class SessionManager:
         rows. :class:`SandboxNotFound` for a vanished sandbox.
         """
         validate_session_id(session_id)
+        spec = await self.session_spec(session_id, spec)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
@@ -477,11 +536,75 @@ class SessionManager:
         validate_session_id(session_id)
         chosen = spec or SandboxSpec()
         self.admit(chosen, (Capability.SESSION_OUTPUTS,))
+        chosen = await self.session_spec(session_id, chosen)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
                 facts = await self._run(Operation(session_id, _C.PUBLISH_OUTPUTS, chosen))
         done = facts.last(Published)
         return done.report if done is not None else None
+
+    # ------------------------------------------------------------------ memory stores
+
+    @property
+    def memory_stores(self) -> MemoryStores:
+        """The Memory Store operations (create, list, archive, read, write, versions)."""
+        if self.memory is None:
+            raise ConfigurationError(
+                "this SessionManager has no memory repository, so it has no Memory Stores",
+                hint="open it with mango.open_session_manager(), or pass memory=...",
+            )
+        return MemoryStores(self.memory)
+
+    async def session_spec(self, session_id: str, spec: SandboxSpec) -> SandboxSpec:
+        """``spec`` with the Session's Memory Store mounts (what its sandbox is created with)."""
+        if self.memory is None or spec.memory_stores:
+            return spec
+        mounts: tuple[MemoryStoreMount, ...] = tuple(await self.memory.attachments(session_id))
+        return attrs.evolve(spec, memory_stores=mounts) if mounts else spec
+
+    @contextlib.asynccontextmanager
+    async def tool_step(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> AsyncIterator[MemoryStep]:
+        """Run the block as one tool step of the Session's Memory Store wave.
+
+        Call it after :meth:`acquire`. Before the block: join the running
+        wave, or write back what an interrupted step left and refresh the
+        mounts (``refresh-memory``); the block runs holding the resource
+        lock shared; after it, once the wave's last tool is done, its
+        changes are committed (``write-back-memory``). A change that could
+        not be committed is discarded and :attr:`MemoryStep.failure` says so
+        (the tool's result must say the writeback failed). Without Memory
+        Stores it only runs the block.
+        """
+        spec = await self.session_spec(session_id, spec)
+        step = MemoryStep()
+        if self.memory is None or not spec.memory_stores:
+            yield step
+            return
+        step.begin = await self._wave(session_id, _C.REFRESH_MEMORY, spec, deadline)
+        cached = self._clients.get(session_id)
+        if cached is None:  # pragma: no cover - the bound step just cached it
+            raise MangoError(f"session {session_id!r} has no sandbox for its tool step")
+        raw: object = cached.raw
+        if not isinstance(raw, ResourceLockSandbox):  # pragma: no cover - admitted with stores
+            raise MangoError(f"session {session_id!r} has no lockable sandbox for its tool step")
+        async with raw.resource_lock(exclusive=False):
+            yield step
+        try:
+            step.end = await self._wave(session_id, _C.WRITE_BACK_MEMORY, spec, deadline)
+        except SessionDeleting:
+            # Fenced meanwhile: the deletion's final writeback commits these changes.
+            step.end = WaveReport()
+
+    async def _wave(
+        self, session_id: str, command: LifecycleCommand, spec: SandboxSpec, deadline: float | None
+    ) -> WaveReport:
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, command, spec))
+        done = facts.last(MemoryWaved)
+        return done.report if done is not None else WaveReport()
 
     # ------------------------------------------------------------------ reconciliation
 

@@ -19,6 +19,7 @@ import attrs
 from mango.app.session_manager import (
     fleet,
     guards,
+    memory,
     pause,
     provisioning,
     resources,
@@ -107,6 +108,10 @@ def default_handlers() -> Handlers:
             _E.FINISH_REMOVALS: resources.FINISH_REMOVALS,
             _E.PUBLISH_OUTPUTS: resources.PUBLISH_OUTPUTS,
             _E.REMOVE_SESSION_FILES: resources.REMOVE_SESSION_FILES,
+            _E.REFRESH_MEMORY: memory.REFRESH_MEMORY,
+            _E.WRITE_BACK_MEMORY: memory.WRITE_BACK_MEMORY,
+            _E.FINAL_MEMORY_WRITEBACK: memory.FINAL_MEMORY_WRITEBACK,
+            _E.DETACH_MEMORY_STORES: memory.DETACH_MEMORY_STORES,
             _E.MARK_PAUSED: pause.MARK_PAUSED,
             _E.MARK_PAUSED_IDLE: pause.MARK_PAUSED_IDLE,
             _E.PAUSE_RESOURCE: pause.PAUSE_RESOURCE,

@@ -41,6 +41,8 @@ __all__ = [
     "Materialized",
     "Published",
     "SessionOnly",
+    "bound_client",
+    "lost_client",
     "session_only",
 ]
 
@@ -59,7 +61,7 @@ class Published(Outcome):
     report: PublishReport
 
 
-async def _bound_client(ports: Ports, given: AttachInput) -> Sandbox | Lost:
+async def bound_client(ports: Ports, given: AttachInput) -> Sandbox | Lost:
     """The provider's own client of the bound sandbox (cached, else attached), or the loss."""
     attached = await ATTACH_RESOURCE.perform(ports, given)
     if isinstance(attached, Lost):
@@ -70,7 +72,7 @@ async def _bound_client(ports: Ports, given: AttachInput) -> Sandbox | Lost:
     return cached.raw
 
 
-def _lost(ports: Ports, session_id: str, sandbox: Sandbox, exc: SandboxNotFound) -> Lost:
+def lost_client(ports: Ports, session_id: str, sandbox: Sandbox, exc: SandboxNotFound) -> Lost:
     ports.clients.forget(session_id, sandbox.ref)
     return Lost(sandbox.ref, exc)
 
@@ -79,13 +81,13 @@ async def materialize_resources(ports: Ports, given: AttachInput) -> Materialize
     """Bring the bound sandbox's File Resources in line with the Session's rows."""
     if ports.files is None:
         return Materialized(MaterializeReport())
-    client = await _bound_client(ports, given)
+    client = await bound_client(ports, given)
     if isinstance(client, Lost):
         return client
     try:
         report = await materialize(ports.files, given.session_id, client, ports.provider.name)
     except SandboxNotFound as exc:
-        return _lost(ports, given.session_id, client, exc)
+        return lost_client(ports, given.session_id, client, exc)
     return Materialized(report)
 
 
@@ -93,13 +95,13 @@ async def publish(ports: Ports, given: AttachInput) -> Published | Lost:
     """Publish the bound sandbox's outputs directory."""
     if ports.files is None:
         return Published(PublishReport())
-    client = await _bound_client(ports, given)
+    client = await bound_client(ports, given)
     if isinstance(client, Lost):
         return client
     try:
         report = await publish_outputs(ports.files, given.session_id, client, ports.provider.name)
     except SandboxNotFound as exc:
-        return _lost(ports, given.session_id, client, exc)
+        return lost_client(ports, given.session_id, client, exc)
     return Published(report)
 
 

@@ -1,6 +1,7 @@
 """Teardown effects: fence, destroy, unbind, drop the intent, delete the Session row.
 
-Teardown never creates or attaches: it destroys through ``Provider.destroy``
+Teardown never creates or attaches (the Memory Store writeback before it,
+:mod:`.memory`, attaches to a bound sandbox): it destroys through ``Provider.destroy``
 the bound reference, or what ``Provider.find`` reports for an intent-only
 Session, and when no binding is left (an intent-only Session, a deletion a
 crash interrupted) a :class:`~mango.domain.ports.PurgingProvider` also purges

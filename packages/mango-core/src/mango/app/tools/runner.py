@@ -65,13 +65,17 @@ class ToolResult:
 
     ``output`` is the text meant for the model. ``exec_result`` is set by
     ``bash``: the command's exact (capped) bytes and exit status, for callers
-    that want them verbatim (``mango exec``).
+    that want them verbatim (``mango exec``). ``memory_writeback_error`` marks
+    the result as an error of the step's Memory Store writeback.
     """
 
     tool: str
     output: str
     truncated: bool = False
     exec_result: ExecResult | None = None
+    memory_writeback_error: str | None = None
+    """Set when the step's Memory Store changes could not be committed (and were discarded);
+    ``output`` then ends with the same sentence."""
 
 
 def _cap_text(text: str, cap: int) -> tuple[str, bool]:
