@@ -76,10 +76,12 @@ def sessions_create(session_id: str, skills: tuple[str, ...], memories: tuple[st
         return await rt.manager.create_session(session_id, rt.default_spec(), **needs)
 
     created = with_runtime(run)
-    verb = "created" if created.created else "exists already"
-    pinned = ", ".join(str(version.ref) for version in created.skills) or "none"
-    stores = ", ".join(store for store, _ in attachments) or "none"
-    click.echo(f"{session_id}: {verb} (skills: {pinned}; memory stores: {stores})")
+    parts = [f"{session_id}: {'created' if created.created else 'exists already'}"]
+    if created.skills:
+        parts.append(f"(skills: {', '.join(str(version.ref) for version in created.skills)})")
+    if attachments:
+        parts.append(f"(memory stores: {len(attachments)})")
+    click.echo(" ".join(parts))
 
 
 @sessions.command(name="list")
