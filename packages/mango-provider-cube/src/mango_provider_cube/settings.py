@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -163,13 +164,13 @@ def open_cube_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="cube",
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_cube_provider,
     description="one Tencent CubeSandbox microVM per Session (E2B protocol, proxy-node routing)",
 )
-"""``cube``: the core contract (no optional capabilities yet)."""
+"""``cube``: the core contract and background processes (envd's process service)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider="cube",

@@ -35,6 +35,7 @@ from mango.provider.http import (
     map_httpx_exceptions,
     transfer_deadline,
 )
+from mango.provider.processes import parse_content_range
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -172,6 +173,12 @@ def _entry(value: object) -> Entry:
         return Entry(kind, int(size))
     except (TypeError, ValueError):
         raise ProtocolError(f"envd stat: size {size!r} is not a number") from None
+
+
+async def _no_envelopes() -> AsyncIterator[Envelope]:
+    # A plain 404 (an envd without the route, or a proxy that lost the sandbox).
+    return
+    yield  # pragma: no cover - makes this an async generator
 
 
 async def _mapped(
@@ -346,6 +353,96 @@ class Envd:
             idempotent=True,
         )
         return response.status_code != 404
+
+    @contextlib.asynccontextmanager
+    async def connect(self, tag: str) -> AsyncIterator[AsyncIterator[Envelope]]:
+        """``process.Process/Connect`` to the running process started with ``tag``.
+
+        A server stream like :meth:`start`'s: a ``start`` event, then the output
+        written *from now on* (envd replays nothing), then ``end``. A process
+        that is no longer running is a ``not_found`` end-of-stream error (older
+        envd) or a ``start`` and a retained ``end`` (newer envd). Read-only, so
+        opening it may be retried.
+        """
+        operation = f"{self.provider}: envd connect to process"
+        headers = {
+            "Content-Type": CONNECT_CONTENT_TYPE,
+            "Connect-Protocol-Version": "1",
+            "Connect-Content-Encoding": "identity",
+            "Connect-Accept-Encoding": "identity",
+            "Keepalive-Ping-Interval": "50",
+        }
+        async with self.api.stream(
+            "POST",
+            self._url("/process.Process/Connect"),
+            operation=operation,
+            idempotent=True,
+            expected=(404,),
+            content=encode_envelope({"process": {"tag": tag}}),
+            headers=self._headers(headers),
+            timeout=_STREAM_TIMEOUT,
+        ) as response:
+            secrets = (*self.api.secrets, *self.address.headers.values())
+            if response.status_code == 404:
+                yield _no_envelopes()
+                return
+            yield _mapped(decode_envelopes(response.aiter_raw()), operation, secrets)
+
+    async def running(self) -> dict[str, int]:
+        """``List``: the tag and pid of every running process envd started with a tag."""
+        response = await self._unary("process.Process/List", {}, idempotent=True)
+        if response.status_code == 404:
+            raise RemoteUnavailable(f"{self.provider}: envd List: HTTP 404")
+        answer = json_answer(response, operation=f"{self.provider}: envd List", shape=dict)
+        processes = answer.get("processes", [])
+        found: dict[str, int] = {}
+        for process in processes if isinstance(processes, list) else []:
+            if not isinstance(process, dict):
+                continue
+            tag, pid = process.get("tag"), process.get("pid")
+            if isinstance(tag, str) and isinstance(pid, int) and not isinstance(pid, bool):
+                found[tag] = pid
+        return found
+
+    async def read_range(self, path: str, since: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """Up to ``max_bytes`` of the file ``path`` from byte ``since``, and the file's size.
+
+        ``GET /files`` with a ``Range`` header: envd serves files with Go's
+        ``http.ServeContent``, which answers ``206`` with ``Content-Range``
+        (or ``416`` past the end). ``None`` if the file does not exist.
+        Memory stays O(``max_bytes``).
+        """
+        operation = f"{self.provider}: envd read file range"
+        headers = self._headers(
+            {"Range": f"bytes={since}-{since + max_bytes - 1}", "Accept-Encoding": "identity"}
+        )
+        async with self.api.stream(
+            "GET",
+            self._url("/files"),
+            operation=operation,
+            idempotent=True,
+            expected=(404, 416),
+            params={"path": path, "username": "root"},
+            headers=headers,
+            timeout=_FILE_TIMEOUT,
+        ) as response:
+            if response.status_code == 404:
+                return None
+            if response.status_code == 416:
+                size = parse_content_range(response.headers.get("Content-Range"))
+                return b"", since if size is None else size
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk[: max_bytes - len(data)]
+                if len(data) >= max_bytes:
+                    break
+            if response.status_code == 206:
+                size = parse_content_range(response.headers.get("Content-Range"))
+                if size is None:
+                    raise ProtocolError(f"{operation}: 206 without a Content-Range")
+                return bytes(data), size
+            # 200: a server that ignored the range sent the whole file from byte 0.
+            raise ProtocolError(f"{operation}: the server ignored the Range header")
 
     async def pid_of(self, tag: str) -> int | None:
         """The pid of the running process started with ``tag`` (``List``), or ``None``."""

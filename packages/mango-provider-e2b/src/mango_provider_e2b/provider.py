@@ -26,6 +26,7 @@ import attrs
 import httpx
 
 from mango.provider import (
+    Capability,
     CapabilitySet,
     NetworkMode,
     OwnedResource,
@@ -120,8 +121,8 @@ class E2BProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None of the optional capabilities yet (resource mounts come with their issue)."""
-        return CapabilitySet()
+        """Background processes (envd's process service and the kit's supervisor)."""
+        return CapabilitySet.of(Capability.BACKGROUND_PROCESSES)
 
     @property
     def control(self) -> ControlPlane:

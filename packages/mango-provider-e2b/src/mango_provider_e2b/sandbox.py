@@ -1,8 +1,10 @@
 """One E2B (or Cube) sandbox as mango sees it: exec through envd, files, keep-alive, destroy.
 
-Commands are envd's process stream (:mod:`mango_provider_e2b.execution`).
-Files are envd's ``Stat``, ``MakeDir`` and ``/files`` under the kit's path
-policy, read and written by the kit's :class:`~mango.provider.files.RemoteFiles`.
+Commands are envd's process stream (:mod:`mango_provider_e2b.execution`),
+background processes envd's process service under the kit's supervisor
+(:mod:`mango_provider_e2b.processes`). Files are envd's ``Stat``, ``MakeDir``
+and ``/files`` under the kit's path policy, read and written by the kit's
+:class:`~mango.provider.files.RemoteFiles`.
 
 The data plane's answer for a sandbox it cannot reach is a 502 from the
 proxy; only the control plane can say whether that sandbox is gone
@@ -41,6 +43,7 @@ from mango.provider.remote import RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo
 from mango_provider_e2b.envd import Envd
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
+from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
 
 __all__ = ["ROOT", "E2BSandbox", "Remote"]
@@ -52,7 +55,7 @@ KEEP_MARGIN_SECONDS = 30.0
 
 
 @attrs.define(eq=False)
-class E2BSandbox(RemoteSandbox):
+class E2BSandbox(RemoteSandbox, ProcessMethods):
     """A client for one E2B or Cube sandbox (see the module docstring)."""
 
     _provider: Remote = attrs.field(repr=False)

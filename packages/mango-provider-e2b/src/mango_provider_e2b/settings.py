@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -162,13 +163,13 @@ def open_e2b_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="e2b",
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_e2b_provider,
     description="one E2B Firecracker microVM per Session, paused when idle (httpx, no SDK)",
 )
-"""``e2b``: the core contract (no optional capabilities yet)."""
+"""``e2b``: the core contract and background processes (envd's process service)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider="e2b",

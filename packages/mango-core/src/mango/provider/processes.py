@@ -1,0 +1,258 @@
+"""Background processes on a remote sandbox: a small supervisor in the sandbox's own shell.
+
+A vendor's process API starts a command and, at best, streams its output
+while someone listens (E2B's envd does not replay past output on
+``Connect``). The capability ``background-processes`` promises more: a
+fresh provider instance in another worker lists a process, reads its log
+from any byte offset and learns how it ended. Those facts must outlive every
+client, so they are kept in the sandbox, in a provider-owned directory per
+process (:data:`PROCESS_DIR` ``/<id>/``):
+
+========== ==================================================================
+``meta``   one JSON line written before the start: ``argv``, ``started_at``
+``pid``    the supervisor's pid (it leads the process group of the tree)
+``log``    stdout and stderr in one file, in the order written
+``exit``   the exit status, written by the supervisor when the command ends
+``killed`` written before a kill (by :meth:`kill` or the timeout watchdog)
+========== ==================================================================
+
+The supervisor (:func:`supervisor_line`) becomes the leader of a new session
+and process group (``setsid`` in place: a vendor's process API does not
+start its command as a group leader), sends its output to ``log``, runs the
+command in a subshell, and writes ``exit``. One ``kill -KILL -<pid>`` ends
+the supervisor and the whole tree (no ``exit`` then: ``killed`` says why).
+A vendor that kills its sandbox's processes on destroy kills the group with
+them (the VM or container goes).
+
+A process whose ``exit`` is missing and whom the vendor no longer lists
+ended without a word (its sandbox restarted): it is reported
+:attr:`~mango.domain.sandbox_ports.ProcessState.EXITED` with no exit code.
+The shell reports a command killed by signal N as ``128 + N``; the table
+reports it as ``-N`` (a command that itself exits with 129 to 192 is read
+the same way: a shell cannot tell them apart).
+
+The log grows with the output in the sandbox's own storage, as the vendors'
+command logs do; a read is capped (``max_bytes``), so a reader's memory stays
+bounded, and nothing is dropped (``dropped`` is 0).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import secrets
+import time
+from datetime import UTC, datetime
+
+import attrs
+
+from mango.domain.errors import InvalidInput, ProcessNotFound
+from mango.domain.sandbox_ports import ProcessInfo, ProcessOutput, ProcessState
+from mango.domain.values import Command
+from mango.provider.shell import command_line, quote
+
+__all__ = [
+    "PROCESS_DIR",
+    "ProcessRecord",
+    "check_process_id",
+    "check_window",
+    "listing_line",
+    "meta_json",
+    "new_process_id",
+    "output_slice",
+    "parse_content_range",
+    "parse_listing",
+    "process_directory",
+    "supervisor_line",
+]
+
+PROCESS_DIR = "/var/lib/mango/processes"
+"""The provider-owned directory in the sandbox that holds one directory per process."""
+
+_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
+_SIGNALS = range(129, 129 + 64)
+
+
+def new_process_id() -> str:
+    """A fresh id: sortable by start (milliseconds, hex) and unguessable (random tail)."""
+    return f"p{int(time.time() * 1000):012x}-{secrets.token_hex(6)}"
+
+
+def check_process_id(process_id: str) -> str:
+    """``process_id`` if it could name a process; else :class:`ProcessNotFound`.
+
+    An id becomes a path component and a shell word: anything but lowercase
+    letters, digits and dashes names no process, by construction.
+    """
+    if not isinstance(process_id, str) or not _ID.match(process_id):
+        raise ProcessNotFound(str(process_id))
+    return process_id
+
+
+def check_window(since: int, max_bytes: int | None, default: int) -> int:
+    """Validate a log read's ``since``/``max_bytes``; return the byte limit to use."""
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise InvalidInput(f"since must be a byte offset of 0 or more, got {since!r}")
+    if max_bytes is None:
+        return default
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise InvalidInput(f"max_bytes must be 1 or more, got {max_bytes!r}")
+    return max_bytes
+
+
+def process_directory(process_id: str, root: str = PROCESS_DIR) -> str:
+    """The directory of the process ``process_id`` under ``root``."""
+    return posixpath.join(root, check_process_id(process_id))
+
+
+def meta_json(command: Command, started_at: datetime) -> bytes:
+    """The ``meta`` file of a process: one JSON line (no newline inside)."""
+    meta = {"argv": list(command.argv), "started_at": started_at.astimezone(UTC).isoformat()}
+    return json.dumps(meta, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+
+
+def supervisor_line(command: Command, *, root: str, directory: str) -> str:
+    """The line (for ``sh -c`` or ``bash -c``) that supervises ``command`` (module docstring).
+
+    ``root`` is the sandbox's workspace root (``command.cwd`` is below it);
+    ``directory`` the process's own directory, whose ``meta`` exists already.
+    ``command.timeout`` arms a watchdog in the same group that writes
+    ``killed`` and kills the group. Stdin stays the vendor's pipe (so that
+    ``send_stdin`` reaches the command); ``command.stdin`` is sent through it.
+    """
+    user = command_line(command.argv, root=root, cwd=command.cwd, env=command.env)
+    watchdog = ""
+    if command.timeout is not None:
+        seconds = max(command.timeout, 0.001)
+        watchdog = (
+            f"( exec </dev/null >/dev/null 2>&1; sleep {seconds:.3f}; "
+            ': > "$D/killed"; kill -KILL -$$ ) & mango_w=$!; '
+        )
+    body = (
+        f"D={quote(directory)}; "
+        'exec >"$D/log" 2>&1; '
+        'echo $$ >"$D/pid"; '
+        "mango_w=; "
+        f"{watchdog}"
+        f"( {user} ); mango_c=$?; "
+        '[ -n "$mango_w" ] && kill -KILL "$mango_w" 2>/dev/null; '
+        'printf %s "$mango_c" >"$D/exit.tmp" && mv -f "$D/exit.tmp" "$D/exit"'
+    )
+    # setsid in place (the vendor's shell is no group leader): the supervisor leads the tree.
+    return (
+        "if command -v setsid >/dev/null 2>&1; then "
+        f"exec setsid /bin/sh -c {quote(body)}; else exec /bin/sh -c {quote(body)}; fi"
+    )
+
+
+def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
+    """The line that prints one record per process (or only ``process_id``'s), for
+    :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB meta``."""
+    pattern = quote(check_process_id(process_id)) if process_id is not None else "*"
+    return (
+        f"cd {quote(root)} 2>/dev/null || exit 0; "
+        f"for d in {pattern}; do "
+        '[ -f "$d/meta" ] || continue; '
+        'p=$(cat "$d/pid" 2>/dev/null); x=$(cat "$d/exit" 2>/dev/null); '
+        'k=0; [ -e "$d/killed" ] && k=1; '
+        'printf \'%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k"; '
+        'head -n 1 "$d/meta"; '
+        "done"
+    )
+
+
+@attrs.frozen
+class ProcessRecord:
+    """What the sandbox's files say about one process."""
+
+    id: str
+    argv: tuple[str, ...]
+    started_at: datetime | None
+    pid: int | None
+    exit: int | None
+    killed: bool
+
+    @property
+    def ended(self) -> bool:
+        """The files alone say it ended (its ``exit`` or ``killed`` is written)."""
+        return self.exit is not None or self.killed
+
+    def info(self, *, running: bool) -> ProcessInfo:
+        """Its :class:`ProcessInfo`, given whether the vendor still runs it.
+
+        An ``exit`` file wins (the command ended by itself, even if a kill came
+        late); ``killed`` without one is a kill; neither, and not running, is
+        an end nobody saw (no exit code).
+        """
+        if self.exit is not None:
+            code = -(self.exit - 128) if self.exit in _SIGNALS else self.exit
+            state = ProcessState.EXITED
+        elif self.killed:
+            code, state = -9, ProcessState.KILLED
+        elif running:
+            code, state = None, ProcessState.RUNNING
+        else:
+            code, state = None, ProcessState.EXITED
+        return ProcessInfo(
+            id=self.id,
+            argv=self.argv,
+            state=state,
+            pid=self.pid,
+            exit_code=code,
+            started_at=self.started_at,
+        )
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def parse_listing(text: str) -> list[ProcessRecord]:
+    """The records :func:`listing_line` printed, oldest first (malformed lines skipped)."""
+    records: list[ProcessRecord] = []
+    for line in text.splitlines():
+        parts = line.split("\t", 4)
+        if len(parts) != 5 or not _ID.match(parts[0]):
+            continue
+        try:
+            meta = json.loads(parts[4])
+            argv = tuple(str(arg) for arg in meta["argv"])
+            started = datetime.fromisoformat(str(meta["started_at"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        records.append(
+            ProcessRecord(
+                id=parts[0],
+                argv=argv,
+                started_at=started if started.tzinfo is not None else None,
+                pid=_int(parts[1]),
+                exit=_int(parts[2]),
+                killed=parts[3] == "1",
+            )
+        )
+    epoch = datetime.min.replace(tzinfo=UTC)
+    records.sort(key=lambda record: (record.started_at or epoch, record.id))
+    return records
+
+
+_CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+)\Z")
+
+
+def parse_content_range(value: str | None) -> int | None:
+    """The total size in a ``Content-Range`` header (``bytes 0-9/42`` or ``bytes */42``)."""
+    match = _CONTENT_RANGE.match((value or "").strip())
+    return int(match.group(3)) if match else None
+
+
+def output_slice(data: bytes, *, since: int, size: int, ended: bool) -> ProcessOutput:
+    """A :class:`ProcessOutput` for ``data`` read at ``since`` from a log of ``size`` bytes.
+
+    ``ended`` must have been learnt *before* the read: only then is ``size``
+    the final length of the log.
+    """
+    end = since + len(data)
+    return ProcessOutput(data=data, offset=since, next_offset=end, complete=ended and end >= size)
