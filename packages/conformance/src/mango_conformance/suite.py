@@ -18,6 +18,7 @@ from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
+from mango_conformance.checks.processes import ProcessChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
@@ -42,6 +43,7 @@ class ProviderSuite(
     PackageChecks,
     FileResourceChecks,
     OutputChecks,
+    ProcessChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

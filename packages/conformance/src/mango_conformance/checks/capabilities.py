@@ -16,8 +16,9 @@ offline (hosts to reach, a package source): its testbed
 (``ConformanceTarget.testbed``). A declared capability whose target has no
 testbed for it fails those checks (the declaration cannot be checked)
 unless the target waives it with a reason (``ConformanceTarget.waivers``),
-which the run reports as a waiver. ``file-resources`` (:mod:`.resources`)
-and ``session-outputs`` (:mod:`.outputs`) need no testbed. The other
+which the run reports as a waiver. ``file-resources`` (:mod:`.resources`),
+``session-outputs`` (:mod:`.outputs`) and ``background-processes``
+(:mod:`.processes`) need no testbed. The other
 groups' behavioural checks are listed in :data:`PENDING_CHECKS` and skip
 until the issue that builds the capability specifies them.
 """

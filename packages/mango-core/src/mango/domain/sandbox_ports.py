@@ -216,7 +216,11 @@ class ProcessOutput:
     the process has ended and ``next_offset`` is the end of its log: nothing
     more will come. ``dropped`` counts bytes the provider discarded before
     ``offset`` because the log outgrew its cap (the oldest go first), so a
-    reader that asked for an earlier offset knows what it missed.
+    reader that asked for an earlier offset knows what it missed: it is the
+    total discarded so far (the log's first kept byte), and a ``since``
+    earlier than that is answered from the first kept byte (``offset`` is
+    then larger than ``since``). Offsets always count from the process's
+    first byte of output, dropped bytes included.
     """
 
     data: bytes
@@ -240,7 +244,11 @@ class ProcessSandbox(Protocol):
     """
 
     async def start(self, command: Command) -> ProcessHandle:
-        """Start ``command`` in the background (argv, env, cwd and stdin as for exec).
+        """Start ``command`` in the background (argv, env and cwd as for exec).
+
+        ``command.stdin`` is written to the process's stdin first; stdin then
+        stays open for :meth:`send_stdin` as long as the process runs (it
+        never reads end-of-file).
 
         ``command.timeout``, if set, ends the process tree after that many
         seconds (state :attr:`ProcessState.KILLED`); else it runs unbounded.
@@ -256,7 +264,12 @@ class ProcessSandbox(Protocol):
     async def logs(
         self, process_id: str, *, since: int = 0, max_bytes: int | None = None
     ) -> ProcessOutput:
-        """Output from byte ``since`` on, at most ``max_bytes`` (default: the exec output cap)."""
+        """Output from byte ``since`` on, at most ``max_bytes`` (default: the exec output cap).
+
+        A ``since`` past the end written so far answers no data at ``since``;
+        a negative ``since`` or a ``max_bytes`` below 1 is
+        :class:`~mango.domain.errors.InvalidInput`.
+        """
         ...
 
     async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
