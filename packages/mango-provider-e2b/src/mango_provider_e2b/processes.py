@@ -38,6 +38,7 @@ from mango.provider import (
     ProcessOutput,
     ProcessState,
     ProviderUnavailable,
+    SandboxNotFound,
 )
 from mango.provider.http import RemoteUnavailable
 from mango.provider.processes import (
@@ -86,6 +87,9 @@ class ProcessMethods:
     if TYPE_CHECKING:
         _envd: Envd
 
+        @property
+        def sandbox_id(self) -> str: ...
+
         async def exec(self, command: Command) -> ExecResult: ...
         async def _keep_for(self, seconds: float | None) -> None: ...
         async def _make_dir(self, path: str) -> None: ...
@@ -110,6 +114,9 @@ class ProcessMethods:
         result = await self.exec(
             Command(("/bin/sh", "-c", listing_line(PROCESS_DIR, process_id)), timeout=LIST_SECONDS)
         )
+        if result.cancelled:
+            # The sandbox was torn down while the listing ran (exec's word for a destroy).
+            raise SandboxNotFound(f"sandbox {self.sandbox_id!r} was destroyed")
         if result.exit_code != 0 or result.stdout_truncated:
             raise ProviderUnavailable(
                 f"reading the background processes failed (exit {result.exit_code}): "
