@@ -41,10 +41,9 @@ class FakeConfig:
     ``limit`` counts nodes, as CubeMaster's does). ``kill_resets_streams``:
     a killed sandbox's process streams are reset at once (``False``: they
     hang, as a connection to a vanished VM can, until the fake stops).
-    ``stream_deadline``: seconds after which the edge cuts a ``Start`` or
-    ``Connect`` stream (``None``: never), as E2B's does after a few minutes
-    (a reconnect failing after two minutes is a known defect); the process
-    runs on.
+    ``connect_deadline``: seconds after which the edge cuts a ``Connect``
+    stream (``None``: never), as E2B's does: a reconnect failing after two
+    minutes is a known peer defect; the process runs on.
     """
 
     mode: str = E2B_MODE
@@ -55,7 +54,7 @@ class FakeConfig:
     default_timeout: int = 300
     cube_nodes: int = 1
     kill_resets_streams: bool = True
-    stream_deadline: float | None = None
+    connect_deadline: float | None = None
 
     @property
     def reported_envd_version(self) -> str:

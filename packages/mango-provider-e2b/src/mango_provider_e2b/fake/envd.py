@@ -19,7 +19,14 @@ from aiohttp import web
 
 from mango.fakes import FakeSandbox, cut_connection, rfc3339
 from mango_provider_e2b.connect import ConnectError, decode_envelopes, encode_envelope, end_stream
-from mango_provider_e2b.fake.common import Routes, api_error, as_object, connect_error, replying
+from mango_provider_e2b.fake.common import (
+    Reply,
+    Routes,
+    api_error,
+    as_object,
+    connect_error,
+    replying,
+)
 from mango_provider_e2b.fake.config import STATE_DIR, WORKSPACE
 from mango_provider_e2b.fake.processes import FakeProcess, Listener, go_status
 
@@ -87,13 +94,23 @@ class Envd(Routes):
     async def connect(self, request: web.Request) -> web.StreamResponse:
         """``Connect``: a new stream on a running process (by pid or tag), from now on.
 
-        A process that is not running is a ``not_found`` error (envd before
-        its retained exits, which keeps the fake to the older behaviour that
-        clients must handle anyway).
+        A process that is not running is a ``not_found`` error at the end of
+        an otherwise empty stream (envd before its retained exits: the
+        behaviour clients must handle anyway). ``Connect-Timeout-Ms`` bounds
+        the stream (``deadline_exceeded``), never the process.
         """
         record = self.envd_record(request)
         body = await self._stream_request(request)
-        process = self._process(record, body)
+        try:
+            process = self._process(record, body)
+        except Reply:
+            selector = as_object(body.get("process"))
+            response = web.StreamResponse(headers={"Content-Type": "application/connect+json"})
+            await response.prepare(request)
+            message = f"process with {'tag' if 'tag' in selector else 'pid'} not found"
+            await response.write(end_stream(ConnectError("not_found", message)))
+            await response.write_eof()
+            return response
         return await self._stream(request, process, process.listen(), start=False)
 
     async def _stream_request(self, request: web.Request) -> dict[str, Any]:
@@ -145,6 +162,7 @@ class Envd(Routes):
         timer = None
         timed_out = asyncio.Event()
         timeout_ms = request.headers.get("Connect-Timeout-Ms", "")
+        watch = None if start or not timeout_ms.isdigit() else int(timeout_ms) / 1000
         if start and timeout_ms.isdigit():
 
             def expire() -> None:
@@ -157,12 +175,23 @@ class Envd(Routes):
             await response.prepare(request)
             await response.write(encode_envelope({"event": {"start": {"pid": process.pid}}}))
             try:
-                async with asyncio.timeout(self.config.stream_deadline):
-                    await self._relay(response, listener)
-                    returncode = await process.wait()
+                edge = None if start else self.config.connect_deadline
+                async with asyncio.timeout(edge):
+                    async with asyncio.timeout(watch) as watched:
+                        await self._relay(response, listener)
+                        returncode = await process.wait()
             except TimeoutError:
-                # The edge ends a stream that outlived its deadline; the process runs on.
                 process.stop_listening(listener)
+                if watch is not None and watched.expired():
+                    # The client's own deadline on a Connect stream: the process runs on.
+                    await response.write(
+                        end_stream(ConnectError("deadline_exceeded", "context deadline exceeded"))
+                    )
+                    await response.write_eof()
+                    return response
+                # The edge ends a Connect stream that outlived its deadline; the process runs on.
+                self.service.cut_streams += 1
+                self.service.notify_change()
                 cut_connection(request)
                 return response
             if process.torn_down and not self.config.kill_resets_streams:
