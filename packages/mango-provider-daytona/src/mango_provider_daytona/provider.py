@@ -14,6 +14,7 @@ import httpx
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     InvalidInput,
@@ -136,8 +137,9 @@ class DaytonaProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None yet: package setup, mounts and limited network are not implemented."""
-        return CapabilitySet()
+        """Background processes (session commands and the kit's supervisor); package setup,
+        mounts and limited network are not implemented."""
+        return CapabilitySet.of(Capability.BACKGROUND_PROCESSES)
 
     @property
     def ownership(self) -> Ownership:

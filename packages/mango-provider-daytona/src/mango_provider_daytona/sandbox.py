@@ -22,21 +22,32 @@ from mango.provider import (
 from mango.provider.files import Download
 from mango.provider.output import ExecChannel
 from mango.provider.remote import RemoteSandbox
+from mango.provider.shellprocesses import ShellProcesses
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.execution import TEARDOWN_SETTLE_SECONDS, run_command
 from mango_provider_daytona.files import classified, file_part
 from mango_provider_daytona.remote import DaytonaRemote
 from mango_provider_daytona.scripts import classify_line, parse_classification
 
-__all__ = ["DaytonaSandbox"]
+__all__ = ["PROCESS_ROOT", "SESSION_PREFIX", "DaytonaSandbox"]
+
+PROCESS_ROOT = "/tmp/.mango-processes"  # noqa: S108 - the sandbox's own /tmp
+"""The background-process table: the sandbox user (not root) may write there, as the exec
+wrapper's control files do."""
+SESSION_PREFIX = "mango-"
+"""A background process runs in the session ``mango-<process id>``."""
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DaytonaSandbox(RemoteSandbox):
+class DaytonaSandbox(RemoteSandbox, ShellProcesses):
     """One Daytona sandbox, obtained from :class:`~mango_provider_daytona.DaytonaProvider`.
 
     Commands run through the toolbox (see :mod:`mango_provider_daytona.execution`);
-    output arrives when the command ends. ``command.cwd`` is entered below
+    output arrives when the command ends. Background processes run in a
+    session of their own (create session, execute with ``runAsync``; the
+    session is deleted after a kill) under the kit's supervisor
+    (:mod:`mango.provider.shellprocesses`), whose table lives in
+    :data:`PROCESS_ROOT`. ``command.cwd`` is entered below
     :attr:`root` (missing directories created, symlinks refused). Files are
     the kit's :class:`~mango.provider.files.RemoteFiles` over the toolbox (see
     :mod:`mango_provider_daytona.files`). The sandbox keeps the spec it was
@@ -88,6 +99,16 @@ class DaytonaSandbox(RemoteSandbox):
         if not result.cancelled:
             self._seen[0] = time.monotonic()
         return result
+
+    _process_root = PROCESS_ROOT
+
+    async def _launch(self, line: str, process_id: str) -> None:
+        session = SESSION_PREFIX + process_id
+        await self._toolbox.create_session(session)
+        await self._toolbox.execute_async(session, line)
+
+    async def _forget(self, process_id: str) -> None:
+        await self._toolbox.delete_session(SESSION_PREFIX + process_id)
 
     async def keep_alive(self) -> None:
         """Start the sandbox if Daytona paused, stopped or archived it, and restart its idle clock.

@@ -19,6 +19,7 @@ from mango.provider import (
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_ENV,
     MAX_READ_BYTES_SETTING,
+    Capability,
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
@@ -196,14 +197,14 @@ def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CapabilitySet.of(Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_daytona_provider,
     description="one Daytona sandbox per Session (API and toolbox over httpx)",
     quirks=QUIRKS,
 )
-"""``daytona``: core contract only, output at the end of each command."""
+"""``daytona``: the core contract and background processes; output at the end of each command."""
 
 
 def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DaytonaProvider]:

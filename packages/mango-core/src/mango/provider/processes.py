@@ -57,14 +57,18 @@ __all__ = [
     "ProcessRecord",
     "check_process_id",
     "check_window",
+    "launch_line",
     "listing_line",
+    "log_line",
     "meta_json",
     "new_process_id",
     "output_slice",
     "parse_content_range",
     "parse_listing",
     "process_directory",
+    "stdin_line",
     "supervisor_line",
+    "wait_line",
 ]
 
 PROCESS_DIR = "/var/lib/mango/processes"
@@ -112,7 +116,9 @@ def meta_json(command: Command, started_at: datetime) -> bytes:
     return json.dumps(meta, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
-def supervisor_line(command: Command, *, root: str, directory: str) -> str:
+def supervisor_line(
+    command: Command, *, root: str, directory: str, stdin_fifo: bool = False, detach: bool = False
+) -> str:
     """The line (for ``sh -c`` or ``bash -c``) that supervises ``command`` (module docstring).
 
     ``root`` is the sandbox's workspace root (``command.cwd`` is below it);
@@ -120,8 +126,16 @@ def supervisor_line(command: Command, *, root: str, directory: str) -> str:
     ``command.timeout`` arms a watchdog in the same group that writes
     ``killed`` and kills the group. Stdin stays the vendor's pipe (so that
     ``send_stdin`` reaches the command); ``command.stdin`` is sent through it.
+
+    ``stdin_fifo`` (for a vendor without a stdin API): stdin is the FIFO
+    ``stdin`` in the directory, opened for reading *and* writing so that the
+    command never reads end-of-file and a writer never blocks on its open
+    (:func:`stdin_line`). ``detach``: the line does not ``exec`` the
+    supervisor but runs it as a child (a vendor's session shell must live on
+    to report the exit).
     """
     user = command_line(command.argv, root=root, cwd=command.cwd, env=command.env)
+    fifo = 'rm -f "$D/stdin"; mkfifo "$D/stdin" && exec 0<>"$D/stdin"; ' if stdin_fifo else ""
     watchdog = ""
     if command.timeout is not None:
         seconds = max(command.timeout, 0.001)
@@ -132,6 +146,7 @@ def supervisor_line(command: Command, *, root: str, directory: str) -> str:
     body = (
         f"D={quote(directory)}; "
         'exec >"$D/log" 2>&1; '
+        f"{fifo}"
         'echo $$ >"$D/pid"; '
         "mango_w=; "
         f"{watchdog}"
@@ -139,16 +154,61 @@ def supervisor_line(command: Command, *, root: str, directory: str) -> str:
         '[ -n "$mango_w" ] && kill -KILL "$mango_w" 2>/dev/null; '
         'printf %s "$mango_c" >"$D/exit.tmp" && mv -f "$D/exit.tmp" "$D/exit"'
     )
-    # setsid in place (the vendor's shell is no group leader): the supervisor leads the tree.
+    # setsid in place where the vendor's shell is no group leader (else setsid forks):
+    # either way the supervisor leads the tree.
+    run = "" if detach else "exec "
     return (
         "if command -v setsid >/dev/null 2>&1; then "
-        f"exec setsid /bin/sh -c {quote(body)}; else exec /bin/sh -c {quote(body)}; fi"
+        f"{run}setsid /bin/sh -c {quote(body)}; else {run}/bin/sh -c {quote(body)}; fi"
     )
+
+
+def stdin_line(directory: str) -> str:
+    """The line that copies its own stdin into the process's FIFO (``stdin_fifo``).
+
+    Opened read-write, so the open never blocks, even if the supervisor is
+    gone (the caller checks that the process runs first).
+    """
+    return f"exec 4<>{quote(directory + '/stdin')} && cat >&4"
+
+
+def log_line(directory: str, since: int, max_bytes: int) -> str:
+    """The line that prints the log's size, a newline, then at most ``max_bytes`` from ``since``."""
+    log = quote(directory + "/log")
+    return (
+        f"if [ -f {log} ]; then wc -c < {log} | tr -d ' '; "
+        f"tail -c +{since + 1} {log} | head -c {max_bytes}; else echo 0; fi"
+    )
+
+
+def wait_line(directory: str, seconds: float) -> str:
+    """The line that returns once ``exit`` or ``killed`` exists, the pid is gone, or ``seconds``."""
+    d = quote(directory)
+    rounds = max(1, int(seconds / 0.1))
+    return (
+        f'd={d}; p=$(cat "$d/pid" 2>/dev/null); i=0; '
+        f'while [ $i -lt {rounds} ] && [ ! -e "$d/exit" ] && [ ! -e "$d/killed" ] && '
+        '{ [ -z "$p" ] || kill -0 "$p" 2>/dev/null; }; do sleep 0.1; i=$((i+1)); done; exit 0'
+    )
+
+
+def launch_line(command: Command, started_at: datetime, *, root: str, directory: str) -> str:
+    """The whole start for a vendor that runs one shell line detached: the directory, ``meta``,
+    then the supervisor (``stdin_fifo``, ``detach``)."""
+    meta = quote(meta_json(command, started_at).decode().rstrip("\n"))
+    target = quote(directory + "/meta")
+    supervisor = supervisor_line(
+        command, root=root, directory=directory, stdin_fifo=True, detach=True
+    )
+    return f"mkdir -p {quote(directory)} && printf '%s\\n' {meta} > {target} && {supervisor}"
 
 
 def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
     """The line that prints one record per process (or only ``process_id``'s), for
-    :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB meta``."""
+    :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB alive TAB meta``.
+
+    ``alive`` is ``kill -0`` of the supervisor's pid (1: it still runs).
+    """
     pattern = quote(check_process_id(process_id)) if process_id is not None else "*"
     return (
         f"cd {quote(root)} 2>/dev/null || exit 0; "
@@ -156,7 +216,8 @@ def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
         '[ -f "$d/meta" ] || continue; '
         'p=$(cat "$d/pid" 2>/dev/null); x=$(cat "$d/exit" 2>/dev/null); '
         'k=0; [ -e "$d/killed" ] && k=1; '
-        'printf \'%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k"; '
+        'a=0; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=1; '
+        'printf \'%s\\t%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k" "$a"; '
         'head -n 1 "$d/meta"; '
         "done"
     )
@@ -172,6 +233,8 @@ class ProcessRecord:
     pid: int | None
     exit: int | None
     killed: bool
+    alive: bool = False
+    """The supervisor's pid answered ``kill -0`` when the listing ran."""
 
     @property
     def ended(self) -> bool:
@@ -215,11 +278,11 @@ def parse_listing(text: str) -> list[ProcessRecord]:
     """The records :func:`listing_line` printed, oldest first (malformed lines skipped)."""
     records: list[ProcessRecord] = []
     for line in text.splitlines():
-        parts = line.split("\t", 4)
-        if len(parts) != 5 or not _ID.match(parts[0]):
+        parts = line.split("\t", 5)
+        if len(parts) != 6 or not _ID.match(parts[0]):
             continue
         try:
-            meta = json.loads(parts[4])
+            meta = json.loads(parts[5])
             argv = tuple(str(arg) for arg in meta["argv"])
             started = datetime.fromisoformat(str(meta["started_at"]))
         except (ValueError, KeyError, TypeError):
@@ -232,6 +295,7 @@ def parse_listing(text: str) -> list[ProcessRecord]:
                 pid=_int(parts[1]),
                 exit=_int(parts[2]),
                 killed=parts[3] == "1",
+                alive=parts[4] == "1",
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)

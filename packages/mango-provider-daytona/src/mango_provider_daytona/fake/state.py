@@ -75,10 +75,15 @@ class DaytonaState:
             return "destroyed"
         return str(record.extra.get("state", "started"))
 
+    def end_sessions(self, record: FakeSandbox) -> None:
+        """The sandbox stopped: end its sessions and their processes (the sessions' part)."""
+
     def set_state(self, sandbox_id: str, state: str) -> None:
         """Put a sandbox in ``state`` behind the client's back (``stopped``, ``archived``, ...)."""
         record = self._service.sandboxes.get(sandbox_id)
         record.extra["state"] = state
+        if state in ("stopped", "archived"):
+            self.end_sessions(record)  # the container stops: every process in it dies
         if state == "started":
             self._service.sandboxes.resume(sandbox_id)
         else:
