@@ -64,7 +64,8 @@ async def test_a_long_log_is_read_in_bounded_ranges(
         pieces, since, complete = [], 0, False
         while not complete:
             output = await sandbox.logs(handle.id, since=since, max_bytes=4096)
-            assert output.offset == since and len(output.data) <= 4096
+            assert output.offset == since
+            assert len(output.data) <= 4096
             pieces.append(output.data)
             since, complete = output.next_offset, output.complete
         assert b"".join(pieces) == expected

@@ -129,7 +129,8 @@ async def test_sdk_drives_the_process_service(sdk_env: E2BFakeService) -> None:
 
         sleeper = await sandbox.commands.run("sleep 60", background=True)
         listed = {process.pid: process for process in await sandbox.commands.list()}
-        assert sleeper.pid in listed and handle.pid not in listed
+        assert sleeper.pid in listed
+        assert handle.pid not in listed
         assert listed[sleeper.pid].cmd == "/bin/bash"
         assert await sandbox.commands.kill(sleeper.pid)
         with pytest.raises(CommandExitException) as killed:

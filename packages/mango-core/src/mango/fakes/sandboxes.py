@@ -37,8 +37,8 @@ from mango.domain.values import (
     OutputStream,
     SandboxSpec,
 )
-from mango.fakes.reaper import kill_marked
 from mango.fakes.beacons import Beacon, open_beacon
+from mango.fakes.reaper import kill_marked
 from mango.local import LocalProvider
 from mango.local.sandbox import LocalSandbox
 

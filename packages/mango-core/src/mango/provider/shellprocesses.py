@@ -136,7 +136,8 @@ class ShellProcesses:
         limit = min(check_window(since, max_bytes, self._output_cap()), self._output_cap() - 32)
         record = await self._record(process_id)
         ended = record.info(running=record.alive).state is not ProcessState.RUNNING
-        answer = await self._run(log_line(process_directory(process_id, self._process_root), since, limit))
+        directory = process_directory(process_id, self._process_root)
+        answer = await self._run(log_line(directory, since, limit))
         size_text, _, data = answer.partition(b"\n")
         size = int(size_text) if size_text.strip().isdigit() else 0
         return output_slice(data[:limit], since=since, size=size, ended=ended)
@@ -163,7 +164,8 @@ class ShellProcesses:
         if record.info(running=record.alive).state is not ProcessState.RUNNING:
             raise PermanentError(f"background process {process_id} has ended: no stdin")
         if data:
-            await self._run(stdin_line(process_directory(process_id, self._process_root)), stdin=bytes(data))
+            directory = process_directory(process_id, self._process_root)
+            await self._run(stdin_line(directory), stdin=bytes(data))
 
     async def kill(self, process_id: str) -> ProcessInfo:
         """Write ``killed`` and kill the supervisor's group in one exec; then the end (bounded)."""

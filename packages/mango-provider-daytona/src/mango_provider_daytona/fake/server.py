@@ -13,8 +13,8 @@ from aiohttp import web
 from mango.fakes import FakeService
 from mango.provider import SandboxSpec
 from mango_provider_daytona.fake.api import ApiRoutes
-from mango_provider_daytona.fake.state import FAKE_API_KEY, FAKE_MAX_OUTPUT_BYTES, error
 from mango_provider_daytona.fake.sessions import SessionRoutes
+from mango_provider_daytona.fake.state import FAKE_API_KEY, FAKE_MAX_OUTPUT_BYTES, error
 from mango_provider_daytona.fake.toolbox import ToolboxRoutes
 
 __all__ = ["DaytonaFake", "open_fake_daytona", "routes"]

@@ -32,8 +32,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from mango.fakes import FakeSandbox
-from mango.fakes.reaper import kill_marked, mark
+from mango.fakes import FakeSandbox, kill_marked, mark
 from mango_provider_daytona.fake.state import DaytonaState, error
 from mango_provider_daytona.fake.toolbox import PROCESSES_PREFIX
 
@@ -98,9 +97,7 @@ class SessionRoutes(DaytonaState):
             return error(400, f"sandbox is {self.state(record)}")
         return record
 
-    def _session(
-        self, request: web.Request
-    ) -> tuple[FakeSandbox, FakeSession] | web.Response:
+    def _session(self, request: web.Request) -> tuple[FakeSandbox, FakeSession] | web.Response:
         record = self._session_record(request)
         if isinstance(record, web.Response):
             return record
@@ -171,7 +168,7 @@ class SessionRoutes(DaytonaState):
         del self._sessions(record)[session.id]
         return web.Response(status=204)
 
-    async def session_execute(self, request: web.Request) -> web.Response:
+    async def session_execute(self, request: web.Request) -> web.Response:  # noqa: PLR0911 - the daemon's answers
         found = self._session(request)
         if isinstance(found, web.Response):
             return found
