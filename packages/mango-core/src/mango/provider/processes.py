@@ -74,6 +74,12 @@ __all__ = [
 PROCESS_DIR = "/var/lib/mango/processes"
 """The provider-owned directory in the sandbox that holds one directory per process."""
 
+# kill -0, except that a zombie (an orphan whose reaper does not reap) has ended all the same.
+_ALIVE = (
+    'mango_alive() { kill -0 "$1" 2>/dev/null || return 1; '
+    's=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; '
+    "case ${s##*) } in Z*) return 1;; esac; return 0; }; "
+)
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 _SIGNALS = range(129, 129 + 64)
 
@@ -186,9 +192,9 @@ def wait_line(directory: str, seconds: float) -> str:
     d = quote(directory)
     rounds = max(1, int(seconds / 0.1))
     return (
-        f'd={d}; p=$(cat "$d/pid" 2>/dev/null); i=0; '
+        f'{_ALIVE}d={d}; p=$(cat "$d/pid" 2>/dev/null); i=0; '
         f'while [ $i -lt {rounds} ] && [ ! -e "$d/exit" ] && [ ! -e "$d/killed" ] && '
-        '{ [ -z "$p" ] || kill -0 "$p" 2>/dev/null; }; do sleep 0.1; i=$((i+1)); done; exit 0'
+        '{ [ -z "$p" ] || mango_alive "$p"; }; do sleep 0.1; i=$((i+1)); done; exit 0'
     )
 
 
@@ -207,16 +213,17 @@ def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
     """The line that prints one record per process (or only ``process_id``'s), for
     :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB alive TAB meta``.
 
-    ``alive`` is ``kill -0`` of the supervisor's pid (1: it still runs).
+    ``alive`` is ``kill -0`` of the supervisor's pid (1: it still runs), a zombie
+    (``/proc/<pid>/stat`` state ``Z``) counting as ended.
     """
     pattern = quote(check_process_id(process_id)) if process_id is not None else "*"
     return (
-        f"cd {quote(root)} 2>/dev/null || exit 0; "
+        f"{_ALIVE}cd {quote(root)} 2>/dev/null || exit 0; "
         f"for d in {pattern}; do "
         '[ -f "$d/meta" ] || continue; '
         'p=$(cat "$d/pid" 2>/dev/null); x=$(cat "$d/exit" 2>/dev/null); '
         'k=0; [ -e "$d/killed" ] && k=1; '
-        'a=0; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=1; '
+        'a=0; [ -n "$p" ] && mango_alive "$p" && a=1; '
         'printf \'%s\\t%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k" "$a"; '
         'head -n 1 "$d/meta"; '
         "done"
