@@ -102,10 +102,11 @@ class DaytonaSandbox(RemoteSandbox, ShellProcesses):
 
     _process_root = PROCESS_ROOT
 
-    async def _launch(self, line: str, process_id: str) -> None:
+    async def _launch(self, line: str, process_id: str) -> str | None:
         session = SESSION_PREFIX + process_id
         await self._toolbox.create_session(session)
         await self._toolbox.execute_async(session, line)
+        return None
 
     async def _forget(self, process_id: str) -> None:
         await self._toolbox.delete_session(SESSION_PREFIX + process_id)

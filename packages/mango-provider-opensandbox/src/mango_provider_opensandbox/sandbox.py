@@ -14,6 +14,7 @@ from mango.provider import (
     Command,
     Entry,
     ExecResult,
+    MangoError,
     NetworkMode,
     PathPolicy,
     PermanentError,
@@ -26,8 +27,10 @@ from mango.provider.execution import ExecHandle
 from mango.provider.files import Download
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
+from mango.provider.processes import ProcessRecord
 from mango.provider.remote import RemoteSandbox
-from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
+from mango.provider.shell import MAX_INLINE_LINE_BYTES, kill_tree_line, plan_command
+from mango.provider.shellprocesses import ShellProcesses
 from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
@@ -68,7 +71,7 @@ class _Run:
 
 
 @attrs.define(kw_only=True, eq=False)
-class OpenSandboxSandbox(RemoteSandbox):
+class OpenSandboxSandbox(RemoteSandbox, ShellProcesses):
     """One OpenSandbox sandbox, from :class:`~mango_provider_opensandbox.OpenSandboxProvider`.
 
     Commands run through execd as an event stream; their output is framed by
@@ -76,6 +79,13 @@ class OpenSandboxSandbox(RemoteSandbox):
     through execd's file API (the kit's :class:`~mango.provider.files.RemoteFiles`:
     every component stat-ed, links refused, reads bounded at the source). The
     egress allowlist goes through the sidecar.
+
+    Background processes are execd's background commands under the kit's
+    supervisor (:mod:`mango.provider.shellprocesses`): execd starts the
+    supervisor as a process-group leader and keeps its output (read by byte
+    cursor), ``interrupt`` ends the group; the supervisor adds what execd
+    lacks (a listing, stdin through a FIFO, the exit status and the kill
+    marker any worker reads, ``command.timeout`` as a kill).
 
     A command whose sandbox is deleted while it runs ends with
     ``cancelled=True`` and exit code -1, whoever deleted it: this client's
@@ -201,6 +211,35 @@ class OpenSandboxSandbox(RemoteSandbox):
         with contextlib.suppress(Exception):
             async with asyncio.timeout(INTERRUPT_SECONDS):
                 await self._execd.delete_file(path)
+
+    # ---------------------------------------------------------------- background processes
+
+    _launch_detach = False
+    _launch_new_session = False  # execd starts its command with Setpgid: a group leader
+    _vendor_log = True
+
+    async def _launch(self, line: str, process_id: str) -> str | None:  # noqa: ARG002 - execd names it
+        return await self._execd.start_background(
+            line, cwd=ROOT, timeout=self._provider.request_timeout
+        )
+
+    async def _read_log(self, record: ProcessRecord, since: int, limit: int) -> tuple[bytes, int]:
+        if record.vendor is None:
+            return b"", 0  # started but never handed to execd: nothing was written
+        return await self._execd.command_logs(record.vendor, since, limit)
+
+    async def _kill_tree(self, record: ProcessRecord, marker: str) -> None:
+        await self._run(marker)
+        if record.vendor is not None:
+            try:
+                # SIGTERM, then SIGKILL, to the group execd started: the supervisor and its tree.
+                await self._execd.interrupt(record.vendor)
+            except MangoError:
+                pass  # execd saw it end, or lost it: the kit's own group kill below
+            else:
+                return
+        if record.pid is not None:
+            await self._run(kill_tree_line(record.pid))
 
     # ---------------------------------------------------------------- files (the kit's RemoteFiles)
 

@@ -123,7 +123,14 @@ def meta_json(command: Command, started_at: datetime) -> bytes:
 
 
 def supervisor_line(
-    command: Command, *, root: str, directory: str, stdin_fifo: bool = False, detach: bool = False
+    command: Command,
+    *,
+    root: str,
+    directory: str,
+    stdin_fifo: bool = False,
+    detach: bool = False,
+    new_session: bool = True,
+    log: bool = True,
 ) -> str:
     """The line (for ``sh -c`` or ``bash -c``) that supervises ``command`` (module docstring).
 
@@ -138,10 +145,14 @@ def supervisor_line(
     command never reads end-of-file and a writer never blocks on its open
     (:func:`stdin_line`). ``detach``: the line does not ``exec`` the
     supervisor but runs it as a child (a vendor's session shell must live on
-    to report the exit).
+    to report the exit). ``new_session=False`` for a vendor that starts its
+    command as a process-group leader already (execd): the supervisor is
+    that leader, no ``setsid`` (which would fork). ``log=False`` leaves the
+    output on the vendor's own log (execd keeps one, read by byte offset).
     """
     user = command_line(command.argv, root=root, cwd=command.cwd, env=command.env)
     fifo = 'rm -f "$D/stdin"; mkfifo "$D/stdin" && exec 0<>"$D/stdin"; ' if stdin_fifo else ""
+    redirect = 'exec >"$D/log" 2>&1; ' if log else ""
     watchdog = ""
     if command.timeout is not None:
         seconds = max(command.timeout, 0.001)
@@ -151,7 +162,7 @@ def supervisor_line(
         )
     body = (
         f"D={quote(directory)}; "
-        'exec >"$D/log" 2>&1; '
+        f"{redirect}"
         f"{fifo}"
         'echo $$ >"$D/pid"; '
         "mango_w=; "
@@ -163,6 +174,8 @@ def supervisor_line(
     # setsid in place where the vendor's shell is no group leader (else setsid forks):
     # either way the supervisor leads the tree.
     run = "" if detach else "exec "
+    if not new_session:
+        return f"{run}/bin/sh -c {quote(body)}"
     return (
         "if command -v setsid >/dev/null 2>&1; then "
         f"{run}setsid /bin/sh -c {quote(body)}; else {run}/bin/sh -c {quote(body)}; fi"
@@ -198,20 +211,36 @@ def wait_line(directory: str, seconds: float) -> str:
     )
 
 
-def launch_line(command: Command, started_at: datetime, *, root: str, directory: str) -> str:
+def launch_line(
+    command: Command,
+    started_at: datetime,
+    *,
+    root: str,
+    directory: str,
+    detach: bool = True,
+    new_session: bool = True,
+    log: bool = True,
+) -> str:
     """The whole start for a vendor that runs one shell line detached: the directory, ``meta``,
-    then the supervisor (``stdin_fifo``, ``detach``)."""
+    then the supervisor with a stdin FIFO (the flags as for :func:`supervisor_line`)."""
     meta = quote(meta_json(command, started_at).decode().rstrip("\n"))
     target = quote(directory + "/meta")
     supervisor = supervisor_line(
-        command, root=root, directory=directory, stdin_fifo=True, detach=True
+        command,
+        root=root,
+        directory=directory,
+        stdin_fifo=True,
+        detach=detach,
+        new_session=new_session,
+        log=log,
     )
     return f"mkdir -p {quote(directory)} && printf '%s\\n' {meta} > {target} && {supervisor}"
 
 
 def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
     """The line that prints one record per process (or only ``process_id``'s), for
-    :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB alive TAB meta``.
+    :func:`parse_listing`: ``id TAB pid TAB exit TAB killed TAB alive TAB vendor TAB meta``
+    (``vendor``: the vendor's own id of the command, where the provider keeps one).
 
     ``alive`` is ``kill -0`` of the supervisor's pid (1: it still runs), a zombie
     (``/proc/<pid>/stat`` state ``Z``) counting as ended.
@@ -224,7 +253,8 @@ def listing_line(root: str = PROCESS_DIR, process_id: str | None = None) -> str:
         'p=$(cat "$d/pid" 2>/dev/null); x=$(cat "$d/exit" 2>/dev/null); '
         'k=0; [ -e "$d/killed" ] && k=1; '
         'a=0; [ -n "$p" ] && mango_alive "$p" && a=1; '
-        'printf \'%s\\t%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k" "$a"; '
+        'v=$(cat "$d/vendor" 2>/dev/null); '
+        'printf \'%s\\t%s\\t%s\\t%s\\t%s\\t%s\\t\' "$d" "${p:--}" "${x:--}" "$k" "$a" "${v:--}"; '
         'head -n 1 "$d/meta"; '
         "done"
     )
@@ -242,6 +272,8 @@ class ProcessRecord:
     killed: bool
     alive: bool = False
     """The supervisor's pid answered ``kill -0`` when the listing ran."""
+    vendor: str | None = None
+    """The vendor's id of the command that runs the supervisor (execd's), if kept."""
 
     @property
     def ended(self) -> bool:
@@ -285,11 +317,11 @@ def parse_listing(text: str) -> list[ProcessRecord]:
     """The records :func:`listing_line` printed, oldest first (malformed lines skipped)."""
     records: list[ProcessRecord] = []
     for line in text.splitlines():
-        parts = line.split("\t", 5)
-        if len(parts) != 6 or not _ID.match(parts[0]):
+        parts = line.split("\t", 6)
+        if len(parts) != 7 or not _ID.match(parts[0]):
             continue
         try:
-            meta = json.loads(parts[5])
+            meta = json.loads(parts[6])
             argv = tuple(str(arg) for arg in meta["argv"])
             started = datetime.fromisoformat(str(meta["started_at"]))
         except (ValueError, KeyError, TypeError):
@@ -303,6 +335,7 @@ def parse_listing(text: str) -> list[ProcessRecord]:
                 exit=_int(parts[2]),
                 killed=parts[3] == "1",
                 alive=parts[4] == "1",
+                vendor=None if parts[5] == "-" else parts[5],
             )
         )
     epoch = datetime.min.replace(tzinfo=UTC)

@@ -77,9 +77,33 @@ class ShellProcesses:
         async def exec(self, command: Command) -> ExecResult: ...
         def _output_cap(self) -> int: ...
 
-    async def _launch(self, line: str, process_id: str) -> None:
-        """Run ``line`` (``sh`` syntax) detached from this call; return once it was started."""
+    _launch_detach: ClassVar[bool] = True
+    """The launch line runs the supervisor as a child (a session shell that lives on)."""
+    _launch_new_session: ClassVar[bool] = True
+    """The supervisor makes its own session (False: the vendor starts a group leader)."""
+    _vendor_log: ClassVar[bool] = False
+    """The output stays on the vendor's log, read by :meth:`_read_log` (no ``log`` file)."""
+
+    async def _launch(self, line: str, process_id: str) -> str | None:
+        """Run ``line`` (``sh`` syntax) detached from this call; return once it was started.
+
+        Returns the vendor's id of the command, if it has one worth keeping
+        (it is written to the process's ``vendor`` file).
+        """
         raise NotImplementedError
+
+    async def _read_log(self, record: ProcessRecord, since: int, limit: int) -> tuple[bytes, int]:
+        """At most ``limit`` bytes of the log from ``since``, and the log's size (one exec)."""
+        directory = process_directory(record.id, self._process_root)
+        answer = await self._run(log_line(directory, since, limit))
+        size_text, _, data = answer.partition(b"\n")
+        size = int(size_text) if size_text.strip().isdigit() else 0
+        return data[:limit], size
+
+    async def _kill_tree(self, record: ProcessRecord, marker: str) -> None:
+        """Run ``marker`` (writes ``killed``), then kill the supervisor's group: one exec."""
+        kill = kill_tree_line(record.pid) if record.pid is not None else "exit 0"
+        await self._run(f"{marker}; {kill}")
 
     async def _forget(self, process_id: str) -> None:
         """Release the vendor's record of the ended process ``process_id`` (default: nothing)."""
@@ -111,13 +135,26 @@ class ShellProcesses:
         """Launch the supervisor; send ``command.stdin`` through its FIFO."""
         process_id = new_process_id()
         directory = process_directory(process_id, self._process_root)
-        line = launch_line(command, datetime.now(UTC), root=self.root, directory=directory)
-        await self._launch(line, process_id)
+        line = launch_line(
+            command,
+            datetime.now(UTC),
+            root=self.root,
+            directory=directory,
+            detach=self._launch_detach,
+            new_session=self._launch_new_session,
+            log=not self._vendor_log,
+        )
+        vendor = await self._launch(line, process_id)
         # The supervisor writes its pid (and makes its FIFO) first: wait for that, bounded.
         pid_file = quote(directory + "/pid")
+        keep = (
+            ""
+            if vendor is None
+            else f"printf %s {quote(vendor)} > {quote(directory + '/vendor')}; "
+        )
         ready = (
             f"i=0; while [ ! -s {pid_file} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-            f"cat {pid_file} 2>/dev/null; exit 0"
+            f"{keep}cat {pid_file} 2>/dev/null; exit 0"
         )
         pid_text = (await self._run(ready)).strip()
         pid = int(pid_text) if pid_text.isdigit() else None
@@ -136,10 +173,7 @@ class ShellProcesses:
         limit = min(check_window(since, max_bytes, self._output_cap()), self._output_cap() - 32)
         record = await self._record(process_id)
         ended = record.info(running=record.alive).state is not ProcessState.RUNNING
-        directory = process_directory(process_id, self._process_root)
-        answer = await self._run(log_line(directory, since, limit))
-        size_text, _, data = answer.partition(b"\n")
-        size = int(size_text) if size_text.strip().isdigit() else 0
+        data, size = await self._read_log(record, since, limit)
         return output_slice(data[:limit], since=since, size=size, ended=ended)
 
     async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
@@ -174,8 +208,7 @@ class ShellProcesses:
         if info.state is not ProcessState.RUNNING:
             return info
         marker = quote(process_directory(process_id, self._process_root) + "/killed")
-        kill = kill_tree_line(record.pid) if record.pid is not None else "exit 0"
-        await self._run(f": > {marker}; {kill}")
+        await self._kill_tree(record, f": > {marker}")
         ended = await self.wait(process_id, timeout=CALL_SECONDS)
         await self._forget(process_id)
         return ended

@@ -25,7 +25,7 @@ from mango.fakes import (
 from mango.provider import SandboxNotFound
 from mango_provider_opensandbox.fake.common import error
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
-from mango_provider_opensandbox.fake.execd import ExecdRoutes
+from mango_provider_opensandbox.fake.execd import BackgroundCommand, ExecdRoutes
 from mango_provider_opensandbox.fake.gateway import EgressGateway
 from mango_provider_opensandbox.fake.image import IMAGE_PATH, fsroot_of, prepare_image
 from mango_provider_opensandbox.layout import (
@@ -71,6 +71,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     gateway: EgressGateway = attrs.field(init=False)
     """Where every sandbox's HTTP goes: its egress policy is enforced there."""
     _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
+    _background: dict[str, BackgroundCommand] = attrs.field(init=False, factory=dict)
     direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
     """The API key header of every direct data-plane request (it must never be there)."""
 
