@@ -8,7 +8,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import stat
 import time
 from collections.abc import Callable
@@ -16,15 +15,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import attrs
 from aiohttp import BodyPartReader, web
 
-from mango.fakes import FakeSandbox, FakeService, cut_connection, mark, rfc3339
+from mango.fakes import FakeSandbox, FakeService, cut_connection, rfc3339
 from mango.provider import Command, ExecResult, OutputChunk, SandboxNotRunning
+from mango_provider_opensandbox.fake.background import BackgroundCommand, BackgroundRoutes
 from mango_provider_opensandbox.fake.common import error, now_ms
 from mango_provider_opensandbox.layout import ROOT
 
-__all__ = ["BackgroundCommand", "ExecdRoutes", "LineSplitter"]
+__all__ = ["ExecdRoutes", "LineSplitter"]
 
 _SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -78,91 +77,7 @@ class LineSplitter:
         return [text]
 
 
-@attrs.define(eq=False)
-class BackgroundCommand:
-    """One background command as execd keeps it: its process, combined output file, status.
-
-    Started as execd starts it: ``shell -c LINE`` in its own process group
-    (``Setpgid``), stdin ``/dev/null``, stdout and stderr into one file, the
-    fake sandbox's mark in its environment (so it dies with the sandbox).
-    An interrupt is SIGTERM, then SIGKILL, to the group.
-    """
-
-    id: str
-    sandbox: str
-    content: str
-    process: asyncio.subprocess.Process
-    log: Path
-    started_at: datetime
-    exit_code: int | None = None
-    error: str = ""
-    finished_at: datetime | None = None
-    _waiter: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def start(
-        cls,
-        command_id: str,
-        record: FakeSandbox,
-        command: Command,
-        *,
-        log: Path,
-        env: dict[str, str],
-    ) -> BackgroundCommand:
-        """Start ``command`` (the fake's ``shell -c LINE``) detached."""
-        workspace = Path(record.local.root)
-        with log.open("wb") as output:
-            process = await asyncio.create_subprocess_exec(
-                *command.argv,
-                cwd=workspace / command.cwd if command.cwd else workspace,
-                env={**env, **mark(record.id)},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                process_group=0,
-            )
-        made = cls(command_id, record.id, command.argv[-1], process, log, datetime.now(UTC))
-        made._waiter = asyncio.ensure_future(made._wait())
-        return made
-
-    async def _wait(self) -> None:
-        code = await self.process.wait()
-        # Go's ExitCode(): -1 for a signal; the error text is exec's.
-        self.exit_code = code if code >= 0 else -1
-        self.error = "" if code == 0 else (f"exit status {code}" if code > 0 else "signal: killed")
-        self.finished_at = datetime.now(UTC)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)  # execd's cancel(): the group goes
-
-    @property
-    def running(self) -> bool:
-        """Still running (execd's ``running``)."""
-        return self.finished_at is None
-
-    def interrupt(self) -> None:
-        """SIGTERM to the group, then SIGKILL (execd's ``killPid``)."""
-        for number in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, number)
-
-    def status(self) -> dict[str, Any]:
-        """execd's ``CommandStatusResponse``."""
-        body: dict[str, Any] = {
-            "id": self.id,
-            "content": self.content,
-            "running": self.running,
-            "started_at": rfc3339(self.started_at),
-        }
-        if self.exit_code is not None:
-            body["exit_code"] = self.exit_code
-        if self.error:
-            body["error"] = self.error
-        if self.finished_at is not None:
-            body["finished_at"] = rfc3339(self.finished_at)
-        return body
-
-
-class ExecdRoutes:
+class ExecdRoutes(BackgroundRoutes):
     """execd's routes; mixed into the fake server, which provides the attributes below."""
 
     service: FakeService
@@ -313,43 +228,6 @@ class ExecdRoutes:
         return web.Response(status=200)
 
     # ---------------------------------------------------------------- background commands
-
-    def _background_route(self, tail: str) -> Callable[[web.Request, FakeSandbox], Any] | None:
-        parts = tail.split("/")
-        if len(parts) == 3 and parts[:2] == ["command", "status"]:
-            command_id = parts[2]
-            return lambda request, record: self._status(request, record, command_id)
-        if len(parts) == 3 and parts[0] == "command" and parts[2] == "logs":
-            command_id = parts[1]
-            return lambda request, record: self._logs(request, record, command_id)
-        return None
-
-    async def _status(
-        self, _request: web.Request, record: FakeSandbox, command_id: str
-    ) -> web.Response:
-        background = self._background.get(command_id)
-        if background is None or background.sandbox != record.id:
-            return error(404, "INVALID_REQUEST", f"command not found: {command_id}")
-        return web.json_response(background.status())
-
-    async def _logs(
-        self, request: web.Request, record: FakeSandbox, command_id: str
-    ) -> web.Response:
-        background = self._background.get(command_id)
-        if background is None or background.sandbox != record.id:
-            return error(400, "INVALID_REQUEST", f"command not found: {command_id}")
-        cursor_text = request.query.get("cursor", "0")
-        cursor = int(cursor_text) if cursor_text.isdigit() else 0
-        # execd seeks the combined output file to the cursor (bytes) and reads to its end.
-        with background.log.open("rb") as handle:
-            handle.seek(cursor)
-            data = handle.read()
-            end = handle.tell()
-        return web.Response(
-            body=data,
-            content_type="text/plain",
-            headers={"EXECD-COMMANDS-TAIL-CURSOR": str(end)},
-        )
 
     async def _start_background(
         self, request: web.Request, record: FakeSandbox, command: Command

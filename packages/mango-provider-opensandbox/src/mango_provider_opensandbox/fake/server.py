@@ -23,9 +23,10 @@ from mango.fakes import (
     rfc3339,
 )
 from mango.provider import SandboxNotFound
+from mango_provider_opensandbox.fake.background import BackgroundCommand
 from mango_provider_opensandbox.fake.common import error
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
-from mango_provider_opensandbox.fake.execd import BackgroundCommand, ExecdRoutes
+from mango_provider_opensandbox.fake.execd import ExecdRoutes
 from mango_provider_opensandbox.fake.gateway import EgressGateway
 from mango_provider_opensandbox.fake.image import IMAGE_PATH, fsroot_of, prepare_image
 from mango_provider_opensandbox.layout import (
