@@ -29,10 +29,16 @@ import attrs
 
 from mango.app import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
-from mango.domain.errors import ContentMismatch, PathEscapeError, SandboxNotFound
+from mango.domain.errors import (
+    ContentMismatch,
+    PathEscapeError,
+    ProcessNotFound,
+    SandboxNotFound,
+)
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
+from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -368,6 +374,185 @@ class UnboundedRead(WrappedProvider):
     sandbox_class = UnboundedReadSandbox
 
 
+@attrs.define
+class AliasedProcessesSandbox(WrappedSandbox):
+    """Hands out ids that only this client knows (a per-instance map, as if kept in memory)."""
+
+    aliases: dict[str, str] = attrs.field(factory=dict, kw_only=True)
+
+    def _inner_id(self, process_id: str) -> str:
+        if process_id not in self.aliases:
+            raise ProcessNotFound(process_id)
+        return self.aliases[process_id]
+
+    async def start(self, command: Command) -> ProcessHandle:
+        handle: ProcessHandle = await self.inner.start(command)  # type: ignore[attr-defined]
+        alias = f"mem-{next(_counter)}"
+        self.aliases[alias] = handle.id
+        return attrs.evolve(handle, id=alias)
+
+    async def processes(self) -> list[ProcessInfo]:
+        known = {inner: alias for alias, inner in self.aliases.items()}
+        infos = await self.inner.processes()  # type: ignore[attr-defined]
+        return [attrs.evolve(info, id=known[info.id]) for info in infos if info.id in known]
+
+    async def logs(self, process_id: str, **options: Any) -> ProcessOutput:
+        return await self.inner.logs(self._inner_id(process_id), **options)  # type: ignore[attr-defined, no-any-return]
+
+    async def wait(self, process_id: str, **options: Any) -> ProcessInfo:
+        info = await self.inner.wait(self._inner_id(process_id), **options)  # type: ignore[attr-defined]
+        return attrs.evolve(info, id=process_id)
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        await self.inner.send_stdin(self._inner_id(process_id), data)  # type: ignore[attr-defined]
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        info = await self.inner.kill(self._inner_id(process_id))  # type: ignore[attr-defined]
+        return attrs.evolve(info, id=process_id)
+
+
+class ProcessIdsNotDurable(WrappedProvider):
+    """A fresh provider instance (a restarted worker) knows none of the processes."""
+
+    sandbox_class = AliasedProcessesSandbox
+
+
+class LogsFromStartSandbox(WrappedSandbox):
+    """Every read of a log starts at byte 0, whatever offset was asked for."""
+
+    async def logs(
+        self, process_id: str, *, since: int = 0, max_bytes: int | None = None
+    ) -> ProcessOutput:
+        del since
+        return await self.inner.logs(process_id, max_bytes=max_bytes)  # type: ignore[attr-defined, no-any-return]
+
+
+class ProcessLogsIgnoreOffset(WrappedProvider):
+    """``logs(since=...)`` is not resumable."""
+
+    sandbox_class = LogsFromStartSandbox
+
+
+class DroppedStdinSandbox(WrappedSandbox):
+    """``send_stdin`` accepts the bytes and throws them away."""
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        await self.inner.logs(process_id)  # type: ignore[attr-defined]  # still checks the id
+
+
+class ProcessStdinDropped(WrappedProvider):
+    """Nothing sent to a running process reaches it."""
+
+    sandbox_class = DroppedStdinSandbox
+
+
+class RaisingWaitSandbox(WrappedSandbox):
+    """A wait whose timeout expires raises instead of answering RUNNING."""
+
+    async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
+        info: ProcessInfo = await self.inner.wait(process_id, timeout=timeout)  # type: ignore[attr-defined]
+        if info.state is ProcessState.RUNNING:
+            raise TimeoutError(f"{process_id} still runs after {timeout}s")
+        return info
+
+
+class ProcessWaitTimeoutRaises(WrappedProvider):
+    """The expired wait is an error."""
+
+    sandbox_class = RaisingWaitSandbox
+
+
+class LeaderOnlyProcessKillSandbox(WrappedSandbox):
+    """``kill`` signals the leader's pid only; its children live on."""
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        info: ProcessInfo = await self.inner.wait(process_id, timeout=0)  # type: ignore[attr-defined]
+        if info.state is ProcessState.RUNNING and info.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGKILL)
+            info = await self.inner.wait(process_id, timeout=10)  # type: ignore[attr-defined]
+        return attrs.evolve(info, state=ProcessState.KILLED)
+
+
+class ProcessKillLeaderOnly(WrappedProvider):
+    """A killed background process leaves its grandchildren running."""
+
+    sandbox_class = LeaderOnlyProcessKillSandbox
+
+
+class UntypedUnknownIdSandbox(WrappedSandbox):
+    """An unknown process id is a bare KeyError, not ProcessNotFound."""
+
+    async def _known(self, process_id: str) -> str:
+        infos = await self.inner.processes()  # type: ignore[attr-defined]
+        if process_id not in {info.id for info in infos}:
+            raise KeyError(process_id)
+        return process_id
+
+    async def logs(self, process_id: str, **options: Any) -> ProcessOutput:
+        return await self.inner.logs(await self._known(process_id), **options)  # type: ignore[attr-defined, no-any-return]
+
+    async def wait(self, process_id: str, **options: Any) -> ProcessInfo:
+        return await self.inner.wait(await self._known(process_id), **options)  # type: ignore[attr-defined, no-any-return]
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        await self.inner.send_stdin(await self._known(process_id), data)  # type: ignore[attr-defined]
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        return await self.inner.kill(await self._known(process_id))  # type: ignore[attr-defined, no-any-return]
+
+
+class UnknownProcessIdUntyped(WrappedProvider):
+    """Callers cannot tell a wrong id from a backend failure."""
+
+    sandbox_class = UntypedUnknownIdSandbox
+
+
+@attrs.define
+class HidingDestroySandbox(WrappedSandbox):
+    """Moves the process records aside before destroying, so nothing kills the processes."""
+
+    hide: Callable[[str], None] = attrs.field(kw_only=True)
+
+    async def destroy(self) -> None:
+        await asyncio.to_thread(self.hide, self.ref.external_id)
+        await self.inner.destroy()
+
+
+class ProcessesOutliveDestroy(WrappedProvider):
+    """A destroy leaves every background process running (until the provider closes)."""
+
+    def _hidden(self) -> Path:
+        return self.scratch / "hidden"
+
+    def hide(self, external_id: str) -> None:
+        """Move every ``pid.json`` of the sandbox out of the destroy's sight (kept for aclose)."""
+        records = Path(external_id).parent / ".procs" / Path(external_id).name
+        if not records.is_dir():
+            return
+        kept = self._hidden() / ".procs" / f"{records.name}-{next(_counter)}"
+        for record in records.iterdir():
+            if (record / "pid.json").is_file():
+                (kept / record.name).mkdir(parents=True)
+                (record / "pid.json").rename(kept / record.name / "pid.json")
+
+    def wrap(self, sandbox: Sandbox) -> WrappedSandbox:
+        return HidingDestroySandbox(sandbox, hide=self.hide)
+
+    async def destroy(self, session_key: str, ref: SandboxRef) -> None:
+        await asyncio.to_thread(self.hide, ref.external_id)
+        await self.inner.destroy(session_key, ref)
+
+    async def aclose(self) -> None:
+        # Never leak the survivors past the run: kill them the way a real destroy would.
+        from mango.local.processes import kill_recorded_processes
+
+        if (self._hidden() / ".procs").is_dir():
+            for hidden in (self._hidden() / ".procs").iterdir():
+                kill_recorded_processes(self._hidden(), hidden.name)
+        await super().aclose()
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -387,6 +572,13 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "stream-after-exit": StreamAfterExit,
     "stream-leaves-orphans": StreamLeavesOrphans,
     "exec-ignores-exit-codes": ExecIgnoresExitCodes,
+    "process-ids-not-durable": ProcessIdsNotDurable,
+    "process-logs-ignore-offset": ProcessLogsIgnoreOffset,
+    "process-stdin-dropped": ProcessStdinDropped,
+    "process-wait-timeout-raises": ProcessWaitTimeoutRaises,
+    "process-kill-leader-only": ProcessKillLeaderOnly,
+    "unknown-process-id-untyped": UnknownProcessIdUntyped,
+    "processes-outlive-destroy": ProcessesOutliveDestroy,
 }
 """Each mutant's factory, by name."""
 

@@ -22,6 +22,10 @@ class TestMutant(ProviderSuite):
 """
 
 MACHINE = "test_lifecycle_state_machine"
+RECONNECT = "test_background_processes_reconnect_from_a_fresh_provider"
+WAIT = "test_background_processes_wait_exit_and_unknown_ids"
+TREE = "test_background_processes_kill_ends_the_whole_tree"
+DESTROY = "test_background_processes_die_with_their_sandbox"
 
 CAUGHT_BY: dict[str, set[str]] = {
     "non-idempotent-create": {
@@ -69,6 +73,13 @@ CAUGHT_BY: dict[str, set[str]] = {
         "test_stream_parity_non_zero_exit",
         MACHINE,
     },
+    "process-ids-not-durable": {RECONNECT},
+    "process-logs-ignore-offset": {RECONNECT},
+    "process-stdin-dropped": {RECONNECT, WAIT},
+    "process-wait-timeout-raises": {WAIT},
+    "process-kill-leader-only": {TREE},
+    "unknown-process-id-untyped": {WAIT},
+    "processes-outlive-destroy": {DESTROY},
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 

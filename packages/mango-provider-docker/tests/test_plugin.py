@@ -55,7 +55,10 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet.of(
-        Capability.PACKAGE_SETUP, Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+        Capability.PACKAGE_SETUP,
+        Capability.FILE_RESOURCES,
+        Capability.SESSION_OUTPUTS,
+        Capability.BACKGROUND_PROCESSES,
     )
     names = {setting.env for setting in registration.settings}
     assert {
@@ -67,6 +70,7 @@ def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
         "MANGO_SANDBOX_PIDS_LIMIT",
         "MANGO_MAX_OUTPUT_BYTES",
         "MANGO_MAX_READ_BYTES",
+        "MANGO_MAX_PROCESS_LOG_BYTES",
     } <= names
     assert not any(setting.secret for setting in SETTINGS)
 

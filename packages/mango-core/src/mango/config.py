@@ -22,8 +22,10 @@ from mango.domain.errors import ConfigurationError, InvalidInput
 from mango.domain.fleet import FleetPolicy, fleet_policy
 from mango.domain.limits import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PROCESS_LOG_BYTES,
     DEFAULT_MAX_READ_BYTES,
     MAX_OUTPUT_BYTES_LIMIT,
+    MAX_PROCESS_LOG_BYTES_LIMIT,
     MAX_READ_BYTES_LIMIT,
 )
 from mango.domain.registry import SettingSpec, validate_namespace
@@ -45,6 +47,8 @@ __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
     "MAX_OUTPUT_BYTES_LIMIT",
     "MAX_OUTPUT_BYTES_SETTING",
+    "MAX_PROCESS_LOG_BYTES_ENV",
+    "MAX_PROCESS_LOG_BYTES_SETTING",
     "MAX_READ_BYTES_ENV",
     "MAX_READ_BYTES_LIMIT",
     "MAX_READ_BYTES_SETTING",
@@ -57,6 +61,7 @@ __all__ = [
     "PayloadKey",
     "Settings",
     "max_output_bytes",
+    "max_process_log_bytes",
     "max_read_bytes",
     "number_setting",
     "package_manager_hosts",
@@ -79,6 +84,15 @@ MAX_READ_BYTES_SETTING = SettingSpec(
         "'mango files read' streams them)"
     ),
     default=str(DEFAULT_MAX_READ_BYTES),
+)
+MAX_PROCESS_LOG_BYTES_ENV = "MANGO_MAX_PROCESS_LOG_BYTES"
+MAX_PROCESS_LOG_BYTES_SETTING = SettingSpec(
+    env=MAX_PROCESS_LOG_BYTES_ENV,
+    description=(
+        "cap, in bytes, on the output log a background process keeps (the oldest bytes "
+        "are dropped first, and counted)"
+    ),
+    default=str(DEFAULT_MAX_PROCESS_LOG_BYTES),
 )
 NAMESPACE_ENV = "MANGO_NAMESPACE"
 ROOT_STATE_DIR = Path("/var/lib/mango")
@@ -139,6 +153,20 @@ def max_output_bytes(env: Mapping[str, str] | None = None) -> int:
         unit="bytes",
     )
     return DEFAULT_MAX_OUTPUT_BYTES if value is None else int(value)
+
+
+def max_process_log_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The background-process log cap from ``MANGO_MAX_PROCESS_LOG_BYTES`` (1 B to 64 GiB)."""
+    env = os.environ if env is None else env
+    value = number_setting(
+        env,
+        MAX_PROCESS_LOG_BYTES_ENV,
+        minimum=1,
+        maximum=MAX_PROCESS_LOG_BYTES_LIMIT,
+        integer=True,
+        unit="bytes",
+    )
+    return DEFAULT_MAX_PROCESS_LOG_BYTES if value is None else int(value)
 
 
 PACKAGE_MANAGER_HOSTS_ENV = "MANGO_PACKAGE_MANAGER_HOSTS"

@@ -11,7 +11,7 @@ import pluggy
 import pytest
 
 from mango.config import ROOT_STATE_DIR, state_dir
-from mango.domain.capabilities import CapabilitySet
+from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import ConfigurationError
 from mango.domain.registry import (
     ConformanceTargetRegistry,
@@ -51,14 +51,15 @@ def test_plugin_module_holds_only_hookimpls() -> None:
 
 
 def test_registration_is_admission_safe() -> None:
-    """The registration declares name, no capabilities, development level and settings."""
+    """The registration declares name, background processes, development level and settings."""
     registration = registered().get("local")
-    assert registration.capabilities == CapabilitySet()
+    assert registration.capabilities == CapabilitySet(frozenset({Capability.BACKGROUND_PROCESSES}))
     assert registration.support_level is SupportLevel.DEVELOPMENT
     assert [setting.env for setting in registration.settings] == [
         SANDBOX_DIR_ENV,
         MAX_OUTPUT_BYTES_ENV,
         "MANGO_MAX_READ_BYTES",
+        "MANGO_MAX_PROCESS_LOG_BYTES",
     ]
     assert not any(setting.secret for setting in registration.settings)
     assert "NOT an isolation boundary" in registration.description

@@ -56,10 +56,14 @@ __all__ = [
 
 PROVIDER_NAME = "docker"
 CAPABILITIES = CapabilitySet.of(
-    Capability.PACKAGE_SETUP, Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS
+    Capability.PACKAGE_SETUP,
+    Capability.FILE_RESOURCES,
+    Capability.SESSION_OUTPUTS,
+    Capability.BACKGROUND_PROCESSES,
 )
 """What the provider declares and reports: package setup (through exec, on its own network),
-File Resources and Session outputs (provider-owned mounts)."""
+File Resources and Session outputs (provider-owned mounts), background processes (a supervisor
+in the container, :mod:`mango_provider_docker.processes`)."""
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"

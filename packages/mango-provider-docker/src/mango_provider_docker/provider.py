@@ -13,6 +13,7 @@ import attrs
 
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PROCESS_LOG_BYTES,
     DEFAULT_MAX_READ_BYTES,
     CapabilitySet,
     InvalidInput,
@@ -125,6 +126,10 @@ class DockerProvider:
         default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
+    max_process_log_bytes: int = attrs.field(
+        default=DEFAULT_MAX_PROCESS_LOG_BYTES, kw_only=True, validator=positive_int
+    )
+    """Cap on the log a background process keeps (``MANGO_MAX_PROCESS_LOG_BYTES``)."""
     pull_missing_images: bool = attrs.field(default=True, kw_only=True)
     """Pull an image that is not present; when False, a missing image is a configuration error."""
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -187,6 +192,7 @@ class DockerProvider:
             engine=self._engine,
             max_output_bytes=self.max_output_bytes,
             max_read_bytes=self.max_read_bytes,
+            max_process_log_bytes=self.max_process_log_bytes,
             tracker=self._tracker,
             background=self._background,
             mounts=mounts if mounts is not None else MountState(),

@@ -17,6 +17,9 @@ from mango.provider import (
     ExecResult,
     FileResourceMount,
     PathPolicy,
+    ProcessHandle,
+    ProcessInfo,
+    ProcessOutput,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -40,6 +43,7 @@ from mango_provider_docker.files import (
 from mango_provider_docker.layout import WORKSPACE
 from mango_provider_docker.mounts import FILES_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
+from mango_provider_docker.processes import ContainerProcesses
 
 __all__ = ["DockerSandbox", "ensure_running"]
 
@@ -89,6 +93,7 @@ class DockerSandbox(StreamedExec):
     _engine: Engine = attrs.field(repr=False)
     _max_output_bytes: int
     _max_read_bytes: int
+    _max_process_log_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
     _background: set[asyncio.Task[Any]] = attrs.field(repr=False)
     _mounts: MountState = attrs.field(factory=MountState)
@@ -223,6 +228,57 @@ class DockerSandbox(StreamedExec):
         await self._engine.kill_container(self.container_id)
         await asyncio.to_thread(remove_dir, self._host_dir)
         await self._engine.remove_container(self.container_id)
+
+    # ------------------------------------------------------------------ background processes
+
+    @property
+    def _processes(self) -> ContainerProcesses:
+        return ContainerProcesses(
+            self.exec,
+            log_cap=self._max_process_log_bytes,
+            output_cap=self._max_output_bytes,
+            gone=self._gone,
+        )
+
+    async def _gone(self) -> bool:
+        """After a failed exec: True if the container is gone, being removed, or was killed."""
+        inspect = await self._engine.inspect_container(self.container_id)
+        state = (inspect or {}).get("State") or {}
+        return (
+            inspect is None
+            or state.get("Status") in ("removing", "dead")
+            or (not state.get("Running") and not state.get("Paused"))
+        )
+
+    async def start(self, command: Command) -> ProcessHandle:
+        """Start ``command`` under a supervisor in the container (see :mod:`.processes`).
+
+        Environment and working directory as for :meth:`exec`; the process
+        runs until it exits, is killed, or the container goes.
+        """
+        return await self._processes.start(command)
+
+    async def processes(self) -> list[ProcessInfo]:
+        """Every background process of the container, oldest first, from any worker."""
+        return await self._processes.processes()
+
+    async def logs(
+        self, process_id: str, *, since: int = 0, max_bytes: int | None = None
+    ) -> ProcessOutput:
+        """The log from byte ``since``; at most ``max_bytes`` and the exec output cap per call."""
+        return await self._processes.logs(process_id, since, max_bytes)
+
+    async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
+        """Wait for the end or ``timeout`` (then the answer is RUNNING)."""
+        return await self._processes.wait(process_id, timeout)
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        """Write ``data`` to the process's stdin."""
+        await self._processes.send_stdin(process_id, data)
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        """Kill the process's group and tree; idempotent for an ended process."""
+        return await self._processes.kill(process_id)
 
     # ------------------------------------------------------------------ resources
 

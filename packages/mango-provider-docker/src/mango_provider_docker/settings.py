@@ -14,6 +14,7 @@ import attrs
 from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_PROCESS_LOG_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
     ConfigurationError,
     ConformanceTarget,
@@ -25,6 +26,7 @@ from mango.provider import (
     SupportLevel,
     TargetCost,
     max_output_bytes,
+    max_process_log_bytes,
     max_read_bytes,
     number_setting,
     state_dir,
@@ -131,6 +133,7 @@ SETTINGS = (
     ),
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    MAX_PROCESS_LOG_BYTES_SETTING,
 )
 """The settings the Docker provider reads, as its registration declares them."""
 
@@ -149,6 +152,7 @@ class DockerSettings:
     pull: bool
     max_output_bytes: int
     max_read_bytes: int
+    max_process_log_bytes: int
 
 
 _API_VERSION = re.compile(r"v?\d{1,3}\.\d{1,3}\Z")
@@ -205,6 +209,7 @@ def read_docker_settings(environ: Mapping[str, str]) -> DockerSettings:
         pull=pull_text in ("1", "true", "yes"),
         max_output_bytes=max_output_bytes(env),
         max_read_bytes=max_read_bytes(env),
+        max_process_log_bytes=max_process_log_bytes(env),
     )
 
 
@@ -249,6 +254,7 @@ def open_docker_provider(context: ProviderContext) -> DockerProvider:
         pids_limit=settings.pids_limit,
         max_output_bytes=settings.max_output_bytes,
         max_read_bytes=settings.max_read_bytes,
+        max_process_log_bytes=settings.max_process_log_bytes,
         pull_missing_images=settings.pull,
         progress=StderrProgress(),
     )

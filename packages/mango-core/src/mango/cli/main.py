@@ -47,6 +47,7 @@ from mango.cli.files import files
 from mango.cli.gc import gc
 from mango.cli.hints import hint_for
 from mango.cli.outputs import outputs
+from mango.cli.processes import processes
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
 from mango.cli.resources import resources
@@ -145,6 +146,7 @@ for _command in (
     providers,
     exec_,
     files,
+    processes,
     sessions,
     reconcile,
     gc,

@@ -34,10 +34,12 @@ from mango.domain.errors import InvalidInput
 __all__ = [
     "CPUS_GRAMMAR",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_PROCESS_LOG_BYTES",
     "DEFAULT_MAX_READ_BYTES",
     "MAX_CPUS",
     "MAX_MEMORY_BYTES",
     "MAX_OUTPUT_BYTES_LIMIT",
+    "MAX_PROCESS_LOG_BYTES_LIMIT",
     "MAX_READ_BYTES_LIMIT",
     "MEMORY_GRAMMAR",
     "MIN_CPUS",
@@ -53,6 +55,10 @@ DEFAULT_MAX_READ_BYTES = 16 * 1024 * 1024
 """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``), 16 MiB."""
 MAX_READ_BYTES_LIMIT = 1024 * 1024 * 1024
 """Upper bound of ``MANGO_MAX_READ_BYTES``: a buffered read holds the whole file in memory."""
+DEFAULT_MAX_PROCESS_LOG_BYTES = 16 * 1024 * 1024
+"""Default cap on the log a background process keeps (``MANGO_MAX_PROCESS_LOG_BYTES``), 16 MiB."""
+MAX_PROCESS_LOG_BYTES_LIMIT = 64 * 1024 * 1024 * 1024
+"""Upper bound of ``MANGO_MAX_PROCESS_LOG_BYTES`` (the log is on disk, never in memory)."""
 
 MAX_MEMORY_BYTES = 1 << 50
 """The largest memory size (``1p``, 1 PiB): beyond any host."""

@@ -7,10 +7,12 @@
    filesystem and network, and can read or change anything that user can.
    Use it for development and tests only, never for untrusted code.
 
-It declares **no capabilities** (an empty :class:`~mango.domain.CapabilitySet`),
-so package setup, limited network and resource mounts (file resources,
-session outputs, skills, memory stores) are rejected at admission, before
-anything is provisioned.
+It declares **one capability**, ``background-processes``
+(:mod:`mango.local.processes`: a small supervisor per process, its log and
+state under the provider's own records, so another worker lists, reads and
+kills it); package setup, limited network and resource mounts (file
+resources, session outputs, skills, memory stores) are rejected at
+admission, before anything is provisioned.
 
 What it does guarantee is the core sandbox contract, so the rest of mango can
 be developed and tested against it:
@@ -24,7 +26,8 @@ be developed and tested against it:
   output capped per stream with memory bounded by the cap;
 * file reads and writes confined to the workspace: ``..``, absolute paths and
   symlinks anywhere in the path are refused, never followed;
-* idempotent destroy that also kills the sandbox's running commands.
+* idempotent destroy that also kills the sandbox's running commands and
+  background processes, whichever process started them.
 
 Select it with ``MANGO_SANDBOX=local``; settings are in :mod:`mango.local.settings`.
 """

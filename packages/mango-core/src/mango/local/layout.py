@@ -7,6 +7,7 @@ directory::
     <base>/mango-<32 hex>/workspace/        the workspace root (HOME and cwd of commands)
     <base>/.owners/mango-<32 hex>.json      owner record (labels), read-only
     <base>/.runs/mango-<32 hex>             started commands (see mango.local.runs)
+    <base>/.procs/mango-<32 hex>/           background processes (see mango.local.processes)
 
 The directory name is the deterministic name of
 :class:`~mango.provider.ownership.Ownership`, so it has a fixed length, never
@@ -48,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mango.local.processes import remove_processes
 from mango.local.removal import explain, remove_tree
 from mango.local.runs import RUNS_DIR, kill_logged_runs, run_log
 from mango.provider import (
@@ -290,6 +292,7 @@ def remove_session(session_dir: Path) -> None:
     with host_errors(base, setting=SANDBOX_DIR_ENV, what="cannot remove a local sandbox"):
         _retire(session_dir)
         kill_logged_runs(base, session_dir.name)
+        remove_processes(base, session_dir.name)
         # Never through a mount point, past a pinned file or along a link
         # (mango.local.removal); whatever blocks stays for the next removal.
         purge_leftovers(session_dir, remove=remove_tree)

@@ -25,7 +25,9 @@ from mango.local.layout import (
 from mango.local.sandbox import DESTROY_WAIT_SECONDS, LocalSandbox, checkpoint
 from mango.provider import (
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PROCESS_LOG_BYTES,
     DEFAULT_MAX_READ_BYTES,
+    Capability,
     CapabilitySet,
     InvalidInput,
     OwnedResource,
@@ -37,7 +39,10 @@ from mango.provider import (
 from mango.provider.execution import ExecTracker
 from mango.provider.ownership import Ownership, namespace_field
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
+__all__ = ["CAPABILITIES", "DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
+
+CAPABILITIES = CapabilitySet(frozenset({Capability.BACKGROUND_PROCESSES}))
+"""What the local provider declares: background processes (:mod:`mango.local.processes`)."""
 
 
 def _as_path(value: str | os.PathLike[str]) -> Path:
@@ -57,8 +62,8 @@ class LocalProvider:
 
     **Not an isolation boundary**: commands share the worker's kernel,
     filesystem, network and user. For development and tests only. It declares
-    no capabilities, so package setup, limited network and resource mounts
-    are rejected at admission.
+    ``background-processes`` only, so package setup, limited network and
+    resource mounts are rejected at admission.
 
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
     instance over the same ``base_dir`` (a restarted worker) finds what an
@@ -79,6 +84,10 @@ class LocalProvider:
         default=DEFAULT_MAX_READ_BYTES, kw_only=True, validator=positive_int
     )
     """Default bound of a buffered ``read_file`` (``MANGO_MAX_READ_BYTES``)."""
+    max_process_log_bytes: int = attrs.field(
+        default=DEFAULT_MAX_PROCESS_LOG_BYTES, kw_only=True, validator=positive_int
+    )
+    """Cap on the log a background process keeps (``MANGO_MAX_PROCESS_LOG_BYTES``)."""
     namespace: str = namespace_field()
     """The deployment namespace every owner record and directory name carries."""
     _tracker: ExecTracker = attrs.field(factory=ExecTracker, init=False, repr=False)
@@ -90,8 +99,8 @@ class LocalProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """None: package setup, limited network and resource mounts are refused at admission."""
-        return CapabilitySet()
+        """``background-processes`` only: package setup, network and mounts are refused."""
+        return CAPABILITIES
 
     @property
     def ownership(self) -> Ownership:
@@ -105,6 +114,7 @@ class LocalProvider:
             spec=spec,
             max_output_bytes=self.max_output_bytes,
             max_read_bytes=self.max_read_bytes,
+            max_process_log_bytes=self.max_process_log_bytes,
             tracker=self._tracker,
         )
 

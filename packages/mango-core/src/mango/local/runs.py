@@ -40,7 +40,14 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["COMPACT_BYTES", "RUNS_DIR", "kill_logged_runs", "log_run", "run_log"]
+__all__ = [
+    "COMPACT_BYTES",
+    "RUNS_DIR",
+    "group_is_recorded",
+    "kill_logged_runs",
+    "log_run",
+    "run_log",
+]
 
 RUNS_DIR = ".runs"
 """Directory under the base directory holding one run log per sandbox."""
@@ -146,7 +153,11 @@ def _leader_started_ns(pid: int) -> int | None:
     return int(fields[19]) * 1_000_000_000 // _TICKS
 
 
-def _killable(pgid: int, logged_ns: int) -> bool:
+def group_is_recorded(pgid: int, logged_ns: int) -> bool:
+    """True unless the leader of ``pgid`` started after ``logged_ns`` (a reused number).
+
+    ``logged_ns`` is ``CLOCK_BOOTTIME`` when the group was recorded (0: unknown).
+    """
     if not _PROC.is_dir() or not logged_ns:
         return True
     started = _leader_started_ns(pgid)
@@ -170,7 +181,7 @@ def kill_logged_runs(base_dir: Path, name: str) -> int:
     own = os.getpgrp()
     for pgid, logged_ns in latest.items():
         # Never group 0/1 or our own group, whatever a line says.
-        if pgid <= 1 or pgid == own or not _killable(pgid, logged_ns):
+        if pgid <= 1 or pgid == own or not group_is_recorded(pgid, logged_ns):
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)

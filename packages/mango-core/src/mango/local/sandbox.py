@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,12 +23,27 @@ from mango.local.files import (
     write_workspace_file,
 )
 from mango.local.layout import remove_session, workspace_root
+from mango.local.processes import (
+    kill_process,
+    list_processes,
+    process_dir,
+    process_info,
+    read_log,
+    start_process,
+    stdin_fd,
+)
 from mango.local.runs import log_run, run_log
 from mango.provider import (
     Command,
     ExecResult,
     InvalidInput,
     PathPolicy,
+    PermanentError,
+    ProcessHandle,
+    ProcessInfo,
+    ProcessNotFound,
+    ProcessOutput,
+    ProcessState,
     ProviderUnavailable,
     SandboxNotFound,
     SandboxRef,
@@ -37,10 +53,12 @@ from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, chec
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
 
-__all__ = ["DESTROY_WAIT_SECONDS", "LocalSandbox", "checkpoint"]
+__all__ = ["DESTROY_WAIT_SECONDS", "WAIT_POLL_SECONDS", "LocalSandbox", "checkpoint"]
 
 DESTROY_WAIT_SECONDS = 10.0
 """How long destroy waits for killed commands to be reaped before removing the tree."""
+WAIT_POLL_SECONDS = 0.02
+"""How often a wait for a background process looks at its record (another process writes it)."""
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
@@ -65,6 +83,7 @@ class LocalSandbox(StreamedExec):
     _spec: SandboxSpec
     _max_output_bytes: int
     _max_read_bytes: int
+    _max_process_log_bytes: int
     _tracker: ExecTracker = attrs.field(repr=False)
     # Plain strings: the exec path checks them on every command (Path objects cost more).
     _session_path: str = attrs.field(
@@ -209,12 +228,126 @@ class LocalSandbox(StreamedExec):
         await checkpoint()
         await asyncio.to_thread(write_workspace_file, self.path_policy, path, payload)
 
+    # Background processes (capability background-processes, see mango.local.processes).
+
+    def _process_dir(self, process_id: str) -> Path:
+        """The record of ``process_id``; SandboxNotFound once the sandbox is gone."""
+        if self._deleted():
+            raise SandboxNotFound(f"local sandbox {self._session_dir} is gone")
+        try:
+            return process_dir(self._session_dir.parent, self._session_dir.name, process_id)
+        except ProcessNotFound:
+            if self._deleted():
+                raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from None
+            raise
+
+    async def start(self, command: Command) -> ProcessHandle:
+        """Start ``command`` under a supervisor of its own; see :class:`ProcessSandbox`.
+
+        The environment and directory are those of :meth:`exec`; the process
+        outlives this client and the worker (its supervisor records its end).
+        """
+        await checkpoint()
+        if self._deleted():
+            raise SandboxNotFound(f"local sandbox {self._session_dir} is gone")
+        cwd_fd = (
+            await asyncio.to_thread(open_workspace_dir, self.path_policy, command.cwd)
+            if command.cwd
+            else open_workspace_root(self.root)
+        )
+        try:
+            env = {"PATH": SAFE_PATH, "HOME": self.root, **command.env_dict}
+            process_id, pid = await asyncio.to_thread(
+                start_process,
+                self._session_dir.parent,
+                self._session_dir.name,
+                argv=command.argv,
+                env=env,
+                cwd_fd=cwd_fd,
+                stdin=command.stdin,
+                timeout=command.timeout,
+                log_cap=self._max_process_log_bytes,
+            )
+        except OSError as exc:
+            if self._deleted():
+                raise SandboxNotFound(f"local sandbox {self._session_dir} is gone") from exc
+            raise ProviderUnavailable(f"cannot start the background process: {exc}") from exc
+        finally:
+            os.close(cwd_fd)
+        return ProcessHandle(process_id, pid)
+
+    async def processes(self) -> list[ProcessInfo]:
+        """Every background process of this sandbox, oldest first, from any worker."""
+        await checkpoint()
+        if self._deleted():
+            raise SandboxNotFound(f"local sandbox {self._session_dir} is gone")
+        return await asyncio.to_thread(
+            list_processes, self._session_dir.parent, self._session_dir.name
+        )
+
+    async def logs(
+        self, process_id: str, *, since: int = 0, max_bytes: int | None = None
+    ) -> ProcessOutput:
+        """The log from byte ``since`` (at most ``max_bytes``, default the output cap)."""
+        limit = self._max_output_bytes if max_bytes is None else max_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
+        directory = self._process_dir(process_id)
+        return await asyncio.to_thread(read_log, directory, since, limit)
+
+    async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
+        """Poll the record until the process ends or ``timeout`` passes (then RUNNING)."""
+        directory = self._process_dir(process_id)
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while True:
+            try:
+                info = await asyncio.to_thread(process_info, directory)
+            except ProcessNotFound:
+                self._process_dir(process_id)  # SandboxNotFound after a destroy
+                raise
+            if info.state is not ProcessState.RUNNING:
+                return info
+            if deadline is not None and time.monotonic() >= deadline:
+                return info
+            pause = WAIT_POLL_SECONDS
+            if deadline is not None:
+                pause = min(pause, max(deadline - time.monotonic(), 0.0))
+            await asyncio.sleep(pause)
+
+    async def send_stdin(self, process_id: str, data: bytes) -> None:
+        """Write ``data`` to the process's stdin FIFO (waits while it is full)."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidInput(f"send_stdin() takes bytes, got {type(data).__name__}")
+        directory = self._process_dir(process_id)
+        fd = await asyncio.to_thread(stdin_fd, directory)
+        view = memoryview(bytes(data))
+        try:
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await asyncio.sleep(WAIT_POLL_SECONDS)
+                    if (await asyncio.to_thread(process_info, directory)).state is not (
+                        ProcessState.RUNNING
+                    ):
+                        raise PermanentError(
+                            f"background process {process_id} ended before reading its stdin"
+                        ) from None
+        finally:
+            os.close(fd)
+
+    async def kill(self, process_id: str) -> ProcessInfo:
+        """SIGKILL the process's group (its whole tree); idempotent for an ended process."""
+        directory = self._process_dir(process_id)
+        return await asyncio.to_thread(kill_process, directory)
+
     async def destroy(self) -> None:
         """Kill this sandbox's running commands and remove its directory. Idempotent.
 
-        Commands still running, started by this process or any other, are
-        killed and get ``ExecResult(cancelled=True, exit_code=-1)``. After
-        this, attach raises :class:`SandboxNotFound`.
+        Commands and background processes still running, started by this
+        process or any other, are killed; commands get
+        ``ExecResult(cancelled=True, exit_code=-1)``. After this, attach
+        raises :class:`SandboxNotFound`.
         """
         await checkpoint()
         await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)

@@ -9,18 +9,19 @@ import attrs
 
 from mango.local.conformance import open_conformance_provider
 from mango.local.layout import PROVIDER_NAME, SANDBOX_DIR_ENV
-from mango.local.provider import LocalProvider
+from mango.local.provider import CAPABILITIES, LocalProvider
 from mango.provider import (
     MAX_OUTPUT_BYTES_ENV,
     MAX_OUTPUT_BYTES_SETTING,
+    MAX_PROCESS_LOG_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
-    CapabilitySet,
     ConformanceTarget,
     ProviderContext,
     ProviderRegistration,
     SettingSpec,
     SupportLevel,
     max_output_bytes,
+    max_process_log_bytes,
     max_read_bytes,
     state_dir,
 )
@@ -51,6 +52,7 @@ SETTINGS = (
     ),
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
+    MAX_PROCESS_LOG_BYTES_SETTING,
 )
 """The settings the local provider reads, as its registration declares them."""
 
@@ -62,6 +64,7 @@ class LocalSettings:
     sandbox_dir: Path
     max_output_bytes: int
     max_read_bytes: int
+    max_process_log_bytes: int
 
 
 def read_local_settings(environ: Mapping[str, str]) -> LocalSettings:
@@ -80,6 +83,7 @@ def read_local_settings(environ: Mapping[str, str]) -> LocalSettings:
         sandbox_dir=sandbox_dir,
         max_output_bytes=max_output_bytes(env),
         max_read_bytes=max_read_bytes(env),
+        max_process_log_bytes=max_process_log_bytes(env),
     )
 
 
@@ -93,13 +97,14 @@ def open_local_provider(context: ProviderContext) -> LocalProvider:
         settings.sandbox_dir,
         max_output_bytes=settings.max_output_bytes,
         max_read_bytes=settings.max_read_bytes,
+        max_process_log_bytes=settings.max_process_log_bytes,
         namespace=context.namespace,
     )
 
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet(),
+    capabilities=CAPABILITIES,
     support_level=SupportLevel.DEVELOPMENT,
     settings=SETTINGS,
     factory=open_local_provider,
@@ -108,7 +113,7 @@ REGISTRATION = ProviderRegistration(
         "(development and tests only)"
     ),
 )
-"""``local``: development only, not an isolation boundary, no capabilities."""
+"""``local``: development only, not an isolation boundary; background processes only."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,

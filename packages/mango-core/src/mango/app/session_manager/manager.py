@@ -24,6 +24,7 @@ from mango.app import telemetry
 from mango.app.admission import admit_environment
 from mango.app.materializer import MaterializeReport
 from mango.app.outputs import PublishReport
+from mango.app.processes import check_declared, process_sandbox
 from mango.app.session_files import SessionFiles
 from mango.app.session_manager.clients import ClientCache, SessionLocks
 from mango.app.session_manager.context import (
@@ -62,7 +63,7 @@ from mango.domain.lifecycle import (
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, Provider, Sandbox
+from mango.domain.ports import BindingStore, ProcessSandbox, Provider, Sandbox
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
 from mango.domain.validators import non_negative_number, positive_int
@@ -394,6 +395,27 @@ class SessionManager:
                 f"idle_for must be a number of seconds of at least {self.use_interval:g} "
                 f"(how coarsely uses are written), got {idle_for!r}"
             )
+
+    async def processes(
+        self, session_id: str, spec: SandboxSpec, *, provision: bool = True
+    ) -> ProcessSandbox | None:
+        """The Session's sandbox for its background processes (capability ``background-processes``).
+
+        Refused with :class:`CapabilityNotSupported` before anything is
+        acquired when the provider does not declare the capability (or its
+        sandbox does not implement :class:`~mango.domain.ports.ProcessSandbox`).
+        With ``provision`` the sandbox is acquired as for ``exec`` (made on
+        first use); without it, ``None`` if the Session has no bound sandbox
+        (a mistyped id never creates one). Process ids are durable: any
+        worker reaches a process started by another through this.
+        """
+        validate_session_id(session_id)
+        check_declared(self.provider.name, self._declared)
+        if provision:
+            sandbox: Sandbox | None = await self.acquire(session_id, spec)
+        else:
+            sandbox = await self.acquire_existing(session_id, spec)
+        return None if sandbox is None else process_sandbox(self.provider.name, sandbox, session_id)
 
     async def aclose(self) -> None:
         """Forget cached clients and close the provider's connections."""
