@@ -27,9 +27,9 @@ async def test_a_process_runs_in_its_own_session_until_killed(
 async def test_a_stopped_sandbox_takes_its_processes_along(
     sandbox: DaytonaSandbox, fake: DaytonaFake
 ) -> None:
-    """Daytona stops the container: after a start the process has ended (no exit code)."""
+    """Daytona stops the container: after a start the process reads killed (no exit code)."""
     handle = await sandbox.start(Command(("sh", "-c", "exec cat")))
     fake.set_state(sandbox.ref.external_id, "stopped")
     fake.set_state(sandbox.ref.external_id, "started")
     info = await sandbox.wait(handle.id, timeout=0)
-    assert (info.state, info.exit_code) == (ProcessState.EXITED, None)
+    assert (info.state, info.exit_code) == (ProcessState.KILLED, None)

@@ -2,7 +2,7 @@
 
 The known peer defect (a ``Connect`` that E2B's edge ends after two
 minutes) is played by the fake's ``connect_deadline``; a process that envd
-forgot without an exit status (a cold boot) ends with no exit code.
+forgot without an exit status (a cold boot) reads killed, with no exit code.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ async def test_a_long_log_is_read_in_bounded_ranges(
         await sandbox.destroy()
 
 
-async def test_a_process_lost_in_a_cold_boot_has_exited_without_a_code(
+async def test_a_process_lost_in_a_cold_boot_reads_killed_without_a_code(
     fake: E2BFakeService, provider: E2BProvider, session_key: str
 ) -> None:
-    """A filesystem-only pause kills the processes; their files stay: EXITED, no exit code."""
+    """A filesystem-only pause kills the processes; their files stay: KILLED, no exit code."""
     sandbox = await provider.create(session_key, SPEC)
     try:
         handle = await sandbox.start(Command(("sh", "-c", "echo up; exec cat")))
@@ -88,7 +88,7 @@ async def test_a_process_lost_in_a_cold_boot_has_exited_without_a_code(
         listed = {info.id: info for info in await sandbox.processes()}
         assert fake.cold_boots(sandbox.ref.external_id) == 1
         info = listed[handle.id]
-        assert (info.state, info.exit_code) == (ProcessState.EXITED, None)
+        assert (info.state, info.exit_code) == (ProcessState.KILLED, None)
         assert (await sandbox.logs(handle.id)).complete
     finally:
         await sandbox.destroy()

@@ -94,7 +94,7 @@ def test_a_missing_program_exits_127(tmp_path: Path) -> None:
 
 
 def test_listing_rules() -> None:
-    """An exit wins over a late kill; no exit, no kill and not running: ended, no code."""
+    """An exit wins over a late kill; no exit, no kill and not running: lost (killed, no code)."""
     meta = '{"argv":["a"],"started_at":"2026-01-01T00:00:00+00:00"}'
     text = "\n".join(
         [
@@ -111,7 +111,7 @@ def test_listing_rules() -> None:
     assert records["p1"].vendor == "cmd-1"
     assert records["p2"].info(running=False).state is ProcessState.EXITED
     vanished = records["p3"].info(running=False)
-    assert (vanished.state, vanished.exit_code) == (ProcessState.EXITED, None)
+    assert (vanished.state, vanished.exit_code) == (ProcessState.KILLED, None)
 
 
 def test_ids_windows_and_slices() -> None:

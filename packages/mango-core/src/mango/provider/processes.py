@@ -25,8 +25,10 @@ A vendor that kills its sandbox's processes on destroy kills the group with
 them (the VM or container goes).
 
 A process whose ``exit`` is missing and whom the vendor no longer lists
-ended without a word (its sandbox restarted): it is reported
-:attr:`~mango.domain.sandbox_ports.ProcessState.EXITED` with no exit code.
+ended without a word (its sandbox restarted, the supervisor was killed
+behind mango's back): nothing will record its end, and it is reported
+:attr:`~mango.domain.sandbox_ports.ProcessState.KILLED` with no exit code,
+as the local and Docker providers report a lost supervisor.
 The shell reports a command killed by signal N as ``128 + N``; the table
 reports it as ``-N`` (a command that itself exits with 129 to 192 is read
 the same way: a shell cannot tell them apart).
@@ -285,7 +287,7 @@ class ProcessRecord:
 
         An ``exit`` file wins (the command ended by itself, even if a kill came
         late); ``killed`` without one is a kill; neither, and not running, is
-        an end nobody saw (no exit code).
+        a supervisor lost with its sandbox's restart: killed, no exit code.
         """
         if self.exit is not None:
             code = -(self.exit - 128) if self.exit in _SIGNALS else self.exit
@@ -295,7 +297,7 @@ class ProcessRecord:
         elif running:
             code, state = None, ProcessState.RUNNING
         else:
-            code, state = None, ProcessState.EXITED
+            code, state = None, ProcessState.KILLED
         return ProcessInfo(
             id=self.id,
             argv=self.argv,
