@@ -75,7 +75,7 @@ CAUGHT_BY: dict[str, set[str]] = {
     },
     "process-ids-not-durable": {RECONNECT},
     "process-logs-ignore-offset": {RECONNECT},
-    "process-stdin-dropped": {RECONNECT, WAIT},
+    "process-stdin-dropped": {RECONNECT},
     "process-wait-timeout-raises": {WAIT},
     "process-kill-leader-only": {TREE},
     "unknown-process-id-untyped": {WAIT},

@@ -215,7 +215,7 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
     providers = json.loads(run("providers", "--json").stdout)
     assert providers == [
         {
-            "capabilities": [],
+            "capabilities": ["background-processes"],
             "description": providers[0]["description"],
             "name": "local",
             "quirks": [],

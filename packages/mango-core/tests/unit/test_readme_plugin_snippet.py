@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mango.local import LocalProvider
-from mango.provider import ProviderContext, ProviderRegistry
+from mango.provider import CapabilitySet, ProviderContext, ProviderRegistry
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -32,6 +32,11 @@ class MyProvider(LocalProvider):
     def name(self) -> str:
         """The registered name."""
         return "mine"
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        """What the snippet registers: none (the local provider's processes are not declared)."""
+        return CapabilitySet()
 
     @classmethod
     def from_settings(cls, environ: dict[str, str], *, namespace: str) -> MyProvider:

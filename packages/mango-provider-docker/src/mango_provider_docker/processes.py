@@ -173,7 +173,7 @@ _DESCRIBE = (
     _START_TIME
     + r"""_mango_lost() {
     [ ! -e "$1/exit.json" ] && read -r _sp _ss < "$1/supervisor" 2>/dev/null &&
-        [ "$(_mango_start "$_sp")" != "$_ss" ]
+        [ "$(_mango_start "$_sp")" != "$_ss" ] && [ ! -e "$1/exit.json" ]
 }
 _mango_describe() {
     printf '== %s\n' "${1##*/}"

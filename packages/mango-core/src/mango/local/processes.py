@@ -206,8 +206,13 @@ def process_info(directory: Path) -> ProcessInfo:
         state = ProcessState(ended.get("state", ProcessState.EXITED))
         exit_code = ended.get("exit_code")
     elif pid is not None and not _supervised(pid):
-        # The supervisor was killed behind mango's back: nothing will record the end.
-        state = ProcessState.KILLED
+        ended = _read_json(directory / "exit.json")  # it may have ended since the first look
+        if ended is None:
+            # The supervisor was killed behind mango's back: nothing will record the end.
+            state = ProcessState.KILLED
+        else:
+            state = ProcessState(ended.get("state", ProcessState.EXITED))
+            exit_code = ended.get("exit_code")
     started = meta.get("started_at")
     return ProcessInfo(
         id=directory.name,
