@@ -169,8 +169,10 @@ class ShellProcesses:
     async def logs(
         self, process_id: str, *, since: int = 0, max_bytes: int | None = None
     ) -> ProcessOutput:
-        """One exec: the state first, then the log's size and the slice (at most the exec cap)."""
-        limit = min(check_window(since, max_bytes, self._output_cap()), self._output_cap() - 32)
+        """The state first (one exec), then the slice and the log's size (:meth:`_read_log`)."""
+        # The slice travels in one exec's stdout after a size line: it stays under the exec cap.
+        room = max(1, self._output_cap() - 32)
+        limit = min(check_window(since, max_bytes, self._output_cap()), room)
         record = await self._record(process_id)
         ended = record.info(running=record.alive).state is not ProcessState.RUNNING
         data, size = await self._read_log(record, since, limit)
