@@ -51,10 +51,10 @@ async def test_a_wait_outlives_connect_streams_the_edge_cuts(
         await provider.aclose()
 
 
-async def test_a_long_log_is_read_in_bounded_ranges(
+async def test_a_long_log_is_read_in_bounded_pieces(
     provider: E2BProvider, session_key: str
 ) -> None:
-    """Ranged reads of max_bytes each give back the whole log, byte for byte, then complete."""
+    """Reads of max_bytes each give back the whole log, byte for byte, then complete."""
     sandbox = await provider.create(session_key, SPEC)
     try:
         script = "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done"

@@ -25,8 +25,8 @@ from mango.provider.processes import (
     listing_line,
     log_line,
     output_slice,
-    parse_content_range,
     parse_listing,
+    parse_log_answer,
     process_directory,
     wait_line,
 )
@@ -41,14 +41,14 @@ def _sh(line: str, *, check: bool = True, **kwargs: object) -> bytes:
     ).stdout
 
 
-def _run(tmp_path: Path, command: Command, process_id: str) -> str:
+def _run(tmp_path: Path, command: Command, process_id: str, *, cap: int = 1 << 20) -> str:
     """Launch ``command`` as a vendor would (detached), wait for its end; return its dir."""
     root = tmp_path / "processes"
     directory = process_directory(process_id, str(root))
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     line = launch_line(
-        command, datetime.now(UTC), root=str(workspace), directory=directory, detach=True
+        command, datetime.now(UTC), root=str(workspace), directory=directory, detach=True, cap=cap
     )
     # The launching shell reports the supervisor's end (137 after a kill), as a session would.
     _sh(line, check=False, cwd=workspace, stdin=subprocess.DEVNULL)
@@ -70,8 +70,24 @@ def test_an_exit_its_log_and_a_byte_range(tmp_path: Path) -> None:
     info = record.info(running=record.alive)
     assert (info.state, info.exit_code, info.argv) == (ProcessState.EXITED, 3, command.argv)
     assert info.started_at is not None
-    size, _, data = _sh(log_line(directory, 4, 4)).partition(b"\n")
-    assert (int(size), data) == (len(b"out\nerr\nagain\n"), b"err\n")
+    data, offset, size, dropped = parse_log_answer(_sh(log_line(directory, 4, 4)), 4)
+    assert (data, offset, size, dropped) == (b"err\n", 4, len(b"out\nerr\nagain\n"), 0)
+
+
+def test_the_log_keeps_its_cap_and_counts_what_it_dropped(tmp_path: Path) -> None:
+    """Past the cap the oldest segments go; offsets still count from the first byte."""
+    expected = b"".join(b"%05d\n" % i for i in range(1000))  # 6000 bytes
+    command = Command(
+        ("sh", "-c", "i=0; while [ $i -lt 1000 ]; do printf '%05d\\n' $i; i=$((i+1)); done")
+    )
+    directory = _run(tmp_path, command, "p1-capped", cap=800)
+    data, offset, size, dropped = parse_log_answer(_sh(log_line(directory, 0, 10_000)), 0)
+    assert size == len(expected)
+    assert 0 < dropped == offset
+    assert data == expected[dropped:]
+    assert len(data) <= 800 + 2 * 100  # the cap, give or take a segment
+    part, at, _size, _dropped = parse_log_answer(_sh(log_line(directory, 5990, 4)), 5990)
+    assert (part, at) == (expected[5990:5994], 5990)
 
 
 def test_a_signal_is_negative_and_a_timeout_is_a_kill(tmp_path: Path) -> None:
@@ -90,7 +106,7 @@ def test_a_missing_program_exits_127(tmp_path: Path) -> None:
     """As for exec: mango's own words and 127."""
     directory = _run(tmp_path, Command(("mango-no-such-program",)), "p1-missing")
     assert _record(tmp_path, "p1-missing").exit == 127
-    assert b"mango-no-such-program: command not found" in Path(directory, "log").read_bytes()
+    assert b"mango-no-such-program: command not found" in Path(directory, "log.0").read_bytes()
 
 
 def test_listing_rules() -> None:
@@ -128,8 +144,6 @@ def test_ids_windows_and_slices() -> None:
     assert output_slice(b"ab", since=2, size=4, ended=True).complete
     assert not output_slice(b"ab", since=1, size=4, ended=True).complete
     assert not output_slice(b"ab", since=2, size=4, ended=False).complete
-    assert (parse_content_range("bytes 0-9/42"), parse_content_range("bytes */7")) == (42, 7)
-    assert parse_content_range("nonsense") is None
 
 
 async def test_the_reaper_kills_what_left_its_group() -> None:

@@ -35,7 +35,6 @@ from mango.provider.http import (
     map_httpx_exceptions,
     transfer_deadline,
 )
-from mango.provider.processes import parse_content_range
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -403,46 +402,6 @@ class Envd:
             if isinstance(tag, str) and isinstance(pid, int) and not isinstance(pid, bool):
                 found[tag] = pid
         return found
-
-    async def read_range(self, path: str, since: int, max_bytes: int) -> tuple[bytes, int] | None:
-        """Up to ``max_bytes`` of the file ``path`` from byte ``since``, and the file's size.
-
-        ``GET /files`` with a ``Range`` header: envd serves files with Go's
-        ``http.ServeContent``, which answers ``206`` with ``Content-Range``
-        (or ``416`` past the end). ``None`` if the file does not exist.
-        Memory stays O(``max_bytes``).
-        """
-        operation = f"{self.provider}: envd read file range"
-        headers = self._headers(
-            {"Range": f"bytes={since}-{since + max_bytes - 1}", "Accept-Encoding": "identity"}
-        )
-        async with self.api.stream(
-            "GET",
-            self._url("/files"),
-            operation=operation,
-            idempotent=True,
-            expected=(404, 416),
-            params={"path": path, "username": "root"},
-            headers=headers,
-            timeout=_FILE_TIMEOUT,
-        ) as response:
-            if response.status_code == 404:
-                return None
-            if response.status_code == 416:
-                size = parse_content_range(response.headers.get("Content-Range"))
-                return b"", since if size is None else size
-            data = bytearray()
-            async for chunk in response.aiter_bytes():
-                data += chunk[: max_bytes - len(data)]
-                if len(data) >= max_bytes:
-                    break
-            if response.status_code == 206:
-                size = parse_content_range(response.headers.get("Content-Range"))
-                if size is None:
-                    raise ProtocolError(f"{operation}: 206 without a Content-Range")
-                return bytes(data), size
-            # 200: a server that ignored the range sent the whole file from byte 0.
-            raise ProtocolError(f"{operation}: the server ignored the Range header")
 
     async def pid_of(self, tag: str) -> int | None:
         """The pid of the running process started with ``tag`` (``List``), or ``None``."""

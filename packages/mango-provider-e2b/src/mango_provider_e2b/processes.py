@@ -7,8 +7,8 @@ is connected* (``Connect``: no replay of the past) and forwards stdin
 ends, and older envds keep no exit status for a late ``Connect``. So the
 facts a fresh worker needs are kept in the sandbox by the kit's supervisor
 (:mod:`mango.provider.processes`): ``meta`` (uploaded before the start), the
-log (read by byte range: envd serves ``GET /files`` with Go's
-``http.ServeContent``, which honours ``Range``), ``exit`` and ``killed``.
+log (capped segments, read from a byte offset by one short command), ``exit``
+and ``killed``.
 
 A process is running while envd lists its tag and its ``exit``/``killed``
 are unwritten. :meth:`ProcessMethods.wait` never hangs on one long-lived
@@ -47,10 +47,12 @@ from mango.provider.processes import (
     check_process_id,
     check_window,
     listing_line,
+    log_line,
     meta_json,
     new_process_id,
     output_slice,
     parse_listing,
+    parse_log_answer,
     process_directory,
     supervisor_line,
 )
@@ -110,10 +112,9 @@ class ProcessMethods:
             await self._confirm(exc, resume=True)
         return await self._envd.running()
 
-    async def _records(self, process_id: str | None = None) -> list[ProcessRecord]:
-        result = await self.exec(
-            Command(("/bin/sh", "-c", listing_line(PROCESS_DIR, process_id)), timeout=LIST_SECONDS)
-        )
+    async def _shell(self, line: str) -> bytes:
+        """Run one short table command; its stdout (a destroy meanwhile: SandboxNotFound)."""
+        result = await self.exec(Command(("/bin/sh", "-c", line), timeout=LIST_SECONDS))
         if result.cancelled:
             # The sandbox was torn down while the listing ran (exec's word for a destroy).
             raise SandboxNotFound(f"sandbox {self.sandbox_id!r} was destroyed")
@@ -122,7 +123,11 @@ class ProcessMethods:
                 f"reading the background processes failed (exit {result.exit_code}): "
                 f"{result.stderr[:200].decode(errors='replace')}"
             )
-        return parse_listing(result.stdout.decode("utf-8", errors="replace"))
+        return result.stdout
+
+    async def _records(self, process_id: str | None = None) -> list[ProcessRecord]:
+        text = await self._shell(listing_line(PROCESS_DIR, process_id))
+        return parse_listing(text.decode("utf-8", errors="replace"))
 
     async def _process_info(self, process_id: str) -> ProcessInfo:
         check_process_id(process_id)
@@ -182,17 +187,15 @@ class ProcessMethods:
     async def logs(
         self, process_id: str, *, since: int = 0, max_bytes: int | None = None
     ) -> ProcessOutput:
-        """The log from byte ``since``: one ranged ``GET /files``, at most ``max_bytes``."""
-        limit = check_window(since, max_bytes, self._output_cap())
+        """The log from byte ``since`` (or its first kept byte): one command, at most
+        ``max_bytes`` (and under the exec cap)."""
+        # The slice travels in one exec's stdout after a size line: it stays under the exec cap.
+        room = max(1, self._output_cap() - 64)
+        limit = min(check_window(since, max_bytes, self._output_cap()), room)
         ended = (await self._process_info(process_id)).state is not ProcessState.RUNNING
-        path = f"{process_directory(process_id)}/log"
-
-        async def read() -> tuple[bytes, int] | None:
-            return await self._envd.read_range(path, since, limit)
-
-        got = await self._data_call(read)
-        data, size = got if got is not None else (b"", 0)
-        return output_slice(data, since=since, size=size, ended=ended)
+        answer = await self._shell(log_line(process_directory(process_id), since, limit))
+        data, _offset, size, dropped = parse_log_answer(answer, since)
+        return output_slice(data[:limit], since=since, size=size, ended=ended, dropped=dropped)
 
     async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
         """Wait for the end in bounded ``Connect`` slices (see the module docstring)."""

@@ -223,10 +223,14 @@ class OpenSandboxSandbox(RemoteSandbox, ShellProcesses):
             line, cwd=ROOT, timeout=self._provider.request_timeout
         )
 
-    async def _read_log(self, record: ProcessRecord, since: int, limit: int) -> tuple[bytes, int]:
+    async def _read_log(
+        self, record: ProcessRecord, since: int, limit: int
+    ) -> tuple[bytes, int, int]:
         if record.vendor is None:
-            return b"", 0  # started but never handed to execd: nothing was written
-        return await self._execd.command_logs(record.vendor, since, limit)
+            return b"", 0, 0  # started but never handed to execd: nothing was written
+        # execd keeps the whole log (nothing dropped): its own file, its own disk.
+        data, end = await self._execd.command_logs(record.vendor, since, limit)
+        return data, end, 0
 
     async def _kill_tree(self, record: ProcessRecord, marker: str) -> None:
         await self._run(marker)

@@ -11,7 +11,7 @@ process (:data:`PROCESS_DIR` ``/<id>/``):
 ========== ==================================================================
 ``meta``   one JSON line written before the start: ``argv``, ``started_at``
 ``pid``    the supervisor's pid (it leads the process group of the tree)
-``log``    stdout and stderr in one file, in the order written
+``log.N``  stdout and stderr in the order written, in segments from offset N
 ``exit``   the exit status, written by the supervisor when the command ends
 ``killed`` written before a kill (by :meth:`kill` or the timeout watchdog)
 ========== ==================================================================
@@ -33,9 +33,12 @@ The shell reports a command killed by signal N as ``128 + N``; the table
 reports it as ``-N`` (a command that itself exits with 129 to 192 is read
 the same way: a shell cannot tell them apart).
 
-The log grows with the output in the sandbox's own storage, as the vendors'
-command logs do; a read is capped (``max_bytes``), so a reader's memory stays
-bounded, and nothing is dropped (``dropped`` is 0).
+The log is segments ``log.<offset>`` (:func:`segment_writer`), each named
+by the offset of its first byte: past the cap (``MANGO_MAX_PROCESS_LOG_BYTES``'s
+default, 16 MiB) the oldest go, offsets keep counting from the process's first
+byte, and a read (:func:`log_line`, at most ``max_bytes``) reports the bytes
+dropped before it. A vendor that keeps the output itself (execd) is read
+there instead (``log=False``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from datetime import UTC, datetime
 import attrs
 
 from mango.domain.errors import InvalidInput, ProcessNotFound
+from mango.domain.limits import DEFAULT_MAX_PROCESS_LOG_BYTES
 from mango.domain.sandbox_ports import ProcessInfo, ProcessOutput, ProcessState
 from mango.domain.values import Command
 from mango.provider.shell import command_line, quote
@@ -65,9 +69,10 @@ __all__ = [
     "meta_json",
     "new_process_id",
     "output_slice",
-    "parse_content_range",
     "parse_listing",
+    "parse_log_answer",
     "process_directory",
+    "segment_writer",
     "stdin_line",
     "supervisor_line",
     "wait_line",
@@ -133,6 +138,7 @@ def supervisor_line(
     detach: bool = False,
     new_session: bool = True,
     log: bool = True,
+    cap: int = DEFAULT_MAX_PROCESS_LOG_BYTES,
 ) -> str:
     """The line (for ``sh -c`` or ``bash -c``) that supervises ``command`` (module docstring).
 
@@ -151,10 +157,11 @@ def supervisor_line(
     command as a process-group leader already (execd): the supervisor is
     that leader, no ``setsid`` (which would fork). ``log=False`` leaves the
     output on the vendor's own log (execd keeps one, read by byte offset).
+    ``cap`` bounds the log kept (:func:`segment_writer`).
     """
     user = command_line(command.argv, root=root, cwd=command.cwd, env=command.env)
     fifo = 'rm -f "$D/stdin"; mkfifo "$D/stdin" && exec 0<>"$D/stdin"; ' if stdin_fifo else ""
-    redirect = 'exec >"$D/log" 2>&1; ' if log else ""
+    redirect = "exec >/dev/null 2>&1; " if log else ""
     watchdog = ""
     if command.timeout is not None:
         seconds = max(command.timeout, 0.001)
@@ -169,7 +176,13 @@ def supervisor_line(
         'echo $$ >"$D/pid"; '
         "mango_w=; "
         f"{watchdog}"
-        f"( {user} ); mango_c=$?; "
+        f"{segment_writer(cap) if log else ''}"
+        + (
+            f'{{ ( {user} ); echo $? >"$D/rc"; }} 2>&1 | mango_seg; mango_c=$(cat "$D/rc"); '
+            if log
+            else f"( {user} ); mango_c=$?; "
+        )
+        + ""
         '[ -n "$mango_w" ] && kill -KILL "$mango_w" 2>/dev/null; '
         'printf %s "$mango_c" >"$D/exit.tmp" && mv -f "$D/exit.tmp" "$D/exit"'
     )
@@ -193,13 +206,71 @@ def stdin_line(directory: str) -> str:
     return f"exec 4<>{quote(directory + '/stdin')} && cat >&4"
 
 
-def log_line(directory: str, since: int, max_bytes: int) -> str:
-    """The line that prints the log's size, a newline, then at most ``max_bytes`` from ``since``."""
-    log = quote(directory + "/log")
+def segment_writer(cap: int) -> str:
+    """The shell function ``mango_seg``: stdin into ``$D/log.<offset>`` segments, capped.
+
+    Each segment is named by the log offset of its first byte; a segment is
+    closed at an eighth of ``cap`` and the oldest closed ones are removed
+    while the closed ones hold more than seven eighths, so the log keeps
+    about ``cap`` bytes, the oldest dropped first (an offset keeps its
+    meaning: it counts from the process's first byte). One ``dd`` read per
+    round (``count=1``: a partial read is passed on at once, nothing waits
+    for a full block); a read that adds nothing is the end of the output.
+    """
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 8:
+        raise InvalidInput(f"the process log cap must be 8 bytes or more, got {cap!r}")
+    segment = cap // 8
+    block = min(65536, segment)
     return (
-        f"if [ -f {log} ]; then wc -c < {log} | tr -d ' '; "
-        f"tail -c +{since + 1} {log} | head -c {max_bytes}; else echo 0; fi"
+        "mango_seg() { "
+        's=0; f=0; k=0; : >"$D/log.0"; '
+        "while :; do "
+        'b=$(($(wc -c <"$D/log.$s"))); '
+        f'dd bs={block} count=1 2>/dev/null >>"$D/log.$s"; '
+        'a=$(($(wc -c <"$D/log.$s"))); '
+        '[ "$a" -eq "$b" ] && break; '
+        f'if [ "$a" -ge {segment} ]; then s=$((s + a)); : >"$D/log.$s"; k="$k $s"; '
+        f"while [ $((s - f)) -gt {cap - segment} ]; do "
+        'rm -f "$D/log.$f"; k=${k#* }; f=${k%% *}; done; fi; '
+        "done; }; "
     )
+
+
+def log_line(directory: str, since: int, max_bytes: int) -> str:
+    """The line that prints ``first size``, a newline, then at most ``max_bytes`` from ``since``.
+
+    ``first`` is the offset of the first byte still kept (the bytes dropped
+    so far), ``size`` the log's end; the data starts at ``since`` or, if that
+    was dropped, at ``first`` (:func:`parse_log_answer`). A segment removed
+    while it is read ends the data early: the reader asks again from there.
+    """
+    d = quote(directory)
+    return (
+        f"cd {d} 2>/dev/null || {{ echo '0 0'; exit 0; }}; "
+        'st=$(for n in log.*; do [ -f "$n" ] && echo "${n#log.}"; done | sort -n); '
+        'first=; last=; for x in $st; do [ -z "$first" ] && first=$x; last=$x; done; '
+        "[ -n \"$last\" ] || { echo '0 0'; exit 0; }; "
+        'size=$((last + $(wc -c <"log.$last"))); '
+        f"from={since}; [ $from -lt $first ] && from=$first; "
+        'printf \'%s %s\\n\' "$first" "$size"; '
+        f"left={max_bytes}; "
+        "for x in $st; do "
+        '[ -f "log.$x" ] || break; '
+        'e=$((x + $(wc -c <"log.$x"))); '
+        "[ $e -le $from ] && continue; [ $left -le 0 ] && break; "
+        "k=$((from - x)); n=$((e - from)); [ $n -gt $left ] && n=$left; "
+        'tail -c +$((k + 1)) "log.$x" | head -c $n; '
+        "left=$((left - n)); from=$e; "
+        "done; exit 0"
+    )
+
+
+def parse_log_answer(answer: bytes, since: int) -> tuple[bytes, int, int, int]:
+    """``(data, offset, size, dropped)`` from what :func:`log_line` printed."""
+    head, _, data = answer.partition(b"\n")
+    fields = head.split()
+    first, size = (int(fields[0]), int(fields[1])) if len(fields) == 2 else (0, 0)
+    return data, max(since, first), size, first
 
 
 def wait_line(directory: str, seconds: float) -> str:
@@ -222,6 +293,7 @@ def launch_line(
     detach: bool = True,
     new_session: bool = True,
     log: bool = True,
+    cap: int = DEFAULT_MAX_PROCESS_LOG_BYTES,
 ) -> str:
     """The whole start for a vendor that runs one shell line detached: the directory, ``meta``,
     then the supervisor with a stdin FIFO (the flags as for :func:`supervisor_line`)."""
@@ -235,6 +307,7 @@ def launch_line(
         detach=detach,
         new_session=new_session,
         log=log,
+        cap=cap,
     )
     return f"mkdir -p {quote(directory)} && printf '%s\\n' {meta} > {target} && {supervisor}"
 
@@ -345,20 +418,21 @@ def parse_listing(text: str) -> list[ProcessRecord]:
     return records
 
 
-_CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+)\Z")
-
-
-def parse_content_range(value: str | None) -> int | None:
-    """The total size in a ``Content-Range`` header (``bytes 0-9/42`` or ``bytes */42``)."""
-    match = _CONTENT_RANGE.match((value or "").strip())
-    return int(match.group(3)) if match else None
-
-
-def output_slice(data: bytes, *, since: int, size: int, ended: bool) -> ProcessOutput:
+def output_slice(
+    data: bytes, *, since: int, size: int, ended: bool, dropped: int = 0
+) -> ProcessOutput:
     """A :class:`ProcessOutput` for ``data`` read at ``since`` from a log of ``size`` bytes.
 
     ``ended`` must have been learnt *before* the read: only then is ``size``
-    the final length of the log.
+    the final length of the log. ``dropped``: the bytes discarded so far; a
+    ``since`` before them reads from the first kept byte.
     """
-    end = since + len(data)
-    return ProcessOutput(data=data, offset=since, next_offset=end, complete=ended and end >= size)
+    offset = max(since, dropped)
+    end = offset + len(data)
+    return ProcessOutput(
+        data=data,
+        offset=offset,
+        next_offset=end,
+        complete=ended and end >= size,
+        dropped=dropped,
+    )

@@ -2,13 +2,16 @@
 
 A vendor's background command (Daytona's session commands, OpenSandbox
 execd's background commands) starts a shell line and reports on it in its
-own terms: Daytona returns a command's whole log at every call, execd counts
-its log in *lines* and neither forwards stdin to a background command. The
-promises of :class:`~mango.provider.ProcessSandbox` (a byte-offset log,
-stdin that stays open, a tree kill, an exit status any worker can read) are
-kept by the kit's supervisor (:mod:`mango.provider.processes`) instead, and
-:class:`ShellProcesses` reads its files with short execs. The vendor's part
-is one method, :meth:`ShellProcesses._launch`: run the line detached.
+own terms: Daytona returns a command's whole log at every call, neither lists
+its commands to a fresh client by anything of ours, neither forwards stdin to
+a background command, and their exit codes cannot tell a kill from a signal.
+The promises of :class:`~mango.provider.ProcessSandbox` (a listing, a
+byte-offset log kept to a cap, stdin that stays open, a tree kill, an exit
+status and a kill any worker can read) are kept by the kit's supervisor
+(:mod:`mango.provider.processes`) instead, and :class:`ShellProcesses` reads
+its files with short execs. The vendor's part is one method,
+:meth:`ShellProcesses._launch`: run the line detached; a vendor that keeps
+the output itself (execd, by byte cursor) is read by :meth:`_read_log`.
 
 Every call is a bounded exec: a wait is a series of execs of at most
 :data:`WAIT_SLICE_SECONDS` each that poll the files inside the sandbox, so
@@ -28,6 +31,7 @@ from mango.domain.errors import (
     ProviderUnavailable,
     SandboxNotFound,
 )
+from mango.domain.limits import DEFAULT_MAX_PROCESS_LOG_BYTES
 from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
 from mango.domain.values import Command, ExecResult
 from mango.provider.processes import (
@@ -41,6 +45,7 @@ from mango.provider.processes import (
     new_process_id,
     output_slice,
     parse_listing,
+    parse_log_answer,
     process_directory,
     stdin_line,
     wait_line,
@@ -83,6 +88,8 @@ class ShellProcesses:
     """The supervisor makes its own session (False: the vendor starts a group leader)."""
     _vendor_log: ClassVar[bool] = False
     """The output stays on the vendor's log, read by :meth:`_read_log` (no ``log`` file)."""
+    _process_log_cap: ClassVar[int] = DEFAULT_MAX_PROCESS_LOG_BYTES
+    """The bytes of log the supervisor keeps (the oldest dropped first)."""
 
     async def _launch(self, line: str, process_id: str) -> str | None:
         """Run ``line`` (``sh`` syntax) detached from this call; return once it was started.
@@ -92,13 +99,15 @@ class ShellProcesses:
         """
         raise NotImplementedError
 
-    async def _read_log(self, record: ProcessRecord, since: int, limit: int) -> tuple[bytes, int]:
-        """At most ``limit`` bytes of the log from ``since``, and the log's size (one exec)."""
+    async def _read_log(
+        self, record: ProcessRecord, since: int, limit: int
+    ) -> tuple[bytes, int, int]:
+        """At most ``limit`` bytes of the log from ``since`` (or its first kept byte), the
+        log's size and the bytes dropped before it (one exec)."""
         directory = process_directory(record.id, self._process_root)
         answer = await self._run(log_line(directory, since, limit))
-        size_text, _, data = answer.partition(b"\n")
-        size = int(size_text) if size_text.strip().isdigit() else 0
-        return data[:limit], size
+        data, _offset, size, dropped = parse_log_answer(answer, since)
+        return data[:limit], size, dropped
 
     async def _kill_tree(self, record: ProcessRecord, marker: str) -> None:
         """Run ``marker`` (writes ``killed``), then kill the supervisor's group: one exec."""
@@ -143,6 +152,7 @@ class ShellProcesses:
             detach=self._launch_detach,
             new_session=self._launch_new_session,
             log=not self._vendor_log,
+            cap=self._process_log_cap,
         )
         vendor = await self._launch(line, process_id)
         # The supervisor writes its pid (and makes its FIFO) first: wait for that, bounded.
@@ -175,8 +185,8 @@ class ShellProcesses:
         limit = min(check_window(since, max_bytes, self._output_cap()), room)
         record = await self._record(process_id)
         ended = record.info(running=record.alive).state is not ProcessState.RUNNING
-        data, size = await self._read_log(record, since, limit)
-        return output_slice(data[:limit], since=since, size=size, ended=ended)
+        data, size, dropped = await self._read_log(record, since, limit)
+        return output_slice(data[:limit], since=since, size=size, ended=ended, dropped=dropped)
 
     async def wait(self, process_id: str, *, timeout: float | None = None) -> ProcessInfo:
         """Bounded waiting execs until the end or ``timeout``."""

@@ -20,8 +20,7 @@ Processes: ``Start`` (with a ``tag``), ``Connect`` by pid or tag (the output
 from then on; envd replays nothing), ``List``, ``SendInput``, ``CloseStdin``,
 ``SendSignal``; a process runs on when its stream's client leaves, and
 ``FakeConfig.connect_deadline`` cuts ``Connect`` streams that outlive it, as
-E2B's edge does (a reconnect that fails after two minutes). ``GET /files``
-honours ``Range`` (envd serves files with Go's ``http.ServeContent``).
+E2B's edge does (a reconnect that fails after two minutes).
 
 Routing of envd calls: by the ``E2b-Sandbox-Id`` header (the SDK with one
 ``sandbox_url``; mango with ``E2B_SANDBOX_URL``) or by the virtual host
