@@ -89,5 +89,8 @@ async def open_fake_daytona(
         spec=SandboxSpec(),
         max_output_bytes=FAKE_MAX_OUTPUT_BYTES,
     )
-    async with service:
-        yield service, fake
+    try:
+        async with service:
+            yield service, fake
+    finally:
+        await fake.reap()  # the sessions' shells, killed with their sandboxes, are waited for

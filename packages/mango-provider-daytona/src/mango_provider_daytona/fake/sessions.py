@@ -134,6 +134,7 @@ class SessionRoutes(DaytonaState):
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
+        self.shells.append(shell)
         sessions[session_id] = FakeSession(session_id, shell, directory)
         return web.Response(status=201)
 
