@@ -28,6 +28,13 @@ import pytest
 # pytest_runtest_makereport makes once a phase has a report. An interrupted
 # setup never gets one.
 from _pytest.tmpdir import tmppath_result_key
+from hypothesis import settings
+
+# No deadline per example: a test asserts behaviour, never timing (timings are
+# benchmarks'), and Hypothesis's default of 200 ms fails examples that merely
+# waited for a CPU on a loaded machine (seen as DeadlineExceeded under xdist).
+settings.register_profile("mango", deadline=None)
+settings.load_profile("mango")
 
 _LOST_INTERRUPT = "KeyboardInterrupt (Ctrl-C reached a finalizer: stopped after that test)"
 

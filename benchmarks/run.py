@@ -72,6 +72,7 @@ BENCHMARKS = (
         ("--rounds", "8", "--flood-mib", "8", "--sdk-flood-mib", "8"),
     ),
     Benchmark("reads", "bench_reads.py", ("--size-gib", "0.25")),
+    Benchmark("skills", "bench_skills.py", ("--rounds", "20"), needs_docker=True),
     Benchmark("import", "bench_import.py", ("--rounds", "5")),
 )
 """Every benchmark, in the order of the table."""

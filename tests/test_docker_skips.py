@@ -44,6 +44,9 @@ def _docker_tests(tmp_path: Path, **extra: str) -> tuple[int, str]:
             "-n",
             "0",
             "-rfEs",
+            # One line per failure: the long tracebacks of ~200 fixture errors took two
+            # thirds of the run to format, and the short summary names each one anyway.
+            "--tb=line",
             f"--basetemp={tmp_path / 'basetemp'}",
             "packages",
         ],

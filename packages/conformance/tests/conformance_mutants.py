@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import tarfile
+import zipfile
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,12 +34,15 @@ from mango.domain.errors import (
     ContentMismatch,
     PathEscapeError,
     ProcessNotFound,
+    ResourceConflict,
     SandboxNotFound,
 )
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
 from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
+from mango.domain.skills import SkillMount
+from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import (
     Command,
     ExecEvent,
@@ -470,7 +474,6 @@ class LeaderOnlyProcessKillSandbox(WrappedSandbox):
         if info.state is ProcessState.RUNNING and info.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
-            info = await self.inner.wait(process_id, timeout=10)  # type: ignore[attr-defined]
         return attrs.evolve(info, state=ProcessState.KILLED)
 
 
@@ -806,9 +809,27 @@ class DockerWrappedSandbox(WrappedSandbox):
     def open_session_outputs(self) -> Any:
         return self.inner.open_session_outputs()  # type: ignore[attr-defined]
 
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return await self.inner.has_skill_bundles(mounts)  # type: ignore[attr-defined, no-any-return]
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+
     @property
     def host_dir(self) -> Path:
         return Path(self.inner.host_dir)  # type: ignore[attr-defined]
+
+    async def pause(self) -> None:
+        await self.inner.pause()  # type: ignore[attr-defined]
+
+    async def resume(self) -> None:
+        await self.inner.resume()  # type: ignore[attr-defined]
+
+    async def is_paused(self) -> bool:
+        return await self.inner.is_paused()  # type: ignore[attr-defined, no-any-return]
+
+    async def expose_port(self, port: int) -> str:
+        return await self.inner.expose_port(port)  # type: ignore[attr-defined, no-any-return]
 
     def host_target(self, runtime_path: str) -> Path:
         return self.host_dir / "files" / runtime_path[len(_UPLOADS) + 1 :]
@@ -821,6 +842,12 @@ class DockerWrapped(WrappedProvider):
     """Wraps a Docker provider (``inner``, from the daemon's conformance target)."""
 
     sandbox_class = DockerWrappedSandbox
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.pause(session_key, ref)  # type: ignore[attr-defined]
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        await self.inner.resume(session_key, ref)  # type: ignore[attr-defined]
 
 
 async def _gathered(chunks: AsyncIterable[bytes]) -> bytes:
@@ -1050,6 +1077,161 @@ class ToolsSeeAnotherRoot(DockerWrapped):
     sandbox_class = ToolsElsewhereSandbox
 
 
+# pause and exposed-ports: mutants of the Docker provider (Engine pause, 127.0.0.1 ports).
+
+
+class FlagPauseSandbox(DockerWrappedSandbox):
+    """Pause only sets a flag of this client: the container keeps running."""
+
+    paused: bool = False
+
+    async def pause(self) -> None:
+        self.paused = True
+
+    async def resume(self) -> None:
+        self.paused = False
+
+    async def is_paused(self) -> bool:
+        return self.paused
+
+
+class PauseIsAFlag(DockerWrapped):
+    """``pause`` remembers, the backend never pauses (and the provider's form does nothing)."""
+
+    sandbox_class = FlagPauseSandbox
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        return None
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        return None
+
+
+class StrictResumeSandbox(DockerWrappedSandbox):
+    """Resume of a running sandbox fails (as the Engine's unpause does)."""
+
+    async def resume(self) -> None:
+        if not await self.inner.is_paused():  # type: ignore[attr-defined]
+            raise ResourceConflict("the container is not paused")
+        await self.inner.resume()  # type: ignore[attr-defined]
+
+
+class ResumeNotIdempotent(DockerWrapped):
+    """``resume`` of a running sandbox is an error."""
+
+    sandbox_class = StrictResumeSandbox
+
+
+class WipingResumeSandbox(DockerWrappedSandbox):
+    """Resume starts the workspace afresh (as a restore from an empty snapshot would)."""
+
+    async def resume(self) -> None:
+        await self.inner.resume()  # type: ignore[attr-defined]
+        await self.inner.exec(Command(("sh", "-c", "rm -rf -- ./* ./.[!.]*")))
+
+
+class ResumeLosesWorkspace(DockerWrapped):
+    """The workspace does not survive a pause."""
+
+    sandbox_class = WipingResumeSandbox
+
+
+class OffByOnePortSandbox(DockerWrappedSandbox):
+    """``expose_port`` answers with the URL of the next host port."""
+
+    async def expose_port(self, port: int) -> str:
+        url = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        base, host_port = str(url).rsplit(":", 1)
+        return f"{base}:{int(host_port) + 1}"
+
+
+class PortUrlWrong(DockerWrapped):
+    """The exposed URL reaches nothing in the sandbox."""
+
+    sandbox_class = OffByOnePortSandbox
+
+
+PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
+    "pause-is-a-flag": PauseIsAFlag,
+    "resume-not-idempotent": ResumeNotIdempotent,
+    "resume-loses-workspace": ResumeLosesWorkspace,
+    "port-url-wrong": PortUrlWrong,
+}
+"""The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
+
+
+class UnverifiedSkillSandbox(DockerWrappedSandbox):
+    """Takes whatever archive arrives: the mount's checksum is replaced by the bytes' own."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        data = await _gathered(chunks)
+        trusted = attrs.evolve(mount, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        await self.inner.import_skill_bundle(trusted, _once(data))  # type: ignore[attr-defined]
+
+
+class SkillUnverified(DockerWrapped):
+    """An archive of another SHA-256 is published."""
+
+    sandbox_class = UnverifiedSkillSandbox
+
+
+class InPlaceSkillSandbox(DockerWrappedSandbox):
+    """Extracts each entry at the runtime path as it comes, stopping at the first unsafe one."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        data = await _gathered(chunks)
+        target = self.host_dir / "skills" / mount.name
+        with contextlib.suppress(zipfile.BadZipFile), zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                relative = info.filename[len(mount.name) + 1 :]
+                if ".." in relative.split("/"):
+                    break
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                (target / relative).write_bytes(archive.read(info))
+        await self.inner.import_skill_bundle(mount, _once(data))  # type: ignore[attr-defined]
+
+
+class SkillExtractInPlace(DockerWrapped):
+    """A failed import leaves the entries before the bad one at the runtime path."""
+
+    sandbox_class = InPlaceSkillSandbox
+
+
+class ExecBitsDroppedSandbox(DockerWrappedSandbox):
+    """Publishes every file 0444, executables included."""
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+        for path in (self.host_dir / "skills" / mount.name).rglob("*"):
+            if path.is_file():
+                path.chmod(0o444)
+
+
+class SkillDropsExecBits(DockerWrapped):
+    """A skill's scripts cannot run."""
+
+    sandbox_class = ExecBitsDroppedSandbox
+
+
+class RememberingSkillSandbox(DockerWrappedSandbox):
+    """Answers ``has`` from what this client imported, not from the sandbox."""
+
+    imported: set[str] = attrs.field(factory=set)
+
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        return [mount.identity in self.imported for mount in mounts]
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.import_skill_bundle(mount, chunks)  # type: ignore[attr-defined]
+        self.imported.add(mount.identity)
+
+
+class SkillStateInMemory(DockerWrapped):
+    """A fresh client believes no skill is there: every step would import again."""
+
+    sandbox_class = RememberingSkillSandbox
+
+
 DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "uploads-in-workspace": UploadsInWorkspace,
     "import-in-place": ImportInPlace,
@@ -1059,13 +1241,18 @@ DOCKER_MUTANTS: dict[str, type[DockerWrapped]] = {
     "export-buffered": ExportBuffered,
     "export-follows-links": ExportFollowsLinks,
     "tools-see-another-root": ToolsSeeAnotherRoot,
+    "skill-unverified": SkillUnverified,
+    "skill-extract-in-place": SkillExtractInPlace,
+    "skill-drops-exec-bits": SkillDropsExecBits,
+    "skill-state-in-memory": SkillStateInMemory,
     "docker-unchanged": DockerWrapped,
+    **PAUSE_MUTANTS,
 }
 """The Docker mutants; ``docker-unchanged`` is the control (no defect)."""
 
 
 def _docker_target(name: str) -> ConformanceTarget:
-    from mango_provider_docker.conformance import open_conformance_provider
+    from mango_provider_docker.conformance import PORT_TESTBED, open_conformance_provider
 
     mutant = DOCKER_MUTANTS[name]
 
@@ -1074,7 +1261,17 @@ def _docker_target(name: str) -> ConformanceTarget:
         async with open_conformance_provider(scratch) as inner:
             yield mutant(scratch, inner)
 
-    return ConformanceTarget(provider="docker", open=open_mutant, description=f"mutant: {name}")
+    @contextlib.asynccontextmanager
+    async def port_testbed(scratch: Path) -> AsyncIterator[ConformanceTestbed]:
+        del scratch
+        yield ConformanceTestbed(ports=PORT_TESTBED)
+
+    return ConformanceTarget(
+        provider="docker",
+        open=open_mutant,
+        description=f"mutant: {name}",
+        testbed=port_testbed,
+    )
 
 
 def target_for(name: str) -> ConformanceTarget:
@@ -1083,4 +1280,7 @@ def target_for(name: str) -> ConformanceTarget:
         return _remote_target(name)
     if name in DOCKER_MUTANTS:
         return _docker_target(name)
-    return provider_target("local", MUTANTS[name], description=f"mutant: {name}")
+    from fileapi_mutants import FILE_API_MUTANTS
+
+    factory = MUTANTS[name] if name in MUTANTS else FILE_API_MUTANTS[name]
+    return provider_target("local", factory, description=f"mutant: {name}")

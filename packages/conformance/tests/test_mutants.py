@@ -137,6 +137,78 @@ def test_mutant_is_caught(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+STAT = "test_file_api_stat_exists_and_listing"
+BOUNDED = "test_file_api_listing_is_bounded"
+MAKE_REMOVE = "test_file_api_make_dir_and_remove"
+RENAME = "test_file_api_rename"
+ESCAPES = "test_file_api_refuses_escapes_and_the_root"
+
+FILE_API_CAUGHT_BY: dict[str, set[str]] = {
+    "stat-follows-links": {STAT},
+    "listing-follows-links": {STAT},
+    "listing-unbounded": {BOUNDED},
+    "listing-keeps-the-last": {BOUNDED},
+    "remove-ignores-recursive": {MAKE_REMOVE},
+    "remove-follows-links": {MAKE_REMOVE},
+    "rename-replaces": {RENAME},
+    "make-dir-always-parents": {MAKE_REMOVE},
+    "parent-links-followed": {ESCAPES},
+    "root-removable": {ESCAPES},
+    "listing-clamps-limits": {BOUNDED},
+    "mode-with-type-bits": {STAT},
+    "mtime-at-epoch": {STAT},
+    "make-dir-through-links": {MAKE_REMOVE},
+}
+"""The file-api mutants of the local provider and the checks that must catch each."""
+
+FILE_API_CONTROLS = ("file-api-unchanged", "file-api-through-exec")
+"""Must pass every file-api check: the unchanged wrapper, and the kit's exec fallback
+(``ExecFileSystem``) over the local provider's exec, which runs the group's rules on
+the host's coreutils as the Docker provider runs them on busybox."""
+
+FILE_API_MODULE = """
+import pytest
+from conformance_mutants import target_for
+from mango_conformance import ProviderSuite
+"""
+
+FILE_API_CLASS = """
+
+class TestMutant{ident}(ProviderSuite):
+    @pytest.fixture
+    def conformance_target(self):
+        return target_for({name!r})
+"""
+
+
+def test_file_api_mutants_are_caught(suite_pytester: pytest.Pytester) -> None:
+    """Each file-api mutant fails its checks; the two controls pass them all.
+
+    One run for all of them (a test class each), since the group is cheap on
+    local and a run per mutant would cost its start-up ten times.
+    """
+    names = [*sorted(FILE_API_CAUGHT_BY), *FILE_API_CONTROLS]
+    classes = "".join(
+        FILE_API_CLASS.format(ident=index, name=name) for index, name in enumerate(names)
+    )
+    suite_pytester.makepyfile(test_mutant=FILE_API_MODULE + classes)
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", "test_file_api")
+    found: dict[tuple[str, str], str] = {}
+    for report in result.reprec.getreports("pytest_runtest_logreport"):  # type: ignore[attr-defined]
+        cls, test = report.nodeid.split("::")[-2:]
+        if report.when == "call" or report.outcome != "passed":
+            found[names[int(cls.removeprefix("TestMutant"))], test] = report.outcome
+    checks = set().union(*FILE_API_CAUGHT_BY.values())
+    for name in FILE_API_CONTROLS:
+        control = {test: found.get((name, test)) for test in checks}
+        assert control == dict.fromkeys(checks, "passed"), (name, control)
+    escaped = {
+        mutant: sorted(test for test in tests if found.get((mutant, test)) != "failed")
+        for mutant, tests in FILE_API_CAUGHT_BY.items()
+    }
+    assert {mutant: tests for mutant, tests in escaped.items() if tests} == {}
+
+
 RESOURCES = "file_resources or session_outputs"
 """The checks the Docker mutants are run with."""
 
@@ -160,6 +232,38 @@ DOCKER_CAUGHT_BY: dict[str, set[str]] = {
     "tools-see-another-root": {ONE_ROOT},
 }
 """The Docker mutants and the file-resource and output checks that must catch them."""
+
+PAUSE_AND_PORTS = "pause or exposed_port"
+"""The checks the pause and exposed-ports mutants are run with."""
+
+KEEPS = "test_pause_keeps_the_workspace"
+FROZEN = "test_paused_sandbox_runs_nothing_until_resumed"
+IDEMPOTENT = "test_pause_and_resume_are_idempotent"
+FRESH = "test_a_fresh_provider_sees_the_pause"
+REACHED = "test_exposed_port_reaches_a_server_in_the_sandbox"
+
+PAUSE_CAUGHT_BY: dict[str, set[str]] = {
+    # The container runs on: the frozen command sees "go" and a fresh instance sees no pause.
+    "pause-is-a-flag": {FROZEN, FRESH},
+    "resume-not-idempotent": {IDEMPOTENT},
+    "resume-loses-workspace": {KEEPS},
+    "port-url-wrong": {REACHED},
+}
+"""The pause and exposed-ports mutants (Docker) and the checks that must fail on each."""
+
+
+SKILLS = "skill_bundles"
+"""The checks the skill mutants are run with."""
+SKILL_IMPORT = "test_skill_bundles_import"
+SKILL_FAILED = "test_skill_bundles_failed_imports_are_never_visible"
+
+SKILL_CAUGHT_BY: dict[str, set[str]] = {
+    "skill-unverified": {SKILL_FAILED},
+    "skill-extract-in-place": {SKILL_FAILED},
+    "skill-drops-exec-bits": {SKILL_IMPORT},
+    "skill-state-in-memory": {SKILL_IMPORT},
+}
+"""The Docker skill mutants and the skill-bundles checks that must catch them."""
 
 
 @pytest.fixture
@@ -206,15 +310,67 @@ def test_resource_mutant_is_caught(
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(PAUSE_CAUGHT_BY))
+def test_pause_or_port_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """The pause or exposed-ports checks named for each Docker mutant fail (only they run)."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    only = " or ".join(sorted(PAUSE_CAUGHT_BY[mutant]))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", only)
+    found = outcomes(result)
+    escaped = {name for name in PAUSE_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+@pytest.mark.parametrize("mutant", sorted(SKILL_CAUGHT_BY))
+def test_skill_mutant_is_caught(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+    mutant: str,
+) -> None:
+    """Each Docker skill mutant fails the skill-bundles checks named for it."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name=mutant))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", SKILLS)
+    found = outcomes(result)
+    escaped = {name for name in SKILL_CAUGHT_BY[mutant] if found.get(name) != "failed"}
+    assert not escaped, f"{mutant} was not caught by: {sorted(escaped)} ({found})"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
+def test_unchanged_docker_wrapper_passes_the_pause_and_port_checks(
+    suite_pytester: pytest.Pytester,
+    outcomes: Callable[[pytest.RunResult], dict[str, str]],
+) -> None:
+    """The control: the wrapper with no defect passes every pause and exposed-ports check."""
+    suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
+    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", PAUSE_AND_PORTS)
+    found = outcomes(result)
+    checks = set().union(*PAUSE_CAUGHT_BY.values())
+    assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
+    assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_daemon")
 def test_unchanged_docker_wrapper_passes_the_resource_checks(
     suite_pytester: pytest.Pytester,
     outcomes: Callable[[pytest.RunResult], dict[str, str]],
 ) -> None:
     """The control: the same wrapper with no defect passes every check the mutants fail."""
     suite_pytester.makepyfile(test_mutant=MUTANT_MODULE.format(name="docker-unchanged"))
-    result = suite_pytester.runpytest("--mango-profile=offline-ci", "-k", RESOURCES)
+    result = suite_pytester.runpytest(
+        "--mango-profile=offline-ci", "-k", f"{RESOURCES} or {SKILLS}"
+    )
     found = outcomes(result)
-    checks = set().union(*DOCKER_CAUGHT_BY.values())
+    checks = set().union(*DOCKER_CAUGHT_BY.values(), *SKILL_CAUGHT_BY.values())
     assert {name: found.get(name) for name in checks} == dict.fromkeys(checks, "passed")
     assert result.ret == pytest.ExitCode.OK
 

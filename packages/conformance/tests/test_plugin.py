@@ -188,8 +188,9 @@ def test_missing_target_fixture_is_a_clear_error(suite_pytester: pytest.Pytester
 def test_capabilities_select_groups(suite_pytester: pytest.Pytester) -> None:
     """A declared capability's checks run (and fail here: the local sandbox lacks them).
 
-    A capability with no protocol yet fails its protocol check and skips its
-    behaviour as pending; an undeclared one skips as 'not declared'.
+    A declared capability whose sandboxes lack its protocol fails its
+    protocol check and its behaviour checks; an undeclared one skips as
+    'not declared'.
     """
     suite_pytester.makepyfile(
         test_caps="""
@@ -214,13 +215,13 @@ class TestClaims(ProviderSuite):
     result = suite_pytester.runpytest(
         "-k", "file_resources or skill_bundles or session_outputs", "-rs"
     )
-    result.assert_outcomes(failed=6, skipped=6)
+    result.assert_outcomes(failed=8, skipped=5)
     result.stdout.fnmatch_lines_random(
         [
             "*test_file_resources_protocol*does not implement FileResourceSandbox*",
             "*test_file_resources_lifecycle*is not a FileResourceSandbox*",
-            "*declares skill-bundles, but mango defines no sandbox protocol for skill bundle*",
-            "*skill-bundles checks arrive with the issue that builds skill bundle mounts*",
+            "*test_skill_bundles_protocol*does not implement SkillBundleSandbox*",
+            "*test_skill_bundles_import*is not a SkillBundleSandbox*",
             "*not declared: local does not declare session-outputs*",
         ]
     )

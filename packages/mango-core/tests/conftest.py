@@ -175,6 +175,9 @@ class World:
     creates: int = 0
     destroys: int = 0
     keep_alives: int = 0
+    paused: set[str] = attrs.field(factory=set)  # external ids paused at the provider
+    pauses: int = 0
+    resumes: int = 0
     commands: list[Command] = attrs.field(factory=list)
     counter: itertools.count[int] = attrs.field(factory=itertools.count)
 
@@ -225,16 +228,42 @@ class MemorySandbox:
         if self.world.resources.pop(self.ref.external_id, None) is not None:
             self.world.destroys += 1
         self.world.files.pop(self.ref.external_id, None)
+        self.world.paused.discard(self.ref.external_id)
 
 
 @attrs.define
 class KeepAliveMemorySandbox(MemorySandbox):
-    """A memory sandbox that, like a remote one, must be kept alive on every acquire."""
+    """A memory sandbox that, like a remote one, must be kept alive on every acquire.
+
+    It also pauses and resumes (capability ``pause``), in the world's records only.
+    """
 
     async def keep_alive(self) -> None:
         if self.ref.external_id not in self.world.resources:
             raise SandboxNotFound(f"{self.ref} is gone")
         self.world.keep_alives += 1
+
+    def _present(self) -> None:
+        if self.ref.external_id not in self.world.resources:
+            raise SandboxNotFound(f"{self.ref} is gone")
+
+    async def pause(self) -> None:
+        """Pause (idempotent): the world remembers it, as a backend does."""
+        self._present()
+        if self.ref.external_id not in self.world.paused:
+            self.world.paused.add(self.ref.external_id)
+            self.world.pauses += 1
+
+    async def resume(self) -> None:
+        """Resume (idempotent)."""
+        self._present()
+        if self.ref.external_id in self.world.paused:
+            self.world.paused.discard(self.ref.external_id)
+            self.world.resumes += 1
+
+    async def is_paused(self) -> bool:
+        self._present()
+        return self.ref.external_id in self.world.paused
 
 
 @attrs.define
@@ -300,7 +329,30 @@ class MemoryProvider:
             raise RuntimeError("destroy failed (injected)")
         del self.world.resources[ref.external_id]
         self.world.files.pop(ref.external_id, None)
+        self.world.paused.discard(ref.external_id)
         self.world.destroys += 1
+
+    def _owned(self, session_key: str, ref: SandboxRef) -> str:
+        if ref.provider != self.name:
+            raise OwnershipError(f"{ref} is not a {self.name} reference")
+        owner = self.world.resources.get(ref.external_id)
+        if owner is None:
+            raise SandboxNotFound(f"{ref} does not exist")
+        if owner != session_key:
+            raise OwnershipError(f"{ref} belongs to another session")
+        return ref.external_id
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause by reference (idempotent), as the sandbox's own pause does."""
+        await KeepAliveMemorySandbox(
+            self.world, SandboxRef(self.name, self._owned(session_key, ref))
+        ).pause()
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume by reference (idempotent)."""
+        await KeepAliveMemorySandbox(
+            self.world, SandboxRef(self.name, self._owned(session_key, ref))
+        ).resume()
 
     async def aclose(self) -> None:
         return None

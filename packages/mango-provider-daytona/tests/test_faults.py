@@ -286,3 +286,13 @@ async def test_502_from_a_live_sandbox_stays_retryable(
         await sandbox.exec(Command(("true",)))
     assert not isinstance(caught.value, SandboxNotFound)
     assert (await sandbox.exec(Command(("sh", "-c", "printf ok")))).stdout == b"ok"
+
+
+async def test_file_api_of_a_deleted_sandbox_is_not_found(
+    service: FakeService, sandbox: DaytonaSandbox
+) -> None:
+    """Deleted in Daytona: every file API call is SandboxNotFound, never a missing file."""
+    await service.sandboxes.delete(sandbox.ref.external_id)
+    for call in (sandbox.list_dir(""), sandbox.stat("x"), sandbox.make_dir("d")):
+        with pytest.raises(SandboxNotFound):
+            await call

@@ -243,3 +243,23 @@ async def test_keep_alive_after_a_recent_command_costs_no_request(
     await sandbox.exec(Command(("true",)))
     await sandbox.keep_alive()
     assert service.faults.count("GET", "/sandbox/{id}") == gets
+
+
+async def test_file_api_describes_a_long_listing_in_batches(
+    sandbox: DaytonaSandbox, service: FakeService
+) -> None:
+    """A listing past one stat line's batch is described in several lines, all of it, in order."""
+    made = await sandbox.exec(
+        Command(
+            ("sh", "-c", 'mkdir -p many && cd many && for i in $(seq 0 249); do : > "n$i"; done')
+        )
+    )
+    assert made.exit_code == 0, made.stderr
+    before = service.faults.count("POST", "/toolbox/{id}/process/execute")
+    listing = await sandbox.list_dir("many", limit=250)
+    assert sorted(entry.name for entry in listing.entries) == sorted(f"n{i}" for i in range(250))
+    assert [entry.path for entry in listing.entries] == sorted(e.path for e in listing.entries)
+    assert not listing.truncated
+    assert {entry.kind.value for entry in listing.entries} == {"file"}
+    # One classification, one stat of the directory, two stat lines (200 paths, then 50).
+    assert service.faults.count("POST", "/toolbox/{id}/process/execute") - before == 4

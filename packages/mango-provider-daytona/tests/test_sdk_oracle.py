@@ -169,3 +169,59 @@ async def test_sdk_session_commands(client: AsyncDaytona, service: FakeService) 
     with pytest.raises(DaytonaError):
         await sandbox.process.get_session("work")
     await client.delete(sandbox)
+
+
+async def test_sdk_search_move_and_delete(client: AsyncDaytona) -> None:
+    """fs.search_files walks the tree with lstat; move_files and delete_file answer as the
+    daemon does (its os.Stat follows links: a dangling one is "not found")."""
+    from daytona import DaytonaNotFoundError
+
+    sandbox = await client.create(timeout=30)
+    home = await sandbox.get_user_home_dir()
+    laid = await sandbox.process.exec(
+        "mkdir -p t/sub/deep t/full && printf a > t/a && printf b > t/b && "
+        "printf f > t/full/f && ln -s a t/link && ln -s gone t/dangling && "
+        "ln -s sub t/dirlink && printf x > t/sub/deep/x"
+    )
+    assert laid.exit_code == 0, laid.result
+    found = await sandbox.fs.search_files(f"{home}/t", "*")
+    assert found.files == [
+        f"{home}/t",
+        *(
+            f"{home}/t/{name}"
+            for name in (
+                "a",
+                "b",
+                "dangling",
+                "dirlink",  # listed, never walked into
+                "full",
+                "full/f",
+                "link",
+                "sub",
+                "sub/deep",
+                "sub/deep/x",
+            )
+        ),
+    ]
+    assert (await sandbox.fs.search_files(f"{home}/t", "d*")).files == [
+        f"{home}/t/dangling",
+        f"{home}/t/dirlink",
+        f"{home}/t/sub/deep",
+    ]
+    with pytest.raises(DaytonaError, match="already exists"):
+        await sandbox.fs.move_files("t/b", "t/a")  # the daemon refuses (409) what resolves
+    with pytest.raises(DaytonaNotFoundError):
+        await sandbox.fs.move_files("t/dangling", "t/moved")
+    with pytest.raises(DaytonaNotFoundError):
+        await sandbox.fs.move_files("t/b", "t/no/parent")
+    await sandbox.fs.move_files("t/b", "t/sub/b2")
+    with pytest.raises(DaytonaError, match="recursive"):
+        await sandbox.fs.delete_file("t/full")
+    with pytest.raises(DaytonaNotFoundError):
+        await sandbox.fs.delete_file("t/dangling")
+    await sandbox.fs.delete_file("t/dirlink", recursive=True)  # RemoveAll: the link itself
+    await sandbox.fs.delete_file("t/full", recursive=True)
+    await sandbox.fs.delete_file("t/link")
+    shown = await sandbox.process.exec("ls -A t t/sub")
+    assert shown.result.split() == ["t:", "a", "dangling", "sub", "t/sub:", "b2", "deep"]
+    await client.delete(sandbox)

@@ -78,7 +78,7 @@ def _mango(
 async def test_mango_exec_runs_in_a_docker_sandbox(
     docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path
 ) -> None:
-    """exec, files and sessions delete work end to end with MANGO_SANDBOX=docker."""
+    """exec, files (read, mv, ls) and sessions delete work end to end with MANGO_SANDBOX=docker."""
     session = f"cli-{tmp_path.name}"
     resources = tmp_path / "resources"
     name = Ownership("docker", NAMESPACE).name(session)
@@ -121,6 +121,15 @@ async def test_mango_exec_runs_in_a_docker_sandbox(
             state_dir, resources, test_image, "files", "read", "--session", session, "note.txt"
         )
         assert read.stdout == b"hello\n"
+        moved = _mango(
+            state_dir, resources, test_image, "files", "mv", "--session", session, "note.txt", "n2"
+        )
+        assert moved.returncode == 0, moved.stderr.decode()
+        listed = _mango(
+            state_dir, resources, test_image, "files", "ls", "--session", session, "--json"
+        )
+        entries = json.loads(listed.stdout)["entries"]
+        assert [(e["path"], e["kind"], e["size"]) for e in entries] == [("n2", "file", 6)]
         deleted = _mango(state_dir, resources, test_image, "sessions", "delete", session)
         assert deleted.returncode == 0, deleted.stderr.decode()
         assert await docker_engine.inspect_container(name) is None
@@ -299,3 +308,42 @@ def test_a_failed_first_use_says_how_to_free_the_id(
         state_dir, resources, "unused:latest", "exec", "--session", "x", "true", extra=local
     )
     assert again.returncode == 0, again.stderr
+
+
+async def test_sessions_pause_list_ports_and_delete_of_a_paused_session(
+    docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """ports expose prints the 127.0.0.1 URL; pause shows in sessions list; a paused one deletes."""
+    session = f"pause-{tmp_path.name}"
+    resources = tmp_path / "resources"
+    name = Ownership("docker", NAMESPACE).name(session)
+    ports = {"MANGO_SANDBOX_PORTS": "8080"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return _mango(state_dir, resources, test_image, *args, extra=ports)
+
+    try:
+        made = run("exec", "--session", session, "--network", "bridge", "--", "true")
+        assert made.returncode == 0, made.stderr.decode()
+        exposed = run("ports", "expose", "--session", session, "--network", "bridge", "8080")
+        assert exposed.returncode == 0, exposed.stderr.decode()
+        inspect = await docker_engine.inspect_container(name)
+        assert inspect is not None
+        host_port = inspect["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"]
+        assert exposed.stdout.decode() == f"http://127.0.0.1:{host_port}\n"
+        paused = run("sessions", "pause", session)
+        assert (paused.returncode, paused.stdout) == (0, f"{session}: paused\n".encode())
+        inspect = await docker_engine.inspect_container(name)
+        assert inspect is not None
+        assert inspect["State"]["Paused"] is True
+        listed = run("sessions", "list", "--json")
+        (row,) = json.loads(listed.stdout)
+        assert row["state"] == "paused"
+        assert row["paused_at"] is not None
+        deleted = run("sessions", "delete", session)
+        assert deleted.returncode == 0, deleted.stderr.decode()
+        assert await docker_engine.inspect_container(name) is None
+    finally:
+        leftover = await docker_engine.inspect_container(name)
+        if leftover is not None:
+            await docker_engine.remove_container(str(leftover["Id"]))

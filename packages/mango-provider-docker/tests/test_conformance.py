@@ -11,6 +11,7 @@ from mango.domain.values import SandboxSpec
 from mango.plugins import load_plugins
 from mango_conformance import ProviderSuite, SuiteOptions, provider_target
 from mango_provider_docker import DEFAULT_MAX_OUTPUT_BYTES, DockerProvider
+from mango_provider_docker.conformance import CONFORMANCE_PORT
 from mango_provider_docker.settings import open_conformance_testbed
 
 from .conftest import make_provider
@@ -24,7 +25,7 @@ class TestDockerProvider(ProviderSuite):
     @pytest.fixture
     def conformance_target(self, test_image: str) -> ConformanceTarget:
         def factory(scratch: Path) -> DockerProvider:
-            return make_provider(scratch / "docker", test_image)
+            return make_provider(scratch / "docker", test_image, publish_ports=(CONFORMANCE_PORT,))
 
         # A container target: the profile gives the lifecycle machine its container budget
         # (offline-ci: 20 examples of 40 steps). Deeper runs: --mango-max-examples 200.

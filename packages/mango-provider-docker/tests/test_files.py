@@ -13,12 +13,13 @@ from mango.domain.errors import (
     PermanentError,
     SandboxNotFound,
 )
-from mango.domain.values import SandboxSpec
+from mango.domain.values import SandboxRef, SandboxSpec
 from mango.provider import Entry, EntryKind
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
 from mango_provider_docker.files import WORKSPACE_POLICY, container_stat
 
 from .helpers import sh
+from .test_mounts import _old_container
 
 pytestmark = pytest.mark.docker
 
@@ -124,16 +125,32 @@ async def test_symlinks_planted_by_a_command_are_never_followed(sandbox: DockerS
     assert (await sandbox.exec(sh("cat /etc/passwd"))).stdout.startswith(b"root:")
 
 
-async def test_a_replaced_workspace_root_is_refused(sandbox: DockerSandbox) -> None:
-    """If a command swaps /workspace for a symlink, file access refuses to follow it."""
-    swapped = await sandbox.exec(sh("cd / && rm -rf /workspace && ln -s /etc /workspace"))
-    assert swapped.exit_code == 0
-    with pytest.raises(PathEscapeError):
-        await sandbox.read_file("passwd")
-    with pytest.raises(PathEscapeError):
-        await sandbox.write_file("escaped", b"x")
-    with pytest.raises(PermanentError):
-        await sandbox.exec(sh("true"))
+async def test_a_replaced_workspace_root_is_refused(
+    sandbox: DockerSandbox,
+    provider: DockerProvider,
+    docker_engine: Engine,
+    session_key: str,
+    test_image: str,
+) -> None:
+    """/workspace cannot be swapped where the skills mount pins it; where it can (a container
+    older than the mount), file access refuses to follow the symlink."""
+    pinned = await sandbox.exec(
+        sh("cd / && rm -rf /workspace; test -d /workspace && ! test -L /workspace")
+    )
+    assert pinned.exit_code == 0, pinned
+    made = await _old_container(docker_engine, session_key + "-old", test_image)
+    try:
+        old = await provider.attach(session_key + "-old", SandboxRef("docker", made), SandboxSpec())
+        swapped = await old.exec(sh("cd / && rm -rf /workspace && ln -s /etc /workspace"))
+        assert swapped.exit_code == 0
+        with pytest.raises(PathEscapeError):
+            await old.read_file("passwd")
+        with pytest.raises(PathEscapeError):
+            await old.write_file("escaped", b"x")
+        with pytest.raises(PermanentError):
+            await old.exec(sh("true"))
+    finally:
+        await docker_engine.remove_container(made)
 
 
 async def test_links_in_deep_parents_are_refused_by_the_policy(sandbox: DockerSandbox) -> None:

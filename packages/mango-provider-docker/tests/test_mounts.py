@@ -20,9 +20,16 @@ from mango.domain.errors import (
     SandboxNotFound,
 )
 from mango.domain.resources import FileResourceMount
+from mango.domain.skills import SkillMount
 from mango.domain.values import SandboxRef, SandboxSpec
-from mango.provider import FileResourceSandbox, ResourceLockSandbox, SessionOutputSandbox
+from mango.provider import (
+    FileResourceSandbox,
+    ResourceLockSandbox,
+    SessionOutputSandbox,
+    SkillBundleSandbox,
+)
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
+from mango_provider_docker.mounts import MountState
 
 from .conftest import OWNERSHIP, RUN_LABELS
 from .helpers import sh
@@ -72,14 +79,14 @@ async def export(sandbox: DockerSandbox) -> dict[str, tuple[bytes, bytes]]:
 
 
 async def test_a_new_sandbox_implements_the_resource_protocols(sandbox: DockerSandbox) -> None:
-    """Every container made today has both mounts, and its sandbox the three protocols."""
+    """Every container made today has the three mounts, and its sandbox the four protocols."""
     assert isinstance(sandbox, FileResourceSandbox)
     assert isinstance(sandbox, SessionOutputSandbox)
+    assert isinstance(sandbox, SkillBundleSandbox)
     assert isinstance(sandbox, ResourceLockSandbox)
-    assert sandbox.mounts.uploads
-    assert sandbox.mounts.outputs
+    assert sandbox.mounts == MountState()
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in sandbox.host_dir.iterdir()}
-    assert modes == {"files": "0o755", "outputs": "0o777", "state": "0o700"}
+    assert modes == {"files": "0o755", "outputs": "0o777", "skills": "0o755", "state": "0o700"}
 
 
 async def test_uploads_are_read_only_even_to_root(sandbox: DockerSandbox) -> None:
@@ -178,8 +185,10 @@ async def test_two_clients_of_one_sandbox_share_one_resource_lock(
     assert await other.has_file_resource(mount(b"x"))
 
 
-async def _old_container(engine: Engine, session_key: str, image: str) -> str:
-    """A container with mango's configuration as it was before the mounts (none)."""
+async def _old_container(
+    engine: Engine, session_key: str, image: str, mounts: list[dict[str, object]] | None = None
+) -> str:
+    """A container with mango's configuration as it was before the mounts (none, or ``mounts``)."""
     labels = {**RUN_LABELS, **OWNERSHIP.labels(session_key)}
     host = {"Init": True, "NetworkMode": "none", "Memory": 1 << 30, "NanoCpus": 10**9}
     config = {
@@ -187,7 +196,7 @@ async def _old_container(engine: Engine, session_key: str, image: str) -> str:
         "Cmd": ["sh", "-c", "while :; do sleep 3600; done"],
         "WorkingDir": "/workspace",
         "Labels": labels,
-        "HostConfig": {**host, "PidsLimit": 512},
+        "HostConfig": {**host, "PidsLimit": 512, **({"Mounts": mounts} if mounts else {})},
     }
     made = await engine.create_container(OWNERSHIP.name(session_key), config)
     assert made is not None
@@ -220,6 +229,41 @@ async def test_a_container_older_than_the_mounts_fails_closed(
         await docker_engine.remove_container(made)
 
 
+SKILL = SkillMount("skill-1@1", "hello", "/workspace/skills/hello", 1, 1, "0" * 64)
+
+
+async def test_a_container_older_than_the_skills_mount_fails_closed_for_skills(
+    provider: DockerProvider,
+    docker_engine: Engine,
+    session_key: str,
+    test_image: str,
+    resource_dir: Path,
+) -> None:
+    """Made with the uploads and outputs mounts only: adopted, File Resources work, and
+    skills refuse saying to recreate the sandbox (a live container gains no bind mount)."""
+    host_dir = resource_dir / OWNERSHIP.name(session_key)
+    binds: list[dict[str, object]] = []
+    for name, target, read_only in (
+        ("files", "/mnt/session/uploads", True),
+        ("outputs", "/mnt/session/outputs", False),
+    ):
+        (host_dir / name).mkdir(parents=True, exist_ok=True)
+        binds.append({"Type": "bind", "Source": str(host_dir / name), "Target": target,
+                      "ReadOnly": read_only})  # fmt: skip
+    (host_dir / "state").mkdir(exist_ok=True)
+    made = await _old_container(docker_engine, session_key, test_image, binds)
+    try:
+        old = await provider.attach(session_key, SandboxRef("docker", made), SandboxSpec())
+        assert old.mounts == MountState(uploads=True, outputs=True, skills=False)
+        await old.import_file_resource(mount(b"x"), stream(b"x"))
+        assert await old.has_skill_bundles([SKILL]) == [False]
+        with pytest.raises(PermanentError, match="recreate the Session's sandbox"):
+            await old.import_skill_bundle(SKILL, stream(b"x"))
+        await old.write_file("skills/plain.txt", b"no skills mount: an ordinary directory")
+    finally:
+        await docker_engine.remove_container(made)
+
+
 @pytest.mark.parametrize(
     ("mounts", "problem"),
     [
@@ -229,8 +273,17 @@ async def test_a_container_older_than_the_mounts_fails_closed(
         ),
         ([("elsewhere", "/mnt/session/uploads", True)], "not from"),
         ([("files", "/mnt/session/uploads", True), ("files", "/etc/secrets", True)], "mount"),
+        (
+            [
+                ("files", "/mnt/session/uploads", True),
+                ("outputs", "/mnt/session/outputs", False),
+                ("skills", "/workspace/skills", False),
+            ],
+            "/workspace/skills is not read-only",
+        ),
+        ([("skills", "/workspace/skills", True)], "not a set mango makes"),
     ],
-    ids=["writable-uploads", "foreign-source", "extra-mount"],
+    ids=["writable-uploads", "foreign-source", "extra-mount", "writable-skills", "skills-alone"],
 )
 async def test_forged_mounts_are_refused(  # noqa: PLR0917 - pytest passes fixtures by position
     provider: DockerProvider,

@@ -51,14 +51,18 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 
 def test_registration_declares_package_setup_and_the_resource_mounts() -> None:
-    """``docker`` registers through the entry point: package setup, files and outputs."""
+    """``docker`` registers through the entry point: setup, files, outputs, skills, pause, ports."""
     registration = load_plugins().providers().get("docker")
     assert registration.support_level is SupportLevel.AVAILABLE
     assert registration.capabilities == CapabilitySet.of(
         Capability.PACKAGE_SETUP,
         Capability.FILE_RESOURCES,
         Capability.SESSION_OUTPUTS,
+        Capability.FILE_API,
+        Capability.PAUSE,
+        Capability.EXPOSED_PORTS,
         Capability.BACKGROUND_PROCESSES,
+        Capability.SKILL_BUNDLES,
     )
     names = {setting.env for setting in registration.settings}
     assert {
@@ -113,6 +117,16 @@ def test_settings_defaults() -> None:
     assert settings.api_version is None
     assert settings.pull
     assert read_docker_settings({"MANGO_STATE_DIR": "/s"}).resource_dir == Path("/s/docker")
+
+
+def test_ports_setting() -> None:
+    """MANGO_SANDBOX_PORTS: sorted distinct ports; anything else is named."""
+    assert read_docker_settings({}).publish_ports == ()
+    ports = read_docker_settings({"MANGO_SANDBOX_PORTS": " 8080, 3000,8080 "}).publish_ports
+    assert ports == (3000, 8080)
+    for bad in ("0", "65536", "http", "80,x"):
+        with pytest.raises(ConfigurationError, match="MANGO_SANDBOX_PORTS"):
+            read_docker_settings({"MANGO_SANDBOX_PORTS": bad})
 
 
 def test_settings_from_environment() -> None:

@@ -221,14 +221,16 @@ async def test_attach_starts_a_stopped_container(
         await fresh.aclose()
 
 
-async def test_attach_unpauses_a_paused_container(
+async def test_attach_keeps_a_pause_and_exec_resumes_it(
     provider: DockerProvider, sandbox: DockerSandbox, docker_engine: Engine, session_key: str
 ) -> None:
-    """A paused container is unpaused by attach."""
+    """Attach leaves a container paused behind mango's back paused; a command resumes it."""
     docker = await docker_engine.client()
     await docker.containers.container(sandbox.container_id).pause()
     attached = await provider.attach(session_key, sandbox.ref, SandboxSpec())
+    assert await attached.is_paused()
     assert (await attached.exec(sh("printf awake"))).stdout == b"awake"
+    assert not await attached.is_paused()
 
 
 async def test_container_removed_behind_our_back_is_not_found(

@@ -1,4 +1,4 @@
-"""The root README's Files-in-and-out example, run as a user would paste it into bash.
+"""The root README's Files and Skills examples, run as a user would paste them into bash.
 
 Each ``$`` line of the block is run in one bash session (so ``export`` and
 ``FILE=$(...)`` carry over), with ``uv run mango`` meaning this
@@ -30,11 +30,14 @@ MANGO = Path(sys.executable).with_name("mango")
 MARK = "=== mango-readme-step ==="
 
 
-def example() -> list[tuple[str, str]]:
-    """``(command, expected output)`` for each ``$`` line of the example."""
-    section = README.read_text(encoding="utf-8").split("### Files in and out of a Session", 1)[1]
+SECTIONS = ("### Files in and out of a Session", "### Skills in a Session")
+
+
+def example(heading: str) -> list[tuple[str, str]]:
+    """``(command, expected output)`` for each ``$`` line of the section's example."""
+    section = README.read_text(encoding="utf-8").split(heading, 1)[1]
     match = re.search(r"```console\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the README's Files section has no console block"
+    assert match is not None, f"the README's {heading!r} section has no console block"
     steps: list[tuple[str, list[str]]] = []
     for line in match.group(1).splitlines():
         if line.startswith("$ "):
@@ -55,11 +58,12 @@ def state_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.parametrize("heading", SECTIONS, ids=["files", "skills"])
 def test_the_readme_example_runs(
-    docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path
+    docker_engine: Engine, test_image: str, state_dir: Path, tmp_path: Path, heading: str
 ) -> None:
-    """Attach a file, read it in the sandbox, write an output, publish, download: as shown."""
-    steps = example()
+    """Files: attach, read, write an output, publish, download; Skills: upload, pin, use."""
+    steps = example(heading)
     script = "set -e\n" + "".join(
         f"echo '{MARK}'\n{command.replace('uv run mango', str(MANGO))}\n".replace(
             "mango-test-busybox:latest", test_image

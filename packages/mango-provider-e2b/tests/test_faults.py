@@ -79,12 +79,16 @@ async def test_control_plane_5xx_on_attach_is_unavailable_not_lost(
 async def test_sandbox_deleted_behind_mangos_back_is_lost_and_never_replaced(
     fake: E2BFakeService, provider: E2BProvider, sandbox: E2BSandbox, session_key: str
 ) -> None:
-    """Deleted at the vendor: exec, files and attach raise SandboxNotFound; nothing is recreated."""
+    """Deleted at the vendor: exec, files, the file API and attach raise SandboxNotFound; nothing
+    is recreated."""
     await fake.delete_sandbox(sandbox.ref.external_id)
     with pytest.raises(SandboxNotFound):
         await sandbox.exec(Command(("true",)))
     with pytest.raises(SandboxNotFound):
         await sandbox.read_file("anything")
+    for call in (sandbox.list_dir(""), sandbox.stat("x"), sandbox.remove("x")):
+        with pytest.raises(SandboxNotFound):  # the file API asks the control plane too
+            await call
     with pytest.raises(SandboxNotFound):
         await provider.attach(session_key, sandbox.ref, SPEC)
     assert await provider.find(session_key) is None

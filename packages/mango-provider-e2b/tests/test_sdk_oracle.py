@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from e2b import AsyncSandbox, CommandExitException, SandboxQuery
 
-from mango.provider import Command
+from mango.provider import Command, PermanentError
 from mango_provider_e2b import E2BProvider
 from mango_provider_e2b.fake import E2BFakeService
 
@@ -156,5 +156,81 @@ async def test_sdk_lists_mangos_background_processes_by_tag(
         with pytest.raises(CommandExitException):
             await watching.wait()
         assert [p for p in await theirs.commands.list() if p.tag == started.id] == []
+    finally:
+        await mine.destroy()
+
+
+async def test_sdk_drives_the_filesystem_service(
+    sdk_env: E2BFakeService, provider: E2BProvider, session_key: str
+) -> None:
+    """ListDir, Stat, Move, Remove and MakeDir answer the SDK as envd does; mango agrees."""
+    from e2b import FileType, InvalidArgumentException, NotFoundException, SandboxException
+
+    mine = await provider.create(session_key, SPEC)
+    try:
+        layout = (
+            "mkdir -p t/sub/deep && printf 12345 > t/a.txt && printf b > t/b && "
+            "ln -s a.txt t/link && ln -s gone t/dangling && printf x > t/sub/deep/x"
+        )
+        laid = await mine.exec(Command(("sh", "-c", layout)))
+        assert laid.exit_code == 0, laid.stderr
+        sdk = await AsyncSandbox.connect(mine.ref.external_id)
+        listed = await sdk.files.list("/workspace/t")
+        # The SDK skips entries of no type: a dangling link (envd: FILE_TYPE_UNSPECIFIED).
+        assert [entry.name for entry in listed] == ["a.txt", "b", "link", "sub"]
+        by_name = {entry.name: entry for entry in listed}
+        # envd reports a link with its target's type, and the target itself.
+        assert by_name["link"].type == FileType.FILE
+        assert by_name["link"].symlink_target == "/workspace/t/a.txt"
+        assert by_name["link"].size == len("a.txt")
+        dangling = await sdk.files.get_info("/workspace/t/dangling")
+        assert dangling.type is None
+        assert dangling.symlink_target == "/workspace/t/dangling"
+        assert by_name["sub"].type == FileType.DIR
+        assert by_name["a.txt"].symlink_target is None
+        assert by_name["a.txt"].path == "/workspace/t/a.txt"
+        deep = await sdk.files.list("/workspace/t", depth=3)
+        assert [entry.path for entry in deep][-3:] == [
+            "/workspace/t/sub",
+            "/workspace/t/sub/deep",
+            "/workspace/t/sub/deep/x",
+        ]
+        info = await sdk.files.get_info("/workspace/t/link")
+        assert (info.type, info.symlink_target) == (FileType.FILE, "/workspace/t/a.txt")
+        with pytest.raises(InvalidArgumentException):
+            await sdk.files.list("/workspace/t/a.txt")
+        with pytest.raises(SandboxException, match="not a directory"):  # internal, not not_found
+            await sdk.files.get_info("/workspace/t/a.txt/below")
+        with pytest.raises(PermanentError, match="not a directory"):  # mango: the file above
+            await mine.stat("t/a.txt/below")
+        with pytest.raises(NotFoundException):
+            await sdk.files.list("/workspace/t/missing")
+        assert await sdk.files.make_dir("/workspace/t/sub") is False  # already_exists
+        with pytest.raises(InvalidArgumentException):  # "exists but it is not a directory"
+            await sdk.files.make_dir("/workspace/t/a.txt")
+        assert await sdk.files.make_dir("/workspace/t/new/deeper") is True  # parents made
+        # envd's Move overwrites and makes the destination's parents; mango refuses to.
+        moved = await sdk.files.rename("/workspace/t/b", "/workspace/t/a.txt")
+        assert moved.path == "/workspace/t/a.txt"
+        assert await mine.read_file("t/a.txt") == b"b"
+        await sdk.files.rename("/workspace/t/a.txt", "/workspace/t/made/by/move")
+        assert await mine.read_file("t/made/by/move") == b"b"
+        with pytest.raises(NotFoundException):
+            await sdk.files.rename("/workspace/t/nothing", "/workspace/t/x")
+        # envd's Remove is RemoveAll: recursive, and a missing path is no error.
+        await sdk.files.remove("/workspace/t/sub")
+        await sdk.files.remove("/workspace/t/nothing")
+        assert not await sdk.files.exists("/workspace/t/sub")
+
+        seen = await mine.list_dir("t", recursive=True)
+        assert {entry.path: entry.kind.value for entry in seen.entries} == {
+            "t/dangling": "symlink",
+            "t/link": "symlink",
+            "t/made": "directory",
+            "t/made/by": "directory",
+            "t/made/by/move": "file",
+            "t/new": "directory",
+            "t/new/deeper": "directory",
+        }
     finally:
         await mine.destroy()

@@ -123,3 +123,31 @@ def test_registration_is_preview_with_its_settings() -> None:
         s.env for s in cube.settings
     }
     assert next(s for s in e2b.settings if s.env == "E2B_API_KEY").secret
+
+
+@pytest.mark.parametrize(
+    ("info", "kind", "mode"),
+    [
+        # envd since e2b-dev/infra#924: a link has its target's type, and symlinkTarget.
+        ({"type": "FILE_TYPE_FILE", "symlinkTarget": "/w/a", "mode": 420}, "symlink", None),
+        ({"symlinkTarget": "/w/dangling"}, "symlink", None),  # no type: the target is missing
+        ({"type": "FILE_TYPE_DIRECTORY", "isSymlink": True}, "symlink", None),  # the SDK's newer
+        ({"type": "FILE_TYPE_SYMLINK"}, "symlink", None),  # envd before either
+        ({"type": "FILE_TYPE_FILE", "mode": 416}, "regular", 0o640),
+        ({"type": "FILE_TYPE_DIRECTORY", "mode": 493}, "directory", 0o755),
+        ({}, "other", None),
+    ],
+)
+def test_envd_entries_know_a_link_by_its_target_field(
+    info: dict[str, object], kind: str, mode: int | None
+) -> None:
+    """envd's EntryInfo: a link is a link whatever its type says; sizes travel as strings."""
+    from mango_provider_e2b.envd import native_entry
+
+    entry = native_entry(
+        {"path": "/w/x", "size": "12", "modifiedTime": "2026-01-02T03:04:05.123456789Z", **info},
+        "stat",
+    )
+    assert (entry.kind.value, entry.size, entry.mode) == (kind, 12, mode)
+    assert entry.mtime is not None
+    assert entry.mtime.isoformat() == "2026-01-02T03:04:05.123456+00:00"

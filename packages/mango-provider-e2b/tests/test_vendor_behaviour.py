@@ -140,3 +140,21 @@ async def test_exec_returns_at_once_after_its_own_destroy_when_the_stream_hangs(
             assert (result.cancelled, result.exit_code) == (True, -1)
         finally:
             await provider.aclose()
+
+
+async def test_the_file_api_is_refused_on_an_envd_whose_stat_follows_links(
+    tmp_path: Path, session_key: str
+) -> None:
+    """envd before 0.2.6 (e2b-dev/infra#924) follows links in Stat: the file API says so."""
+    from mango.provider import ConfigurationError
+
+    async with E2BFakeService.create(tmp_path / "old", FakeConfig(envd_version="0.2.5")) as old:
+        provider = make_provider(old)
+        try:
+            sandbox = await provider.create(session_key, SPEC)
+            for call in (sandbox.list_dir(""), sandbox.stat("x"), sandbox.make_dir("d")):
+                with pytest.raises(ConfigurationError, match=r"envd \(0\.2\.5\)"):
+                    await call
+            await sandbox.destroy()
+        finally:
+            await provider.aclose()

@@ -75,6 +75,9 @@ async def test_files_of_a_deleted_sandbox_are_not_found(
         await sandbox.read_file("x")
     with pytest.raises(SandboxNotFound):
         await sandbox.write_file("y", b"2")
+    for call in (sandbox.list_dir(""), sandbox.stat("x"), sandbox.rename("x", "z")):
+        with pytest.raises(SandboxNotFound):  # the file API asks the lifecycle API too
+            await call
 
 
 @pytest.mark.parametrize("data", [5, "text", None])

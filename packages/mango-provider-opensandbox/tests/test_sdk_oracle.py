@@ -185,3 +185,110 @@ async def test_sdk_drives_background_commands(fake: FakeOpenSandbox, server_prox
     assert found["from_cursor"] == "twoerr\n"  # the cursor is a byte offset in execd's sources
     assert found["ended"] == (False, 3)
     assert found["interrupted"] == (False, -1)  # the group got SIGTERM: Go's ExitCode() is -1
+
+
+def _sdk_files(fake: FakeOpenSandbox, sandbox_id: str) -> dict[str, Any]:
+    """execd's list, info, move, delete and mkdir as the SDK calls them (run in a thread)."""
+    from opensandbox.exceptions import SandboxApiException
+    from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, WriteEntry
+
+    def status(call: Any) -> tuple[int | None, str | None]:
+        try:
+            call()
+        except SandboxApiException as exc:
+            return exc.status_code, exc.error.code
+        return None, None
+
+    connected = SandboxSync.connect(sandbox_id, connection_config=_config(fake, True))
+    files = connected.files
+    found: dict[str, Any] = {}
+    try:
+        flat = files.list_directory(DirectoryListEntry(path="/workspace/t"))
+        found["flat"] = [(entry.path, entry.entry_type, entry.size) for entry in flat]
+        deep = files.list_directory(DirectoryListEntry(path="/workspace/t", depth=3))
+        found["deep"] = [entry.path for entry in deep]
+        info = files.get_file_info(["/workspace/t/a.txt", "/workspace/t/link"])
+        found["modes"] = {path: (item.entry_type, item.mode) for path, item in info.items()}
+        found["list link"] = status(
+            lambda: files.list_directory(DirectoryListEntry(path="/workspace/t/dirlink"))
+        )
+        found["list file"] = status(
+            lambda: files.list_directory(DirectoryListEntry(path="/workspace/t/a.txt"))
+        )
+        found["list missing"] = status(
+            lambda: files.list_directory(DirectoryListEntry(path="/workspace/t/nothing"))
+        )
+        found["move onto"] = status(
+            lambda: files.move_files([MoveEntry(src="/workspace/t/b", dest="/workspace/t/a.txt")])
+        )
+        found["move dangling"] = status(
+            lambda: files.move_files(
+                [MoveEntry(src="/workspace/t/dangling", dest="/workspace/t/moved")]
+            )
+        )
+        files.move_files([MoveEntry(src="/workspace/t/b", dest="/workspace/t/made/by/move")])
+        found["delete dir as file"] = status(lambda: files.delete_files(["/workspace/t/sub"]))
+        files.delete_files(["/workspace/t/dangling", "/workspace/t/nothing"])
+        files.delete_directories(["/workspace/t/sub", "/workspace/t/dirlink"])
+        files.create_directories([WriteEntry(path="/workspace/t/new/deeper", mode=700)])
+        found["new"] = files.get_file_info(["/workspace/t/new/deeper"])[
+            "/workspace/t/new/deeper"
+        ].mode
+    finally:
+        connected.close()
+    return found
+
+
+async def test_sdk_drives_the_file_endpoints(fake: FakeOpenSandbox, make_provider: Any) -> None:
+    """``/directories/list``, ``/files/info``, ``/files/mv``, the deletes and ``POST
+    /directories`` answer the SDK as execd does; mango sees the result the same way."""
+    provider = make_provider()
+    sandbox = await provider.create("sdk-files", SandboxSpec(timeout=30))
+    try:
+        layout = (
+            "mkdir -p t/sub/deep keep && printf 12345 > t/a.txt && chmod 640 t/a.txt && "
+            "printf b > t/b && ln -s a.txt t/link && ln -s gone t/dangling && "
+            "ln -s ../keep t/dirlink && printf x > t/sub/deep/x"
+        )
+        laid = await sandbox.exec(Command(("sh", "-c", layout)))
+        assert laid.exit_code == 0, laid.stderr
+        found = await asyncio.to_thread(_sdk_files, fake, sandbox.ref.external_id)
+        kinds = [(path.rsplit("/", 1)[-1], kind) for path, kind, _size in found["flat"]]
+        assert kinds == [
+            ("a.txt", "file"),
+            ("b", "file"),
+            ("dangling", "symlink"),
+            ("dirlink", "symlink"),
+            ("link", "symlink"),
+            ("sub", "directory"),
+        ]  # an lstat per entry, each directory in name order
+        assert found["flat"][0] == ("/workspace/t/a.txt", "file", 5)
+        assert found["deep"][-3:] == [
+            "/workspace/t/sub",
+            "/workspace/t/sub/deep",
+            "/workspace/t/sub/deep/x",
+        ]  # descendants follow their parent; never into dirlink
+        assert found["modes"]["/workspace/t/a.txt"] == ("file", 640)  # octal digits as decimal
+        assert found["modes"]["/workspace/t/link"][0] == "symlink"
+        assert found["list link"] == (400, "INVALID_REQUEST_BODY")
+        assert found["list file"] == (400, "INVALID_REQUEST_BODY")
+        assert found["list missing"] == (404, "FILE_NOT_FOUND")
+        assert found["move onto"] == (500, "RUNTIME_ERROR")  # "destination path already exists"
+        assert found["move dangling"] == (404, "FILE_NOT_FOUND")  # os.Stat follows the link
+        assert found["delete dir as file"] == (500, "RUNTIME_ERROR")  # "path is a directory"
+        assert found["new"] == 700
+        seen = await sandbox.list_dir("t", recursive=True)  # type: ignore[attr-defined]
+        assert {entry.path: entry.kind.value for entry in seen.entries} == {
+            # DELETE /files keeps a dangling link (its os.Stat fails): execd's behaviour.
+            "t/dangling": "symlink",
+            "t/a.txt": "file",
+            "t/link": "symlink",
+            "t/made": "directory",
+            "t/made/by": "directory",
+            "t/made/by/move": "file",
+            "t/new": "directory",
+            "t/new/deeper": "directory",
+        }
+        assert await sandbox.exists("keep")  # type: ignore[attr-defined]  # dirlink's target
+    finally:
+        await sandbox.destroy()

@@ -13,15 +13,18 @@ from mango_conformance.checks.capabilities import (
     CapabilityChecks,
     declared_capabilities,
 )
+from mango_conformance.checks.fileapi import FileApiChecks
 from mango_conformance.checks.gaps import GapChecks
 from mango_conformance.checks.network import NetworkChecks
 from mango_conformance.checks.outputs import OutputChecks
 from mango_conformance.checks.packages import PackageChecks
 from mango_conformance.checks.parity import ParityChecks
+from mango_conformance.checks.pause import PauseChecks, PortChecks
 from mango_conformance.checks.processes import ProcessChecks
 from mango_conformance.checks.reads import ReadChecks
 from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
+from mango_conformance.checks.skills import SkillBundleChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.config import run_config
@@ -42,8 +45,12 @@ class ProviderSuite(
     NetworkChecks,
     PackageChecks,
     FileResourceChecks,
+    FileApiChecks,
     OutputChecks,
+    PauseChecks,
+    PortChecks,
     ProcessChecks,
+    SkillBundleChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

@@ -18,12 +18,15 @@ __all__ = [
     "MangoError",
     "SandboxSpec",
     "SessionManager",
+    "SessionSkills",
     "Settings",
+    "SkillVersion",
     "StoredFile",
     "StoredFiles",
     "__version__",
     "open_file_store",
     "open_session_manager",
+    "open_skills",
     "resolve_spec",
 ]
 
@@ -33,21 +36,26 @@ _LAZY = {
     "MangoError": "mango.domain.errors",
     "SandboxSpec": "mango.domain.values",
     "SessionManager": "mango.app",
+    "SessionSkills": "mango.app.skills",
     "Settings": "mango.config",
+    "SkillVersion": "mango.domain.skills",
     "StoredFile": "mango.domain.files",
     "StoredFiles": "mango.app.files",
     "open_file_store": "mango.api",
     "open_session_manager": "mango.api",
+    "open_skills": "mango.api",
     "resolve_spec": "mango.api",
 }
 
 if TYPE_CHECKING:
-    from mango.api import open_file_store, open_session_manager, resolve_spec
+    from mango.api import open_file_store, open_session_manager, open_skills, resolve_spec
     from mango.app import SessionManager
     from mango.app.files import StoredFiles
+    from mango.app.skills import SessionSkills
     from mango.config import Settings
     from mango.domain.errors import MangoError
     from mango.domain.files import StoredFile
+    from mango.domain.skills import SkillVersion
     from mango.domain.values import Command, ExecResult, SandboxSpec
 
 

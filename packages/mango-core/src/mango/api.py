@@ -31,6 +31,14 @@ configured providers. With no ``MANGO_DATABASE_URL`` an embedded PostgreSQL
 server under the state directory is used (it needs the ``embedded`` extra,
 installed by default).
 
+Skills are uploaded the same way (no provider needed) and pinned by a
+Session when it is created (a provider with ``skill-bundles`` needed)::
+
+    async with mango.open_skills() as skills:
+        version = await skills.add("./my-skill")  # a directory with SKILL.md, or a zip
+    async with mango.open_session_manager() as manager:
+        await manager.create_session("demo", skills=[str(version.ref)])
+
 Stored files (the Files store) open the same way, without a provider::
 
     async with mango.open_file_store() as files:
@@ -48,13 +56,14 @@ from typing import Any
 
 from mango.app import SessionManager
 from mango.app.files import StoredFiles
+from mango.app.skills import SessionSkills
 from mango.config import Settings
 from mango.domain.values import SandboxSpec
 from mango.filestore import FileStoreSettings
-from mango.runtime import open_runtime, open_stored_files
+from mango.runtime import open_runtime, open_session_skills, open_stored_files
 from mango.runtime import resolve_spec as _resolve_spec
 
-__all__ = ["open_file_store", "open_session_manager", "resolve_spec"]
+__all__ = ["open_file_store", "open_session_manager", "open_skills", "resolve_spec"]
 
 
 def resolve_spec(
@@ -126,3 +135,26 @@ async def open_file_store(
     )
     async with open_stored_files(resolved, store_settings) as files:
         yield files
+
+
+@asynccontextmanager
+async def open_skills(
+    settings: Settings | None = None,
+    *,
+    file_settings: FileStoreSettings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[SessionSkills]:
+    """Open the database and the Files store and yield :class:`~mango.app.skills.SessionSkills`.
+
+    Upload (``add``), list (``list_versions``) and resolve skills without a
+    provider; the settings as :func:`open_file_store` reads them. A Session
+    pins versions through :meth:`SessionManager.create_session`.
+    """
+    resolved = settings if settings is not None else Settings.from_env(environ)
+    store_settings = (
+        file_settings
+        if file_settings is not None
+        else FileStoreSettings.from_env(environ, state=resolved.state_dir)
+    )
+    async with open_session_skills(resolved, store_settings) as skills:
+        yield skills

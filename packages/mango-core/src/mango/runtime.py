@@ -22,6 +22,7 @@ from mango.app.files import StoredFiles
 from mango.app.instrumented import instrument
 from mango.app.profiles import environment_fields
 from mango.app.session_files import SessionFiles
+from mango.app.skills import SessionSkills
 from mango.config import Settings
 from mango.domain.capabilities import Capability
 from mango.domain.environments import SpecFields
@@ -35,6 +36,7 @@ from mango.postgres import (
     PostgresFileCatalog,
     PostgresOutputCatalog,
     PostgresResourceCatalog,
+    PostgresSkillCatalog,
     open_store,
     redact_conninfo,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "environment_of",
     "open_database",
     "open_runtime",
+    "open_session_skills",
     "open_stored_files",
     "resolve_spec",
     "select_provider",
@@ -196,6 +199,7 @@ async def open_runtime(
             files = SessionFiles(
                 PostgresResourceCatalog(store.pool), PostgresOutputCatalog(store.pool), stored
             )
+            skills = SessionSkills(PostgresSkillCatalog(store.pool), blobs, context.namespace)
             managed: tuple[Provider, BindingStore] = (provider, store)
             if wrap_ports is not None:
                 managed = wrap_ports(provider, store)
@@ -207,7 +211,9 @@ async def open_runtime(
                 registration.quirks,
                 package_manager_hosts=settings.package_manager_hosts,
                 max_sandboxes=settings.fleet.max_sandboxes,
+                evict_action=settings.fleet.evict_action,
                 files=files,
+                skills=skills,
             )
             try:
                 yield Runtime(settings, registry, registration, store, manager, provider)
@@ -236,6 +242,29 @@ async def open_stored_files(
             blobs = open_file_store(file_settings)
             try:
                 yield StoredFiles(PostgresFileCatalog(store.pool), blobs, namespace)
+            finally:
+                await blobs.aclose()
+        finally:
+            await store.aclose()
+
+
+@asynccontextmanager
+async def open_session_skills(
+    settings: Settings, file_settings: FileStoreSettings, *, linger: bool = False
+) -> AsyncIterator[SessionSkills]:
+    """Open the database and the Files store; yield :class:`SessionSkills` on them.
+
+    No provider is opened: uploading and listing skills do not need one
+    (pinning them does: :meth:`SessionManager.create_session`). Blob keys
+    carry the namespace as :func:`open_stored_files` says.
+    """
+    async with open_database(settings, linger=linger) as url:
+        store = await open_store(url)
+        try:
+            namespace = settings.namespace or await store.deployment_namespace()
+            blobs = open_file_store(file_settings)
+            try:
+                yield SessionSkills(PostgresSkillCatalog(store.pool), blobs, namespace)
             finally:
                 await blobs.aclose()
         finally:

@@ -126,6 +126,56 @@ def test_files_round_trip_and_escape(run) -> None:  # type: ignore[no-untyped-de
     )
 
 
+def test_files_ls_rm_mv_mkdir(run) -> None:  # type: ignore[no-untyped-def]
+    """The file API from the command line: sorted listings, moves, removals, clear errors."""
+    made = run("files", "mkdir", "--session", "fa", "docs/old")
+    assert made.returncode == 0, made.stderr
+    assert run("files", "write", "--session", "fa", "docs/old/a.txt", stdin=b"abc").returncode == 0
+    moved = run("files", "mv", "--session", "fa", "docs/old", "docs/new")
+    assert moved.returncode == 0, moved.stderr
+    listed = run("files", "ls", "--session", "fa", "--json", "--recursive", "docs")
+    assert listed.returncode == 0, listed.stderr
+    answer = json.loads(listed.stdout)
+    assert [(e["path"], e["kind"], e["size"]) for e in answer["entries"]] == [
+        ("docs/new", "directory", answer["entries"][0]["size"]),
+        ("docs/new/a.txt", "file", 3),
+    ]
+    assert answer["truncated"] is False
+    short = run("files", "ls", "--session", "fa", "--limit", "1", "-r", "docs")
+    assert short.stdout.decode().split("\n")[0].split() == [
+        "KIND",
+        "SIZE",
+        "MODE",
+        "MODIFIED",
+        "PATH",
+    ]
+    assert short.stdout.decode().split("\n")[1].endswith("  docs/new")
+    assert short.stderr == b"mango: the listing stopped at 1 entry; raise --limit to see more\n"
+    kept = run("files", "rm", "--session", "fa", "docs")
+    assert (kept.returncode, kept.stderr.decode().splitlines()) == (
+        2,
+        [
+            "error: directory 'docs' is not empty; remove it recursively",
+            (
+                "hint: remove it with everything below it ('mango files rm --recursive'), "
+                "or empty it first"
+            ),
+        ],
+    )
+    assert run("files", "rm", "--session", "fa", "--recursive", "docs").returncode == 0
+    gone = run("files", "ls", "--session", "fa", "docs")
+    assert (gone.returncode, gone.stderr.decode().splitlines()) == (
+        2,
+        [
+            "error: no such path 'docs' in session 'fa' (or a parent of it is missing)",
+            "hint: list what is there with 'mango files ls --session fa'",
+        ],
+    )
+    never = run("files", "ls", "--session", "nobody")
+    assert never.returncode == 2
+    assert never.stderr.startswith(b"error: no session 'nobody' with a sandbox to list")
+
+
 def test_sessions_list_and_delete(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Listing shows the binding; deleting removes sandbox and record; twice is fine."""
     assert run("exec", "--session", "s1", "--", "true").returncode == 0
@@ -215,7 +265,7 @@ def test_providers_reconcile_and_doctor(run) -> None:  # type: ignore[no-untyped
     providers = json.loads(run("providers", "--json").stdout)
     assert providers == [
         {
-            "capabilities": ["background-processes"],
+            "capabilities": ["background-processes", "file-api"],
             "description": providers[0]["description"],
             "name": "local",
             "quirks": [],

@@ -207,3 +207,14 @@ def test_ctrl_c_while_starting_is_one_line(
         check=False,
     )
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n")
+
+
+def test_pause_and_ports_are_refused_where_undeclared(env: dict[str, str]) -> None:
+    """The local provider declares neither pause nor exposed ports: two lines each, exit 2.
+
+    The capability is checked before the Session is even looked up.
+    """
+    paused = two_lines(mango(env, "sessions", "pause", "p"))
+    assert "local does not support pause and resume" in paused[0]
+    exposed = two_lines(mango(env, "ports", "expose", "--session", "p", "8080"))
+    assert "local does not support exposed ports" in exposed[0]

@@ -29,7 +29,8 @@ from mango.domain import (
     SandboxSpec,
     spec_hash,
 )
-from mango.domain.ports import Provider
+from mango.domain.fleet import EvictAction
+from mango.domain.ports import PausableSandbox, Provider
 from mango.local import LocalProvider
 from mango.postgres import PostgresBindingStore, open_store
 
@@ -268,7 +269,7 @@ async def test_eviction_removes_the_resource_at_the_backend(
     """On local and Docker: the evicted sandbox is gone from the backend; deletion still works."""
     namespace = await store.deployment_namespace()
     provider = _provider(provider_name, tmp_path / "backend", namespace)
-    manager = SessionManager(provider, store)
+    manager = SessionManager(provider, store, evict_action=EvictAction.DESTROY)
     try:
         await store.ensure_session("idle")
         sandbox = await manager.acquire("idle", SPEC)
@@ -284,4 +285,67 @@ async def test_eviction_removes_the_resource_at_the_backend(
     finally:
         for resource in await provider.list_owned():
             await provider.destroy_owned(resource)  # type: ignore[attr-defined]
+        await manager.aclose()
+
+
+async def test_idle_eviction_pauses_where_the_provider_can(
+    provider_name: str, store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """By default Docker's idle sandbox pauses (kept, resumed on acquire); local's is destroyed."""
+    namespace = await store.deployment_namespace()
+    provider = _provider(provider_name, tmp_path / "backend", namespace)
+    manager = SessionManager(provider, store)
+    try:
+        await store.ensure_session("idle")
+        sandbox = await manager.acquire("idle", SPEC)
+        await sandbox.write_file("kept.txt", b"kept")
+        await _backdate(store, "idle", 2 * HOUR)
+        report = await manager.evict_idle(HOUR)
+        assert (report.evicted, report.action) == (1, manager.idle_action)
+        if provider_name == "local":  # no pause: the eviction destroys, as before
+            assert report.action == "destroy"
+            assert await provider.list_owned() == []
+            return
+        assert report.action == "pause"
+        assert await manager.observe("idle") is LifecycleState.PAUSED
+        binding = await store.get_binding("idle")
+        assert binding is not None
+        assert binding.pause_finished
+        raw = await provider.attach("idle", binding.ref, SPEC)
+        assert isinstance(raw, PausableSandbox)
+        assert await raw.is_paused()
+        assert (await manager.evict_idle(HOUR)).attempted == 0  # a finished pause is not listed
+        again = await manager.acquire("idle", SPEC)
+        assert not await raw.is_paused()
+        assert await again.read_file("kept.txt") == b"kept"
+        assert await manager.observe("idle") is LifecycleState.BOUND
+    finally:
+        for resource in await provider.list_owned():
+            await provider.destroy_owned(resource)  # type: ignore[attr-defined]
+        await manager.aclose()
+
+
+async def test_a_crash_between_the_pause_mark_and_the_provider_is_finished(
+    store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """A mark left without the provider's pause: the next pass pauses; the next acquire resumes."""
+    provider = LocalProvider(tmp_path / "backend", namespace=await store.deployment_namespace())
+    manager = SessionManager(provider, store)
+    try:
+        await store.ensure_session("s")
+        sandbox = await manager.acquire("s", SPEC)
+        marked = await store.mark_paused("s", sandbox.ref)  # the worker died right here
+        assert marked is not None
+        assert not marked.pause_finished
+        listed = await store.list_idle(provider.name, HOUR)
+        assert [b.session_id for b in listed] == ["s"]  # an unconfirmed pause is listed
+        record = await store.get_session("s")
+        assert record is not None
+        assert record.paused  # projected onto the row every operation reads
+        assert not await store.record_use("s", sandbox.ref)
+        assert await manager.observe("s") is LifecycleState.PAUSED
+        await store.clear_paused("s", sandbox.ref)
+        assert await manager.observe("s") is LifecycleState.BOUND
+        assert await store.record_use("s", sandbox.ref)
+    finally:
         await manager.aclose()

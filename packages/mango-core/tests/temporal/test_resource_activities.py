@@ -1,8 +1,9 @@
 """The resource activities alone (ActivityEnvironment) on real PostgreSQL and the Files store.
 
 On the local provider (no resource capability) the acquire says so and the
-activities do nothing; on Docker they materialize, publish (a hostile output
-non-retryable, naming the path) and reconcile.
+activities do nothing; on Docker they materialize (pinned skills and File
+Resources), publish (a hostile output non-retryable, naming the path) and
+reconcile.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from temporalio.testing import ActivityEnvironment
 from mango.app import SessionManager
 from mango.app.files import StoredFiles
 from mango.app.session_files import SessionFiles
+from mango.app.skills import SessionSkills
 from mango.domain import Command
 from mango.filestore import FilesystemFileStore
 from mango.local import LocalProvider
@@ -26,6 +28,7 @@ from mango.postgres import (
     PostgresFileCatalog,
     PostgresOutputCatalog,
     PostgresResourceCatalog,
+    PostgresSkillCatalog,
 )
 from mango.temporal import MangoActivities
 from mango.temporal.messages import AcquireInput
@@ -74,16 +77,22 @@ async def test_on_a_provider_without_the_capabilities_nothing_runs(
 async def test_on_docker_the_activities_materialize_publish_and_refuse_by_name(
     store: PostgresBindingStore, tmp_path: Path
 ) -> None:
-    """Materialize before a step, publish when quiet; a FIFO is a non-retryable refusal."""
+    """Materialize before a step (a pinned skill too), publish when quiet; a FIFO is a
+    non-retryable refusal."""
     from ..files.docker_sandboxes import docker_provider  # noqa: TID252 - no tests package
+    from ..skills.helpers import SKILL_MD, skill_tree  # noqa: TID252 - no tests package
 
     files = await _files(store, tmp_path)
-    provider = await docker_provider(await store.deployment_namespace(), tmp_path / "docker")
-    manager = SessionManager(provider, store, files=files)  # type: ignore[arg-type]
+    namespace = await store.deployment_namespace()
+    skills = SessionSkills(PostgresSkillCatalog(store.pool), files.files.blobs, namespace)
+    provider = await docker_provider(namespace, tmp_path / "docker")
+    manager = SessionManager(provider, store, files=files, skills=skills)  # type: ignore[arg-type]
     worker = MangoActivities(manager, store, heartbeat_interval=0.05)
     env = ActivityEnvironment()
     sid = "activities"
     try:
+        version = await skills.add(skill_tree(tmp_path / "skill"))
+        await manager.create_session(sid, skills=[str(version.ref)])
         data = b"materialized by an activity\n"
         stored = await files.files.put(_chunks(data), filename="in.txt")
         await manager.add_file_resource(sid, stored.file_id, "in.txt")
@@ -92,6 +101,8 @@ async def test_on_docker_the_activities_materialize_publish_and_refuse_by_name(
         done = await env.run(worker.materialize_resources, MaterializeInput(session_id=sid))
         assert (done.imported, done.present) == (1, 0)
         sandbox = await manager.acquire(sid, MaterializeInput(session_id=sid).spec)
+        skill = await sandbox.exec(Command(("cat", "/workspace/skills/hello-skill/SKILL.md")))
+        assert skill.stdout == SKILL_MD, skill
         seen = await sandbox.exec(
             Command(
                 (

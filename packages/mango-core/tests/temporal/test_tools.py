@@ -24,7 +24,13 @@ from mango.app.tools import (
     parse_arguments,
 )
 from mango.app.tools.lines import read_line_window
-from mango.domain import ExecResult, InvalidInput, PathEscapeError, SandboxSpec
+from mango.domain import (
+    CapabilityNotSupported,
+    ExecResult,
+    InvalidInput,
+    PathEscapeError,
+    SandboxSpec,
+)
 from mango.local import LocalProvider, LocalSandbox
 
 
@@ -123,8 +129,26 @@ async def test_edit_replaces_exactly_one_occurrence(sandbox: LocalSandbox) -> No
     assert content.output == "ALPHA\nbeta\nbeta\naaa\n"
 
 
-async def test_glob_matches_relative_paths(sandbox: LocalSandbox) -> None:
-    """* stays in one directory, **/ spans any depth, {a,b} alternates, path narrows."""
+@attrs.define
+class FindOnly(SandboxWrapper):
+    """A sandbox whose provider does not declare the file API: glob falls back to ``find``."""
+
+    async def list_dir(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise CapabilityNotSupported("local", ["local does not support the file API"])
+
+
+@pytest.fixture(params=["file-api", "find"])
+def globbing(request: pytest.FixtureRequest, sandbox: LocalSandbox) -> Any:
+    """The sandbox with its file API, or wrapped so that glob must use ``find``."""
+    return sandbox if request.param == "file-api" else FindOnly(sandbox)
+
+
+async def test_glob_matches_relative_paths(globbing: LocalSandbox) -> None:
+    """* stays in one directory, **/ spans any depth, {a,b} alternates, path narrows.
+
+    The same through the file API and through ``find``; a link is listed, never followed.
+    """
+    sandbox = globbing
     for path in ("top.py", "README.md", "pkg/mod.py", "pkg/deep/x.py", "pkg/deep/y.txt"):
         await run(sandbox, "write", path=path, content="x")
     top = await run(sandbox, "glob", pattern="*.py")
@@ -137,12 +161,16 @@ async def test_glob_matches_relative_paths(sandbox: LocalSandbox) -> None:
     assert below.output.splitlines() == ["pkg/deep/x.py", "pkg/deep/y.txt"]
     none = await run(sandbox, "glob", pattern="*.rs")
     assert none.output == "no files matched"
+    await run(sandbox, "bash", command="ln -s pkg linked && ln -s top.py top-link.py")
+    links = await run(sandbox, "glob", pattern="**/*.py")
+    assert links.output.splitlines() == ["pkg/deep/x.py", "pkg/mod.py", "top-link.py", "top.py"]
     with pytest.raises(ToolFailed, match="glob failed"):
         await run(sandbox, "glob", pattern="*", path="missing")
 
 
-async def test_glob_caps_the_listing(sandbox: LocalSandbox) -> None:
-    """More matches than max_results are cut, with the flag set."""
+async def test_glob_caps_the_listing(globbing: LocalSandbox) -> None:
+    """More matches than max_results are cut, with the flag set (file API and ``find``)."""
+    sandbox = globbing
     await run(sandbox, "bash", command="for i in 1 2 3 4 5; do touch f$i; done")
     result = await run(sandbox, "glob", ToolRunner(max_results=3), pattern="f*")
     assert result.output.splitlines() == ["f1", "f2", "f3"]

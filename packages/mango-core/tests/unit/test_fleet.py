@@ -304,3 +304,31 @@ async def test_the_idle_time_must_exceed_the_use_interval(
     for bad in (0, 29.9, float("nan"), float("inf"), True):
         with pytest.raises(InvalidInput, match="idle_for"):
             await manager.evict_idle(bad)
+
+
+def test_evict_action_setting() -> None:
+    """MANGO_EVICT_ACTION: pause by default, destroy on request, a bad value named."""
+    from mango.domain import ConfigurationError
+    from mango.domain.fleet import EvictAction, fleet_policy
+
+    assert fleet_policy({}).evict_action is EvictAction.PAUSE
+    assert fleet_policy({"MANGO_EVICT_ACTION": " Destroy "}).evict_action is EvictAction.DESTROY
+    with pytest.raises(
+        ConfigurationError, match="MANGO_EVICT_ACTION must be one of pause, destroy"
+    ):
+        fleet_policy({"MANGO_EVICT_ACTION": "hibernate"})
+
+
+async def test_the_eviction_pauses_only_where_pause_is_declared(
+    make_provider: Callable[..., Any],
+) -> None:
+    """idle_action is pause only with the capability declared and the action allowing it."""
+    from mango.domain import Capability, CapabilitySet
+    from mango.domain.fleet import EvictAction
+
+    store = InMemoryBindingStore()
+    pausing = CapabilitySet.of(Capability.PAUSE)
+    assert SessionManager(make_provider(), store).idle_action == "destroy"
+    assert SessionManager(make_provider(), store, pausing).idle_action == "pause"
+    destroy = SessionManager(make_provider(), store, pausing, evict_action=EvictAction.DESTROY)
+    assert destroy.idle_action == "destroy"

@@ -60,7 +60,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             at = result.effects.index(E.CREATE_RESOURCE)
             assert result.effects[at - 1] is E.RESERVE_SLOT
             self.resource_created = True
-        if result.state is S.BOUND and before is not S.BOUND:
+        if result.state is S.BOUND and before not in (S.BOUND, S.PAUSED):
             assert before is S.PROVISIONING
             assert result.effects == (E.PUBLISH_BINDING,)
             assert self.resource_created
@@ -80,8 +80,32 @@ class LifecycleMachine(RuleBasedStateMachine):
             # Only a binding the mark took (it was unused) loses its resource.
             assert (before, command) == (S.BOUND, C.EVICTION_MARKED)
             assert result.effects == (E.DESTROY_EVICTED,)
+        self._check_pause(before, command, result.state, result.effects)
         self.state = result.state
         self.history.append(self.state)
+
+    @staticmethod
+    def _check_pause(
+        before: LifecycleState,
+        command: LifecycleCommand,
+        after: LifecycleState,
+        effects: tuple[str, ...],
+    ) -> None:
+        if after is S.PAUSED and before is not S.PAUSED:
+            # The record says paused before the provider pauses anything.
+            assert (before, command) in ((S.BOUND, C.PAUSE), (S.BOUND, C.PAUSE_MARKED))
+            assert effects[-1] is E.PAUSE_RESOURCE
+            if command is C.PAUSE:
+                assert effects == (E.MARK_PAUSED, E.PAUSE_RESOURCE)
+        if before is S.PAUSED and after is S.BOUND:
+            # The mark goes only after the provider resumed the resource.
+            assert (command, effects) == (C.RESOURCE_RESUMED, (E.CLEAR_PAUSED,))
+        if before is S.PAUSED and command in (C.ACQUIRE, C.ACQUIRE_EXISTING, C.MATERIALIZE):
+            # A paused sandbox is resumed before any use.
+            assert effects == (E.RESUME_RESOURCE,)
+        if before is S.PAUSED:
+            assert E.ATTACH_RESOURCE not in effects
+            assert E.DESTROY_EVICTED not in effects
 
     @invariant()
     def deleted_is_absorbing(self) -> None:
@@ -340,3 +364,23 @@ def test_a_course_refuses_what_the_state_does_not_admit() -> None:
         course.next()
     assert LIFECYCLE.refusal(S.DELETING) is G.NOT_DELETING
     assert LIFECYCLE.refusal(S.BOUND) is None
+
+
+@pytest.mark.parametrize(
+    ("lost", "evicted", "expected"),
+    [(False, False, S.PAUSED), (True, False, S.LOST), (False, True, S.EVICTED)],
+)
+def test_a_paused_binding_is_observed_paused_unless_lost_or_evicted(
+    lost: bool, evicted: bool, expected: LifecycleState
+) -> None:
+    """The pause mark yields paused; the loss and the eviction win over it."""
+    state = observe(
+        session_exists=True,
+        fenced=False,
+        has_intent=False,
+        has_binding=True,
+        binding_lost=lost,
+        binding_evicted=evicted,
+        binding_paused=True,
+    )
+    assert state is expected

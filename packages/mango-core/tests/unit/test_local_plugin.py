@@ -51,9 +51,12 @@ def test_plugin_module_holds_only_hookimpls() -> None:
 
 
 def test_registration_is_admission_safe() -> None:
-    """The registration declares name, background processes, development level and settings."""
+    """The registration declares name, the file API and background processes, development level
+    and settings."""
     registration = registered().get("local")
-    assert registration.capabilities == CapabilitySet(frozenset({Capability.BACKGROUND_PROCESSES}))
+    assert registration.capabilities == CapabilitySet.of(
+        Capability.FILE_API, Capability.BACKGROUND_PROCESSES
+    )
     assert registration.support_level is SupportLevel.DEVELOPMENT
     assert [setting.env for setting in registration.settings] == [
         SANDBOX_DIR_ENV,

@@ -69,6 +69,13 @@ async def test_log_cap_drops_the_oldest_bytes_and_counts_them(tmp_path: Path) ->
     assert 700 <= len(output.data) <= 800  # the cap, less at most one segment (cap / 8)
     later = await sandbox.logs(handle.id, since=len(lines) - 5)
     assert (later.data, later.offset, later.dropped) == (b"0999\n", len(lines) - 5, output.dropped)
+    past = await sandbox.logs(handle.id, since=len(lines) + 10)
+    assert (past.data, past.offset, past.next_offset, past.complete) == (
+        b"",
+        len(lines) + 10,
+        len(lines) + 10,
+        True,
+    )
     with pytest.raises(InvalidInput):
         await sandbox.logs(handle.id, since=-1)
     with pytest.raises(InvalidInput):

@@ -75,17 +75,19 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 
 def test_provider_implements_the_port(provider: LocalProvider) -> None:
-    """LocalProvider is a Provider named 'local' declaring background processes only."""
+    """LocalProvider is a Provider named 'local' declaring the file API and background processes."""
     assert isinstance(provider, Provider)
     assert provider.name == "local"
-    assert provider.capabilities == CapabilitySet(frozenset({Capability.BACKGROUND_PROCESSES}))
+    assert provider.capabilities == CapabilitySet.of(
+        Capability.FILE_API, Capability.BACKGROUND_PROCESSES
+    )
 
 
 def test_docstring_says_it_is_not_an_isolation_boundary() -> None:
     """The package docstring warns plainly that local is not an isolation boundary."""
     assert mango.local.__doc__ is not None
     assert "NOT an isolation boundary" in mango.local.__doc__
-    assert "one capability**, ``background-processes``" in mango.local.__doc__
+    assert "declares two capabilities: ``file-api``" in mango.local.__doc__
 
 
 @pytest.mark.parametrize(

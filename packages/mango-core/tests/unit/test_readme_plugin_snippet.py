@@ -35,7 +35,7 @@ class MyProvider(LocalProvider):
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """What the snippet registers: none (the local provider's processes are not declared)."""
+        """What the snippet registers: none (the local provider's capabilities are left out)."""
         return CapabilitySet()
 
     @classmethod

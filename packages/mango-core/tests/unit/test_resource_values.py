@@ -181,14 +181,14 @@ def test_long_output_filenames_stay_distinct() -> None:
 
 
 def test_every_installed_provider_but_docker_refuses_resources_at_admission() -> None:
-    """Local and every remote provider refuse both capabilities, each reason listed; Docker admits.
+    """Local and every remote provider refuse the three resource capabilities; Docker admits.
 
     Read from the registrations the plugins make (the declarations admission uses).
     """
     registry = load_plugins(entry_points=True).providers()
     names = set(registry.names())
     assert {"local", "docker", "e2b", "cube", "opensandbox", "daytona"} <= names
-    wanted = (Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS)
+    wanted = (Capability.FILE_RESOURCES, Capability.SESSION_OUTPUTS, Capability.SKILL_BUNDLES)
     admit("docker", registry.capabilities("docker"), SandboxSpec(), wanted)
     for name in sorted(names - {"docker"}):
         with pytest.raises(CapabilityNotSupported) as refused:
@@ -196,4 +196,5 @@ def test_every_installed_provider_but_docker_refuses_resources_at_admission() ->
         assert refused.value.reasons == (
             f"{name} does not support file resource mounts",
             f"{name} does not support session output mounts",
+            f"{name} does not support skill bundle mounts",
         ), name

@@ -2,8 +2,10 @@
 
 The machine drives SessionManager (several workers over one in-memory store
 and one provider world) with acquire, acquire-existing, use, release, delete,
-reconcile, idle time passing and the idle eviction, crashes between steps and
-resources vanishing behind mango's back.
+reconcile, pause, resume, idle time passing and the idle eviction (worker 0's
+pauses, worker 1's destroys), crashes between steps (also between the pause
+mark and the provider's pause, and between the provider's resume and the
+mark's removal) and resources vanishing behind mango's back.
 Every handler records what it performed and the signal its outcome reported;
 the model walks the same command through the table
 (:class:`~mango.domain.lifecycle.Course`) with those signals, so the effects
@@ -37,6 +39,8 @@ from hypothesis.stateful import (
 from mango.app import InMemoryBindingStore, ManualClock, SessionManager
 from mango.app.session_manager import EffectHandler, Handlers, default_handlers
 from mango.domain import (
+    Capability,
+    CapabilitySet,
     InvalidInput,
     InvalidTransition,
     LifecycleCommand,
@@ -50,6 +54,7 @@ from mango.domain import (
     spec_hash,
     transition,
 )
+from mango.domain.fleet import EvictAction
 from mango.domain.lifecycle import LIFECYCLE, LifecycleGuard, LifecycleSignal
 from mango.domain.ports import Sandbox
 
@@ -125,7 +130,7 @@ class SessionManagerModel(RuleBasedStateMachine):
         self.log: dict[str, list[Performed]] = defaultdict(list)
         self.handlers = recording(self.log)
         self.providers = [self._provider() for _ in range(2)]
-        self.managers = [self._manager(p) for p in self.providers]
+        self.managers = [self._manager(p, w) for w, p in enumerate(self.providers)]
         # None: no Session row. Otherwise the state the table walked to.
         self.model: dict[str, LifecycleState | None] = dict.fromkeys(SESSIONS)
         self.vanished: dict[str, bool] = dict.fromkeys(SESSIONS, False)
@@ -138,16 +143,35 @@ class SessionManagerModel(RuleBasedStateMachine):
         # remote sandboxes do, so the loss is found on the next acquire.
         return self.provider_type(self.world, keep_alive=True)
 
-    def _manager(self, provider: Any) -> SessionManager:
+    def _manager(self, provider: Any, worker: int) -> SessionManager:
         # Every acquire writes its use, so the model knows exactly what is idle.
-        return SessionManager(provider, self.store, handlers=self.handlers, use_interval=0)
+        # Worker 0's eviction pauses, worker 1's destroys.
+        return SessionManager(
+            provider,
+            self.store,
+            capabilities=CapabilitySet.of(Capability.PAUSE),
+            handlers=self.handlers,
+            use_interval=0,
+            evict_action=EvictAction.PAUSE if worker == 0 else EvictAction.DESTROY,
+        )
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
         self.log.clear()
         return self.loop.run_until_complete(work)
 
-    def _follow(self, sid: str, state: LifecycleState, command: LifecycleCommand) -> LifecycleState:
-        """The walk with what SessionManager reported; ``lost`` only if the world says so."""
+    def _follow(
+        self,
+        sid: str,
+        state: LifecycleState,
+        command: LifecycleCommand,
+        *,
+        touches: bool = True,
+    ) -> LifecycleState:
+        """The walk with what SessionManager reported; ``lost`` only if the world says so.
+
+        ``touches``: the command reaches the provider (a resume of a running
+        Session does not, so it meets no loss).
+        """
         performed = self.log.pop(sid, [])
         if state is S.LOST and performed and performed[0].effect == E.RECORD_USE:
             # A worker's cached client stands for the binding, so a loss
@@ -159,7 +183,8 @@ class SessionManagerModel(RuleBasedStateMachine):
         if any(p.effect in (E.RECORD_USE, E.PUBLISH_BINDING) for p in performed):
             self.idle[sid] = False
         reported_lost = any(p.signal is L.LOST for p in performed)
-        assert reported_lost == (self.vanished[sid] and state is S.BOUND), (state, performed)
+        meets = touches and state in (S.BOUND, S.PAUSED)
+        assert reported_lost == (self.vanished[sid] and meets), (state, performed)
         return follow(state, command, performed)
 
     def teardown(self) -> None:
@@ -230,8 +255,10 @@ class SessionManagerModel(RuleBasedStateMachine):
             assert (sandbox is None) == (expected is not S.BOUND)
             if sandbox is not None:
                 self.clients[sid] = sandbox
-        if state in (S.BOUND, S.LOST, S.EVICTED):
+        if state in (S.BOUND, S.PAUSED, S.LOST, S.EVICTED):
             assert self._creates() == creates, "a bound, lost or evicted Session got a resource"
+        if state is S.PAUSED and not failed:
+            assert self._ext(sid) not in self.world.paused, "acquire handed out a paused sandbox"
         self.model[sid] = expected
 
     @rule(sid=st.sampled_from(SESSIONS))
@@ -245,7 +272,7 @@ class SessionManagerModel(RuleBasedStateMachine):
         except SandboxNotFound:
             state = self.model[sid]
             assert self.vanished[sid] or state is S.EVICTED
-            if state in (S.BOUND, S.LOST, S.EVICTED):
+            if state in (S.BOUND, S.PAUSED, S.LOST, S.EVICTED):
                 self.model[sid] = follow(state, C.REFERENCE_LOST, self.log.pop(sid, []))
         except KeyError:
             assert not self.vanished[sid]
@@ -259,6 +286,7 @@ class SessionManagerModel(RuleBasedStateMachine):
             return
         if self.world.resources.pop(binding.ref.external_id, None) is not None:
             self.world.files.pop(binding.ref.external_id, None)
+            self.world.paused.discard(binding.ref.external_id)
             self.vanished[sid] = True
 
     @rule()
@@ -287,7 +315,7 @@ class SessionManagerModel(RuleBasedStateMachine):
             self.time_passes()
         state = self.model[sid]
         creates = self._creates()
-        command = C.EVICT
+        command = C.PAUSE_IDLE if worker == 0 else C.EVICT
         if state is None or LIFECYCLE.transitions.get((state, command)) is None:
             with pytest.raises((InvalidTransition, SessionDeleting)):
                 self._run(self.managers[worker].evict(sid, idle_for=IDLE_FOR))
@@ -297,9 +325,68 @@ class SessionManagerModel(RuleBasedStateMachine):
         performed = self.log.pop(sid, [])
         marked = any(p.signal is L.IDLE for p in performed)
         assert marked == (state is S.BOUND and self.idle[sid]), (state, performed)
+        reported_lost = any(p.signal is L.LOST for p in performed)
+        touches = state is S.PAUSED or (state is S.BOUND and marked and command is C.PAUSE_IDLE)
+        assert reported_lost == (self.vanished[sid] and touches), (state, performed)
         self.model[sid] = follow(state, command, performed)
-        assert evicted == (self.model[sid] is S.EVICTED)
+        destroyed = any(p.effect == E.DESTROY_EVICTED for p in performed)
+        assert evicted == (marked or destroyed)
         assert self._creates() == creates, "an eviction created a resource"
+
+    def _ext(self, sid: str) -> str | None:
+        binding = self._run(self.store.get_binding(sid))
+        return None if binding is None else binding.ref.external_id
+
+    @rule(
+        sid=st.sampled_from(SESSIONS),
+        worker=st.integers(0, 1),
+        command=st.sampled_from([C.PAUSE, C.RESUME]),
+    )
+    def pause_or_resume(self, sid: str, worker: int, command: LifecycleCommand) -> None:
+        """pause / resume perform the table's effects; the backend ends as the state says."""
+        manager = self.managers[worker]
+        call = manager.pause if command is C.PAUSE else manager.resume
+        state = self.model[sid]
+        if state is None or LIFECYCLE.transitions.get((state, command)) is None:
+            with pytest.raises((InvalidTransition, SessionDeleting)):
+                self._run(call(sid))
+            assert not self.log[sid], "a refused pause or resume performed an effect"
+            return
+        creates = self._creates()
+        try:
+            self._run(call(sid))
+        except SandboxEvicted:
+            assert state is S.EVICTED
+        except SandboxNotFound:
+            assert state is S.LOST or self.vanished[sid]
+        touches = not (state is S.BOUND and command is C.RESUME)
+        self.model[sid] = self._follow(sid, state, command, touches=touches)
+        assert self._creates() == creates, "a pause or resume created a resource"
+        ext = self._ext(sid)
+        if self.model[sid] is S.PAUSED:
+            assert ext in self.world.paused
+        elif self.model[sid] is S.BOUND:
+            assert ext not in self.world.paused
+
+    @rule(sid=st.sampled_from(SESSIONS), at_provider=st.booleans())
+    def crash_while_pausing(self, sid: str, at_provider: bool) -> None:
+        """A worker died after the pause mark (and maybe after the provider paused)."""
+        if self.model[sid] is not S.BOUND:
+            return
+        binding = self._run(self.store.get_binding(sid))
+        assert binding is not None
+        assert self._run(self.store.mark_paused(sid, binding.ref)) is not None
+        if at_provider and binding.ref.external_id in self.world.resources:
+            self.world.paused.add(binding.ref.external_id)
+        self.model[sid] = S.PAUSED
+
+    @rule(sid=st.sampled_from(SESSIONS))
+    def crash_while_resuming(self, sid: str) -> None:
+        """A worker died after the provider resumed, before the mark went."""
+        if self.model[sid] is not S.PAUSED:
+            return
+        ext = self._ext(sid)
+        self.world.paused.discard(ext or "")
 
     @rule(sid=st.sampled_from(SESSIONS), after_create=st.booleans())
     def crash_while_provisioning(self, sid: str, after_create: bool) -> None:
@@ -384,7 +471,7 @@ class SessionManagerModel(RuleBasedStateMachine):
     def restart(self, worker: int) -> None:
         """A worker restarts: a fresh provider instance and an empty cache."""
         self.providers[worker] = self._provider()
-        self.managers[worker] = self._manager(self.providers[worker])
+        self.managers[worker] = self._manager(self.providers[worker], worker)
 
     # ------------------------------------------------------------ invariants
 
@@ -395,12 +482,19 @@ class SessionManagerModel(RuleBasedStateMachine):
             assert observed is (S.UNBOUND if state is None else state), sid
 
     @invariant()
+    def a_paused_resource_has_a_paused_record(self) -> None:
+        for sid, state in self.model.items():
+            owned = [ext for ext, owner in self.world.resources.items() if owner == sid]
+            if any(ext in self.world.paused for ext in owned):
+                assert state in (S.PAUSED, S.DELETING), (sid, state)
+
+    @invariant()
     def resources_fit_the_state(self) -> None:
         for sid, state in self.model.items():
             owned = [ext for ext, owner in self.world.resources.items() if owner == sid]
             assert len(owned) <= 1, f"{sid} has {len(owned)} resources"
             binding = self._run(self.store.get_binding(sid))
-            if state is S.BOUND and not self.vanished[sid]:
+            if state in (S.BOUND, S.PAUSED) and not self.vanished[sid]:
                 assert binding is not None
                 assert owned == [binding.ref.external_id]
             elif state in (S.LOST, S.EVICTED) or self.vanished[sid]:

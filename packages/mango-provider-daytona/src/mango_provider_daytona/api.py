@@ -34,6 +34,7 @@ from mango.provider.http import (
     json_answer,
     transfer_deadline,
 )
+from mango.provider.jsonstream import json_array_items
 
 __all__ = [
     "API_TIMEOUT",
@@ -319,6 +320,63 @@ class Toolbox:
             errors = None
         if errors:
             raise ProviderUnavailable(f"upload file: the toolbox reported {str(errors)[:200]}")
+
+    @asynccontextmanager
+    async def search(self, path: str) -> AsyncIterator[AsyncIterator[str]]:
+        """``GET /files/search?path=&pattern=*``: every path of the tree at ``path``.
+
+        The daemon walks with ``filepath.Walk`` (an ``lstat`` per entry: links
+        are listed and never followed, dangling ones too), pre-order, each
+        directory in name order, ``path`` itself first; the whole walk is one
+        ``{"files": [...]}`` document, read here as it arrives.
+        """
+        operation = "search files"
+        async with self.client.stream(
+            "GET",
+            f"{self.prefix}/files/search",
+            operation=operation,
+            params={"path": path, "pattern": "*"},
+            idempotent=True,
+            timeout=_LONG,
+        ) as response:
+
+            async def paths() -> AsyncIterator[str]:
+                items = json_array_items(response.aiter_bytes(), operation=operation, key="files")
+                async for item in items:
+                    if not isinstance(item, str):
+                        raise ProtocolError(f"{operation}: a path that is not a string")
+                    yield item
+
+            yield paths()
+
+    async def move(self, source: str, destination: str) -> bool:
+        """``POST /files/move``; ``False`` if the source is missing (the daemon's 404).
+
+        The daemon's ``os.Stat`` follows links: a dangling link as the source
+        is "missing", and a destination is refused (409) only if it resolves.
+        Not retried: a repeat after a lost answer would find the source gone.
+        """
+        response = await self.client.request(
+            "POST",
+            f"{self.prefix}/files/move",
+            operation="move file",
+            params={"source": source, "destination": destination},
+            idempotent=False,
+            expected=(404,),
+        )
+        return response.status_code != 404
+
+    async def delete(self, path: str, *, recursive: bool) -> bool:
+        """``DELETE /files?path=&recursive=``; ``False`` if the daemon's ``os.Stat`` finds nothing
+        (a missing path, or a dangling link: the daemon cannot delete one)."""
+        response = await self.client.request(
+            "DELETE",
+            f"{self.prefix}/files",
+            operation="delete file",
+            params={"path": path, "recursive": "true" if recursive else "false"},
+            expected=(404,),
+        )
+        return response.status_code != 404
 
     @asynccontextmanager
     async def download(self, path: str) -> AsyncIterator[httpx.Response]:

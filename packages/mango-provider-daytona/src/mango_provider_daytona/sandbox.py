@@ -10,16 +10,22 @@ import attrs
 
 from mango.provider import (
     Command,
+    EntryKind,
     ExecResult,
     Location,
     MangoError,
+    PathExists,
     PathPolicy,
     ResolvedPath,
+    ResourceConflict,
     SandboxRef,
     SandboxSpec,
     StatCallback,
+    file_not_found,
 )
 from mango.provider.files import Download
+from mango.provider.filesystem import NativeEntry, RemoteFileSystem
+from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import RemoteSandbox
 from mango.provider.shellprocesses import ShellProcesses
@@ -27,7 +33,13 @@ from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.execution import TEARDOWN_SETTLE_SECONDS, run_command
 from mango_provider_daytona.files import classified, file_part
 from mango_provider_daytona.remote import DaytonaRemote
-from mango_provider_daytona.scripts import classify_line, parse_classification
+from mango_provider_daytona.scripts import (
+    classify_line,
+    parse_classification,
+    parse_stats,
+    stat_line,
+    unlink_line,
+)
 
 __all__ = ["PROCESS_ROOT", "SESSION_PREFIX", "DaytonaSandbox"]
 
@@ -37,9 +49,15 @@ wrapper's control files do."""
 SESSION_PREFIX = "mango-"
 """A background process runs in the session ``mango-<process id>``."""
 
+STAT_BATCH = 200
+"""Paths per stat line at most."""
+STAT_BATCH_BYTES = 64 * 1024
+"""Bytes of paths per stat line at most: the daemon may run the line as one ``sh -c``
+argument, which Linux caps at 128 KiB."""
+
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DaytonaSandbox(RemoteSandbox, ShellProcesses):
+class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     """One Daytona sandbox, obtained from :class:`~mango_provider_daytona.DaytonaProvider`.
 
     Commands run through the toolbox (see :mod:`mango_provider_daytona.execution`);
@@ -147,3 +165,76 @@ class DaytonaSandbox(RemoteSandbox, ShellProcesses):
 
     async def _upload(self, path: str, data: bytes) -> None:
         await self._toolbox.upload(path, data)
+
+    # ------------------------------------------------------------------ the file API (the kit's)
+
+    sorted_listing = True  # filepath.Walk: the first level arrives in name order
+    listing_descends = True  # /files/search walks the whole tree
+
+    async def _stats(self, paths: list[str]) -> list[NativeEntry | None]:
+        # The toolbox's /files/info and /files list follow links (os.Stat) and skip
+        # dangling ones: the lstat comes from one shell line per batch of paths.
+        found: list[NativeEntry | None] = []
+        batch: list[str] = []
+        size = 0
+        for index, path in enumerate(paths):
+            batch.append(path)
+            size += len(path.encode()) + 3
+            last = index == len(paths) - 1
+            if last or len(batch) == STAT_BATCH or size + 4096 * 2 > STAT_BATCH_BYTES:
+                _code, text = await self._toolbox.execute(stat_line(batch), timeout=60)
+                found.extend(parse_stats(text, batch))
+                batch, size = [], 0
+        return found
+
+    async def _entry_info(self, path: str) -> NativeEntry | None:
+        return (await self._stats([path]))[0]
+
+    async def _describe(self, entries: list[NativeEntry]) -> list[NativeEntry | None]:
+        return await self._stats([entry.path for entry in entries])
+
+    @asynccontextmanager
+    async def _listing(
+        self, path: str, *, recursive: bool
+    ) -> AsyncIterator[AsyncIterator[NativeEntry]]:
+        del recursive  # /files/search always walks the tree; the kit keeps the first level
+
+        async with self._toolbox.search(path) as paths:
+
+            async def entries() -> AsyncIterator[NativeEntry]:
+                async for found in paths:
+                    if found != path:  # the walk starts with the directory itself
+                        # Only a name so far: _describe stats the entries kept.
+                        yield NativeEntry(found, EntryKind.OTHER)
+
+            yield entries()
+
+    async def _missing(self, path: str, what: str) -> FileNotFoundError:
+        """A toolbox 404 is "no such file" only while the sandbox is there."""
+        answer = RemoteUnavailable(f"{what}: HTTP 404 for {path!r}", status=404)
+        meaning = await self._lost(answer)
+        if meaning is not answer:
+            raise meaning
+        return file_not_found(path)
+
+    async def _move(self, source: str, destination: str) -> None:
+        try:
+            moved = await self._toolbox.move(source, destination)
+        except ResourceConflict as exc:
+            # Created since the kit's check: the daemon's own 409.
+            raise PathExists(f"cannot rename to {destination!r}: it exists") from exc
+        if not moved:
+            raise await self._missing(source, "move file")
+
+    async def _delete(self, entry: NativeEntry, *, recursive: bool) -> None:
+        del recursive  # the kit checked a directory's emptiness
+        # The daemon refuses a directory without recursive, and RemoveAll takes a link itself.
+        ok = await self._toolbox.delete(entry.path, recursive=entry.kind is not EntryKind.REGULAR)
+        if not ok and entry.kind is EntryKind.SYMLINK:
+            # Its os.Stat cannot see a dangling link: the shell unlinks it.
+            await self._toolbox.execute(unlink_line(entry.path), timeout=60)
+        elif not ok:
+            raise await self._missing(entry.path, "delete file")
+
+    async def _create_dir(self, path: str) -> None:
+        await self._toolbox.make_dir(path)

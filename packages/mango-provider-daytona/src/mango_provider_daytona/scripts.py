@@ -37,10 +37,18 @@ import binascii
 import re
 import secrets
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import attrs
 
-from mango.provider import Command, PathEscapeError, PermanentError, ProviderUnavailable
+from mango.provider import (
+    Command,
+    EntryKind,
+    PathEscapeError,
+    PermanentError,
+    ProviderUnavailable,
+)
+from mango.provider.filesystem import NativeEntry
 from mango.provider.shell import TREE_KILLER, plan_command, quote
 
 __all__ = [
@@ -53,6 +61,9 @@ __all__ = [
     "kill_line",
     "parse_classification",
     "parse_result",
+    "parse_stats",
+    "stat_line",
+    "unlink_line",
 ]
 
 SHELL = "/bin/sh"
@@ -108,6 +119,17 @@ _CLASSIFY = r"""for p in "$@"; do
     printf '%s' "$k"
 done
 """
+_STAT = r"""for p in "$@"; do
+    if s=$(stat -c '%F|%s|%a|%Y' -- "$p" 2>/dev/null); then printf '%s\n' "$s"
+    else printf -- '-\n'; fi
+done
+"""
+_STAT_KINDS = {
+    "regular file": EntryKind.REGULAR,
+    "regular empty file": EntryKind.REGULAR,
+    "directory": EntryKind.DIRECTORY,
+    "symbolic link": EntryKind.SYMLINK,
+}
 
 
 @attrs.frozen
@@ -174,6 +196,48 @@ def classify_line(paths: Sequence[str]) -> str:
     ``l`` symlink, ``d`` directory, ``f`` regular file, ``o`` other, ``-`` missing.
     """
     return _sh(_CLASSIFY, *paths)
+
+
+def stat_line(paths: Sequence[str]) -> str:
+    """The line that prints each path's ``lstat`` (``stat -c`` without ``-L``), one per line.
+
+    ``<kind>|<size>|<octal permissions>|<mtime seconds>``, or ``-`` for a missing path.
+    """
+    return _sh(_STAT, *paths)
+
+
+def unlink_line(path: str) -> str:
+    """The line that removes the link ``path`` itself (``rm -f``: never its target)."""
+    return _sh('rm -f -- "$1"', path)
+
+
+def parse_stats(output: str, paths: Sequence[str]) -> list[NativeEntry | None]:
+    """The entries a :func:`stat_line` printed, in the order of ``paths``."""
+    lines = output.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != len(paths):
+        raise ProviderUnavailable(f"the toolbox answered a stat with {output[:80]!r}")
+    entries: list[NativeEntry | None] = []
+    for path, line in zip(paths, lines, strict=True):
+        if line == "-":
+            entries.append(None)
+            continue
+        kind, _, rest = line.partition("|")
+        size, mode, mtime = [*rest.split("|"), "", "", ""][:3]
+        if not size.isdigit() or not mtime.isdigit() or (mode and mode.strip("01234567")):
+            raise ProviderUnavailable(f"the toolbox answered a stat with {line[:80]!r}")
+        link = _STAT_KINDS.get(kind) is EntryKind.SYMLINK
+        entries.append(
+            NativeEntry(
+                path=path,
+                kind=_STAT_KINDS.get(kind, EntryKind.OTHER),
+                size=int(size),
+                mode=int(mode, 8) if mode and not link else None,
+                mtime=datetime.fromtimestamp(int(mtime), UTC),
+            )
+        )
+    return entries
 
 
 def parse_classification(output: str, count: int) -> str:

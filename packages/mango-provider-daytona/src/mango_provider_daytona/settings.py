@@ -197,7 +197,7 @@ def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet.of(Capability.BACKGROUND_PROCESSES),
+    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_daytona_provider,

@@ -15,10 +15,11 @@ API version with the daemon.
   tree, leaving the sandbox usable (see :mod:`mango_provider_docker.execution`).
 * **Files.** Through the archive API, refusing ``..``, absolute paths and
   symlinks anywhere in a path (see :mod:`mango_provider_docker.files`).
-* **Capabilities.** ``file-resources`` and ``session-outputs``: a read-only
-  uploads mount and a writable outputs mount from the sandbox's host
-  directory (see :mod:`mango_provider_docker.mounts`); package setup and
-  limited network are rejected at admission.
+* **Capabilities.** ``package-setup``; ``file-resources``,
+  ``session-outputs`` and ``skill-bundles``: a read-only uploads mount, a
+  writable outputs mount and a read-only skills mount from the sandbox's
+  host directory (see :mod:`mango_provider_docker.mounts`); limited network
+  is rejected at admission.
 
 Settings are in :mod:`mango_provider_docker.settings`.
 

@@ -6,7 +6,9 @@ The ``package-setup`` checks run on an image made from the Debian image of
 :data:`PIP_PACKAGES` baked in as ``file:`` sources
 (:func:`~mango_provider_docker.testimages.baked_sources`): real ``apt-get``
 and ``pip`` against real ``.deb`` files and wheels, with no network at all
-(the testbed's package source has no hosts).
+(the testbed's package source has no hosts). The ``exposed-ports`` check
+serves on :data:`CONFORMANCE_PORT`, which the target's provider publishes on
+127.0.0.1 for its ``bridge`` sandboxes.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 from mango.provider import (
     ConfigurationError,
     ConformanceTestbed,
+    NetworkMode,
     PackagePlan,
     PackageSource,
+    PortTestbed,
     ProviderUnavailable,
 )
 from mango.provider.ownership import derived_namespace
@@ -32,10 +36,12 @@ __all__ = [
     "APT_PACKAGES",
     "CONFORMANCE_IMAGE",
     "CONFORMANCE_IMAGE_ENV",
+    "CONFORMANCE_PORT",
     "MISSING_PACKAGE",
     "PACKAGES_BASE_ENV",
     "PACKAGES_REPO",
     "PIP_PACKAGES",
+    "PORT_TESTBED",
     "open_conformance_provider",
     "open_conformance_testbed",
 ]
@@ -52,6 +58,10 @@ APT_PACKAGES = ("mango-probe-first", "mango-probe-second")
 PIP_PACKAGES = ("mango-probe-pip",)
 MISSING_PACKAGE = "mango-probe-missing"
 """A package the image's apt source does not have."""
+CONFORMANCE_PORT = 8080
+"""The port the ``exposed-ports`` check serves on (published for bridge sandboxes)."""
+PORT_TESTBED = PortTestbed(port=CONFORMANCE_PORT, network=NetworkMode.BRIDGE)
+"""The ``exposed-ports`` part of the testbed."""
 
 
 @contextlib.asynccontextmanager
@@ -71,6 +81,7 @@ async def open_conformance_provider(scratch_dir: Path) -> AsyncIterator[DockerPr
         image=image,
         host=os.environ.get("DOCKER_HOST", "").strip() or None,
         pull_missing_images=False,
+        publish_ports=(CONFORMANCE_PORT,),
     )
     try:
         try:
@@ -112,5 +123,6 @@ async def open_conformance_testbed(scratch_dir: Path) -> AsyncIterator[Conforman
             failing=PackagePlan(apt=(APT_PACKAGES[0], MISSING_PACKAGE)),
             missing=MISSING_PACKAGE,
             image=image,
-        )
+        ),
+        ports=PORT_TESTBED,
     )

@@ -14,8 +14,9 @@ Every sandbox container:
   deployment's extra labels, which may set none of mango's own
   (:func:`check_extra_labels`);
 * bind-mounts its host directory's ``files/`` read-only at
-  ``/mnt/session/uploads`` and ``outputs/`` writable at
-  ``/mnt/session/outputs`` (:mod:`mango_provider_docker.mounts`).
+  ``/mnt/session/uploads``, ``outputs/`` writable at
+  ``/mnt/session/outputs`` and ``skills/`` read-only at ``/workspace/skills``
+  (:mod:`mango_provider_docker.mounts`).
 
 Labels prove nothing on their own (anyone who reaches the daemon can set
 them), so before adopting an existing container create and attach compare its
@@ -24,11 +25,11 @@ configuration with this list (:func:`configuration_problems`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mango.provider import InvalidInput, SandboxSpec
+from mango.provider import InvalidInput, NetworkMode, SandboxSpec
 from mango.provider.ownership import Ownership
 from mango_provider_docker.commands import SAFE_PATH, SHELL
 from mango_provider_docker.layout import WORKSPACE
@@ -66,6 +67,7 @@ __all__ = [
     "check_extra_labels",
     "check_memory",
     "check_pids_limit",
+    "check_publish_ports",
     "configuration_problems",
     "container_config",
     "default_limits",
@@ -111,6 +113,15 @@ def check_extra_labels(value: Mapping[str, str]) -> dict[str, str]:
     return labels
 
 
+def check_publish_ports(value: Iterable[int]) -> tuple[int, ...]:
+    """Sorted distinct TCP port numbers (1 to 65535), else :class:`InvalidInput`."""
+    ports = tuple(value)
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidInput(f"a port to publish is a number from 1 to 65535, got {port!r}")
+    return tuple(sorted(set(ports)))
+
+
 def container_config(
     *,
     image: str,
@@ -118,14 +129,26 @@ def container_config(
     limits: Limits,
     labels: Mapping[str, str],
     host_dir: Path,
+    ports: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """The body of ``POST /containers/create`` for one sandbox (mounts from ``host_dir``)."""
+    """The body of ``POST /containers/create`` for one sandbox (mounts from ``host_dir``).
+
+    ``ports`` are published on 127.0.0.1 only (an ephemeral host port each),
+    and only on the ``bridge`` network: a sandbox without a network has no
+    port to reach.
+    """
     host_config: dict[str, Any] = {
         "Init": True,
         "NetworkMode": creation_mode(spec),
         "RestartPolicy": {"Name": "no"},
         "Mounts": container_mounts(host_dir),
     }
+    exposed: dict[str, Any] = {}
+    if ports and spec.network is NetworkMode.BRIDGE:
+        exposed = {f"{port}/tcp": {} for port in ports}
+        host_config["PortBindings"] = {
+            key: [{"HostIp": "127.0.0.1", "HostPort": ""}] for key in exposed
+        }
     if limits.memory_bytes is not None:
         host_config["Memory"] = limits.memory_bytes
     if limits.nano_cpus is not None:
@@ -145,6 +168,7 @@ def container_config(
         "AttachStderr": False,
         "Tty": False,
         "OpenStdin": False,
+        "ExposedPorts": exposed,
         "HostConfig": host_config,
     }
 
@@ -169,6 +193,13 @@ def _isolation_problems(host: Mapping[str, Any]) -> list[str]:
     ):
         if host.get(key):
             problems.append(f"{what} {host.get(key)!r}")
+    bindings = host.get("PortBindings")
+    problems.extend(
+        f"port {key} published beyond 127.0.0.1"
+        for key, published in (bindings.items() if isinstance(bindings, Mapping) else ())
+        for binding in published or ()
+        if not isinstance(binding, Mapping) or binding.get("HostIp") != "127.0.0.1"
+    )
     for key in ("PidMode", "IpcMode", "UTSMode", "UsernsMode"):
         mode = str(host.get(key) or "")
         if mode == "host" or mode.startswith("container:"):
@@ -202,8 +233,8 @@ def configuration_problems(
     attach also check the configuration before adopting a container: its
     network (the spec's, see :func:`~mango_provider_docker.network.network_problems`),
     an init process, no privilege, added capabilities, devices, security
-    options or shared host namespaces, no mount but the two resource binds
-    from ``host_dir`` (or none, for a container older than them: see
+    options or shared host namespaces, no mount but the resource binds
+    from ``host_dir`` (or an older generation's subset of them: see
     :func:`~mango_provider_docker.mounts.mount_problems`), the spec's image
     if it names one, and limits (see :func:`_limit_problems`). An empty list
     means nothing mango would refuse.

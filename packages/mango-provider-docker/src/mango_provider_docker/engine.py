@@ -176,6 +176,11 @@ class Engine(EngineConnection):
             async with asyncio.timeout(API_TIMEOUT_SECONDS):
                 await docker.containers.container(container_id).start()
 
+    async def pause_container(self, container_id: str) -> None:
+        """``POST /containers/{id}/pause`` (the cgroup freezer: every process stops)."""
+        what = f"pause container {container_id}"
+        await self.call(what, "POST", f"containers/{container_id}/pause")
+
     async def unpause_container(self, container_id: str) -> None:
         """``POST /containers/{id}/unpause``."""
         what = f"unpause container {container_id}"

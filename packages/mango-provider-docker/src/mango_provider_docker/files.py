@@ -3,7 +3,9 @@
 Paths follow the provider kit's :class:`~mango.provider.paths.PathPolicy`
 (:data:`WORKSPACE_POLICY`: workspace-relative, no ``..``, no symlink anywhere;
 :data:`MOUNTS_POLICY` for a container with the resource mounts: also
-absolute paths below them, the uploads read-only).
+absolute paths below them, the uploads read-only, and ``skills/`` in the
+workspace read-only too; :data:`PRE_SKILLS_POLICY` for a container made before
+the skills mount).
 Its stat callback here is ``HEAD /containers/{id}/archive``, which never
 follows the last component, so ``/workspace`` itself, each parent and the
 target are classified (concurrently) and a symlink anywhere along the path --
@@ -38,6 +40,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from mango.provider import (
     OUTPUTS_ROOT,
+    SKILLS_ROOT,
     UPLOADS_ROOT,
     Entry,
     EntryKind,
@@ -58,6 +61,7 @@ __all__ = [
     "DIRECTORY_MODE",
     "FILE_MODE",
     "MOUNTS_POLICY",
+    "PRE_SKILLS_POLICY",
     "WORKSPACE_POLICY",
     "TarMemberReader",
     "container_stat",
@@ -71,14 +75,26 @@ DIRECTORY_MODE = 0o755
 
 WORKSPACE_POLICY = PathPolicy(WORKSPACE)
 """Workspace-relative paths under ``/workspace``; no extra roots (the port is relative)."""
-MOUNTS_POLICY = PathPolicy(
+PRE_SKILLS_POLICY = PathPolicy(
     WORKSPACE,
     extra_roots=(ExtraRoot(UPLOADS_ROOT), ExtraRoot(OUTPUTS_ROOT, writable=True)),
     accept_absolute=True,
     absolute_roots_only=True,
 )
-"""With the resource mounts: also absolute paths below ``/mnt/session/uploads`` (read
-only) and ``/mnt/session/outputs``, so tools and commands see one outputs directory."""
+"""With the uploads and outputs mounts: also absolute paths below ``/mnt/session/uploads``
+(read only) and ``/mnt/session/outputs``, so tools and commands see one outputs directory."""
+MOUNTS_POLICY = PathPolicy(
+    WORKSPACE,
+    extra_roots=(
+        ExtraRoot(UPLOADS_ROOT),
+        ExtraRoot(OUTPUTS_ROOT, writable=True),
+        ExtraRoot(SKILLS_ROOT),
+    ),
+    accept_absolute=True,
+    absolute_roots_only=True,
+)
+"""With every resource mount (containers made today): :data:`PRE_SKILLS_POLICY`, and the
+read-only skills mount: a write below ``skills/`` is refused before the daemon is asked."""
 
 
 def container_stat(engine: Engine, container_id: str) -> StatCallback:

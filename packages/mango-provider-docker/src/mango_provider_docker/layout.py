@@ -59,11 +59,17 @@ CAPABILITIES = CapabilitySet.of(
     Capability.PACKAGE_SETUP,
     Capability.FILE_RESOURCES,
     Capability.SESSION_OUTPUTS,
+    Capability.FILE_API,
+    Capability.PAUSE,
+    Capability.EXPOSED_PORTS,
     Capability.BACKGROUND_PROCESSES,
+    Capability.SKILL_BUNDLES,
 )
 """What the provider declares and reports: package setup (through exec, on its own network),
-File Resources and Session outputs (provider-owned mounts), background processes (a supervisor
-in the container, :mod:`mango_provider_docker.processes`)."""
+File Resources, Session outputs and skill bundles (provider-owned mounts), the file API (the kit's
+exec fallback, :class:`~mango.provider.ExecFileSystem`), pause (Engine pause/unpause),
+exposed ports (published on 127.0.0.1 when a container is created) and background processes
+(a supervisor in the container, :mod:`mango_provider_docker.processes`)."""
 WORKSPACE = "/workspace"
 """The workspace root inside every container (its working directory)."""
 RESOURCE_DIR_ENV = "MANGO_SANDBOX_RESOURCE_DIR"

@@ -5,24 +5,27 @@ see :mod:`mango_provider_docker.layout`) holds::
 
     files/     0755  -> /mnt/session/uploads  read-only   File Resource copies (0444)
     outputs/   0777  -> /mnt/session/outputs  read-write  what the sandbox publishes
-    state/     0700  never mounted                        markers and the resource lock
+    skills/    0755  -> /workspace/skills     read-only   pinned skill trees (0444 files)
+    state/     0700  never mounted                        markers, verified archives, the lock
 
-Trust boundary: the container sees only the two mounted directories. The
-uploads mount is read-only in the kernel (a bind mount with ``ReadOnly``), so
-no process in the container, root included, can change, add or remove a
-File Resource; only the worker writes there. The outputs directory is the
-sandbox's to write (0777: whichever user the image runs as); its content is
-untrusted and is only ever read through the Engine's archive API (never
-followed on the host) when it is published. The state directory, with the
-markers that say which resource a copy belongs to, is out of the container's
-reach.
+Trust boundary: the container sees only the three mounted directories. The
+uploads and skills mounts are read-only in the kernel (bind mounts with
+``ReadOnly``), so no process in the container, root included, can change,
+add or remove a File Resource or a skill file; only the worker writes there.
+The outputs directory is the sandbox's to write (0777: whichever user
+the image runs as); its content is untrusted and is only ever read through
+the Engine's archive API (never followed on the host) when it is published.
+The state directory, with the markers that say which resource a copy belongs
+to, is out of the container's reach.
 
-Containers created before these mounts existed have none: they keep working
-for commands and files, and :class:`MountState` reports them so that File
-Resources and outputs fail closed (a :class:`PermanentError` saying to
-recreate the Session's sandbox) instead of pretending. Attach and adoption
-read the mounts from the container's configuration: exactly these two binds,
-from this sandbox's own host directory, in these modes, or none at all.
+Containers created before these mounts existed lack them: those made before
+the resource mounts have none, those made before the skills mount have the
+first two. They keep working for commands and files, and :class:`MountState`
+reports what they have so that File Resources, outputs and skills fail
+closed (a :class:`PermanentError` saying to recreate the Session's sandbox)
+instead of pretending. Attach and adoption read the mounts from the
+container's configuration: exactly the binds of one of those generations,
+from this sandbox's own host directory, in these modes.
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ from typing import Any
 
 import attrs
 
-from mango.provider import OUTPUTS_ROOT, UPLOADS_ROOT, PermanentError
+from mango.provider import OUTPUTS_ROOT, SKILLS_ROOT, UPLOADS_ROOT, PermanentError
 from mango.provider.hostdirs import canonical_path, host_errors
 from mango_provider_docker.layout import RESOURCE_DIR_ENV
 
 __all__ = [
     "FILES_DIR",
     "OUTPUTS_DIR",
+    "SKILLS_DIR",
     "STATE_DIR",
     "MountState",
     "container_mounts",
@@ -51,21 +55,23 @@ __all__ = [
 
 FILES_DIR = "files"
 OUTPUTS_DIR = "outputs"
+SKILLS_DIR = "skills"
 STATE_DIR = "state"
-_MODES = {FILES_DIR: 0o755, OUTPUTS_DIR: 0o777, STATE_DIR: 0o700}
+_MODES = {FILES_DIR: 0o755, OUTPUTS_DIR: 0o777, SKILLS_DIR: 0o755, STATE_DIR: 0o700}
 
 
 @attrs.frozen
 class MountState:
-    """Which resource mounts a container has (both, for every container made today)."""
+    """Which resource mounts a container has (all three, for every container made today)."""
 
     uploads: bool = True
     outputs: bool = True
+    skills: bool = True
 
     @classmethod
     def none(cls) -> MountState:
         """A container created before the resource mounts."""
-        return cls(uploads=False, outputs=False)
+        return cls(uploads=False, outputs=False, skills=False)
 
 
 def predates(what: str, container_id: str) -> PermanentError:
@@ -79,7 +85,10 @@ def predates(what: str, container_id: str) -> PermanentError:
 
 
 def ensure_mount_dirs(host_dir: Path) -> None:
-    """Create-if-absent ``files/``, ``outputs/``, ``state/`` in their modes (whatever the umask)."""
+    """Create-if-absent ``files/``, ``outputs/``, ``skills/``, ``state/`` in their modes.
+
+    Whatever the umask: each is chmod-ed after it is made.
+    """
     with host_errors(host_dir.parent, setting=RESOURCE_DIR_ENV, what="cannot create directories"):
         for name, mode in _MODES.items():
             path = host_dir / name
@@ -91,7 +100,7 @@ def ensure_mount_dirs(host_dir: Path) -> None:
 
 
 def container_mounts(host_dir: Path) -> list[dict[str, Any]]:
-    """``HostConfig.Mounts`` of a new container: the two binds, from ``host_dir``."""
+    """``HostConfig.Mounts`` of a new container: the three binds, from ``host_dir``."""
     return [
         {
             "Type": "bind",
@@ -105,18 +114,35 @@ def container_mounts(host_dir: Path) -> list[dict[str, Any]]:
             "Target": OUTPUTS_ROOT,
             "ReadOnly": False,
         },
+        {
+            "Type": "bind",
+            "Source": str(host_dir / SKILLS_DIR),
+            "Target": SKILLS_ROOT,
+            "ReadOnly": True,
+        },
     ]
 
 
-_EXPECTED = {UPLOADS_ROOT: (FILES_DIR, True), OUTPUTS_ROOT: (OUTPUTS_DIR, False)}
+_EXPECTED = {
+    UPLOADS_ROOT: (FILES_DIR, True),
+    OUTPUTS_ROOT: (OUTPUTS_DIR, False),
+    SKILLS_ROOT: (SKILLS_DIR, True),
+}
+_GENERATIONS: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({UPLOADS_ROOT, OUTPUTS_ROOT}),
+    frozenset({UPLOADS_ROOT, OUTPUTS_ROOT, SKILLS_ROOT}),
+)
+"""The sets of mounts containers were made with, oldest first: no other set is ours."""
 
 
 def mount_problems(host: Mapping[str, Any], host_dir: Path) -> tuple[MountState, list[str]]:
     """The container's resource mounts (from ``HostConfig``) and what is wrong with them.
 
-    None at all is a container older than the mounts (no problem); anything
-    else must be exactly :func:`container_mounts` of ``host_dir``: no other
-    bind, volume or tmpfs, no ``Binds``, the right sources and modes.
+    A container of an older generation (none at all, or no skills mount)
+    is no problem; anything else must be exactly :func:`container_mounts` of
+    ``host_dir`` (or its older subset): no other bind, volume or tmpfs, no
+    ``Binds``, the right sources and modes.
     """
     problems: list[str] = []
     if host.get("Binds"):
@@ -141,4 +167,9 @@ def mount_problems(host: Mapping[str, Any], host_dir: Path) -> tuple[MountState,
         if bool(mount.get("ReadOnly")) is not read_only:
             mode = "read-only" if read_only else "writable"
             problems.append(f"{target} is not {mode}")
-    return MountState(uploads=UPLOADS_ROOT in found, outputs=OUTPUTS_ROOT in found), problems
+    if frozenset(found) not in _GENERATIONS:
+        problems.append(f"the resource mounts {sorted(found)} are not a set mango makes")
+    state = MountState(
+        uploads=UPLOADS_ROOT in found, outputs=OUTPUTS_ROOT in found, skills=SKILLS_ROOT in found
+    )
+    return state, problems

@@ -32,6 +32,7 @@ from mango.provider.ownership import NAME_PREFIX, Ownership, listed_time, namesp
 from mango_provider_docker.container import (
     Limits,
     check_extra_labels,
+    check_publish_ports,
     container_config,
     default_limits,
     resolve_limits,
@@ -138,6 +139,11 @@ class DockerProvider:
         factory=dict, kw_only=True, converter=check_extra_labels
     )
     """More labels for every container (for example to find a test run's containers)."""
+    publish_ports: tuple[int, ...] = attrs.field(
+        default=(), kw_only=True, converter=check_publish_ports
+    )
+    """Container ports every ``bridge``-network sandbox publishes on 127.0.0.1, each on an
+    ephemeral host port (``MANGO_SANDBOX_PORTS``), for ``expose_port``."""
     namespace: str = namespace_field()
     """The deployment namespace every container name and label set carries."""
     _defaults: Limits = attrs.field(init=False)
@@ -156,8 +162,10 @@ class DockerProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``package-setup`` (through ``exec``), ``file-resources`` and ``session-outputs``
-        (see :mod:`mango_provider_docker.mounts`)."""
+        """``package-setup`` (through ``exec``), ``file-resources``, ``session-outputs``
+        and ``skill-bundles`` (see :mod:`mango_provider_docker.mounts`), ``file-api``
+        (through ``exec``), ``background-processes`` (a supervisor in the container),
+        ``pause`` (Engine pause) and ``exposed-ports`` (published on 127.0.0.1 at creation)."""
         return CAPABILITIES
 
     @property
@@ -234,6 +242,7 @@ class DockerProvider:
                 limits=limits,
                 labels={**self.extra_labels, **ownership.labels(key)},
                 host_dir=made,
+                ports=self.publish_ports,
             )
             created = await self._engine.create_container(name, config)
             if created is not None:
@@ -252,8 +261,9 @@ class DockerProvider:
     async def attach(self, session_key: str, ref: SandboxRef, spec: SandboxSpec) -> DockerSandbox:
         """Rebuild a client for ``ref`` after checking it belongs to ``session_key``.
 
-        Starts (or unpauses) the container if it is not running, as after a
-        daemon restart without live-restore. Raises :class:`OwnershipError` if
+        Starts the container if it is stopped, as after a daemon restart
+        without live-restore; a paused one stays paused (``resume`` undoes
+        it). Raises :class:`OwnershipError` if
         ``ref`` names another provider or the container another Session key or
         no mango container at all, or if its configuration is not one mango
         creates for ``spec`` (labels can be forged), :class:`InvalidInput` if the reference is
@@ -270,10 +280,31 @@ class DockerProvider:
         _, mounts = adopt(
             inspect, self.ownership, key, spec, self._defaults, host_dir=self._host_dir(key)
         )
-        await ensure_running(self._engine, container_id, inspect)
+        # A paused container stays paused: its pause is undone by resume only.
+        await ensure_running(self._engine, container_id, inspect, unpause=False)
         # A bound sandbox never keeps its setup network, whoever connected it.
         await enforce(self._engine, container_id, inspect)
         return self._sandbox(key, container_id, spec, mounts)
+
+    async def _owned_container(self, session_key: str, ref: SandboxRef) -> str:
+        """The container id of ``ref``, checked to be ``session_key``'s (not its spec)."""
+        key = validate_session_id(session_key)
+        container_id = check_container_id(self.ownership.check_ref(ref).external_id)
+        inspect = await self._engine.inspect_container(container_id)
+        if inspect is None or inspect.get("Id") != container_id:
+            raise SandboxNotFound(f"docker container {container_id} no longer exists")
+        verify_ownership(inspect, self.ownership, key)
+        return container_id
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause ``ref``'s container by reference (ownership checked, no spec); idempotent."""
+        container_id = await self._owned_container(session_key, ref)
+        await self._sandbox(session_key, container_id, SandboxSpec()).pause()
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume ``ref``'s container by reference (ownership checked, no spec); idempotent."""
+        container_id = await self._owned_container(session_key, ref)
+        await self._sandbox(session_key, container_id, SandboxSpec()).resume()
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The reference of ``session_key``'s container in this namespace, or None. Read-only.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,11 +12,15 @@ import attrs
 
 from mango.provider import (
     OUTPUTS_ROOT,
+    SKILLS_ROOT,
     UPLOADS_ROOT,
     Command,
+    ExecFileSystem,
     ExecResult,
     FileResourceMount,
+    InvalidInput,
     PathPolicy,
+    PermanentError,
     ProcessHandle,
     ProcessInfo,
     ProcessOutput,
@@ -24,47 +28,77 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    SkillMount,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
+from mango.provider.hostskills import HostSkillBundles
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
     MOUNTS_POLICY,
+    PRE_SKILLS_POLICY,
     WORKSPACE_POLICY,
     open_workspace_file,
     read_workspace_file,
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
-from mango_provider_docker.mounts import FILES_DIR, STATE_DIR, MountState, predates
+from mango_provider_docker.mounts import FILES_DIR, SKILLS_DIR, STATE_DIR, MountState, predates
 from mango_provider_docker.network import begin_setup, end_setup
 from mango_provider_docker.processes import ContainerProcesses
 
 __all__ = ["DockerSandbox", "ensure_running"]
 
+_PORTS_KEY = "NetworkSettings"
 
-async def ensure_running(engine: Engine, container_id: str, inspect: dict[str, Any] | None) -> None:
-    """Start or unpause the container if its inspect document says it is not running.
 
-    ``inspect=None`` means "just created": start it. Raises
-    :class:`SandboxNotFound` if the container is gone or being removed.
+def check_port(port: object) -> int:
+    """``port`` if it is a TCP port number (1 to 65535), else :class:`InvalidInput`."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidInput(f"a port is a number from 1 to 65535, got {port!r}")
+    return port
+
+
+def published_port(inspect: Mapping[str, Any], port: int) -> str | None:
+    """The host port the Engine bound ``port``/tcp to on 127.0.0.1, if any."""
+    settings = inspect.get(_PORTS_KEY)
+    ports = settings.get("Ports") if isinstance(settings, Mapping) else None
+    bindings = ports.get(f"{port}/tcp") if isinstance(ports, Mapping) else None
+    for binding in bindings or ():
+        if isinstance(binding, Mapping) and binding.get("HostIp") == "127.0.0.1":
+            host_port = binding.get("HostPort")
+            if isinstance(host_port, str) and host_port.isdigit():
+                return host_port
+    return None
+
+
+async def ensure_running(
+    engine: Engine, container_id: str, inspect: dict[str, Any] | None, *, unpause: bool = True
+) -> None:
+    """Start (or unpause) the container if its inspect document says it is not running.
+
+    ``inspect=None`` means "just created": start it. With ``unpause=False`` a
+    paused container stays paused (attach: a pause is mango's to undo,
+    through ``resume``). Raises :class:`SandboxNotFound` if the container is
+    gone or being removed.
     """
     state = (inspect or {}).get("State") or {}
     if inspect is not None and state.get("Status") == "removing":
         raise SandboxNotFound(f"container {container_id} is being removed")
     if state.get("Paused"):
-        await engine.unpause_container(container_id)
+        if unpause:
+            await engine.unpause_container(container_id)
     elif not state.get("Running"):
         await engine.start_container(container_id)
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DockerSandbox(StreamedExec):
+class DockerSandbox(StreamedExec, ExecFileSystem):
     """One Docker sandbox, obtained from :class:`~mango_provider_docker.DockerProvider`.
 
     Commands (``exec``, ``exec_stream``) run inside the container's workspace
@@ -72,19 +106,28 @@ class DockerSandbox(StreamedExec):
     image's, with ``PATH`` and ``HOME=/workspace`` fixed, plus
     ``command.env``. ``command.cwd`` is created if missing; a symlink in it
     raises :class:`PathEscapeError`. A stopped or paused container is started
-    again first; :class:`SandboxNotFound` if the container is gone.
+    (or resumed) again by ``exec`` first, but attach leaves a paused one
+    paused; :class:`SandboxNotFound` if the container is gone. It pauses with
+    the Engine's pause (the cgroup freezer: every process stops, memory and
+    workspace stay) and exposes ports published on 127.0.0.1 at creation
+    (``MANGO_SANDBOX_PORTS``).
     Files move through the archive API (see :mod:`mango_provider_docker.files`).
+    The file API (``list_dir``, ``stat``, ``exists``, ``remove``, ``rename``,
+    ``make_dir``) is the provider kit's :class:`~mango.provider.ExecFileSystem`:
+    one busybox command per operation through ``exec``, as root in the container.
     Package setup has its own network when the spec has none
     (:mod:`mango_provider_docker.network`).
     The sandbox keeps the spec it was created or attached with; its
     ``timeout`` is the default for commands that give none.
 
     With its resource mounts (every container made today: ``mounts``), it is
-    a ``FileResourceSandbox``, a ``SessionOutputSandbox`` and a
-    ``ResourceLockSandbox`` (see :mod:`mango_provider_docker.mounts`), and
-    its file tools also take absolute paths below ``/mnt/session/uploads``
-    (read only) and ``/mnt/session/outputs``. A container older than the
-    mounts fails those operations closed with a :class:`PermanentError`.
+    a ``FileResourceSandbox``, a ``SessionOutputSandbox``, a
+    ``SkillBundleSandbox`` and a ``ResourceLockSandbox`` (see
+    :mod:`mango_provider_docker.mounts`), and its file tools also take
+    absolute paths below ``/mnt/session/uploads`` (read only) and
+    ``/mnt/session/outputs``; ``skills/`` in the workspace is the read-only
+    skills mount. A container older than a mount fails its operations
+    closed with a :class:`PermanentError`.
     """
 
     _ref: SandboxRef
@@ -130,11 +173,17 @@ class DockerSandbox(StreamedExec):
 
     @property
     def _policy(self) -> PathPolicy:
-        return MOUNTS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
+        if self._mounts.skills:
+            return MOUNTS_POLICY
+        return PRE_SKILLS_POLICY if self._mounts.outputs else WORKSPACE_POLICY
 
     @property
     def _resources(self) -> HostFileResources:
         return HostFileResources(self._host_dir / FILES_DIR, self._host_dir / STATE_DIR)
+
+    @property
+    def _skills(self) -> HostSkillBundles:
+        return HostSkillBundles(self._host_dir / SKILLS_DIR, self._host_dir / STATE_DIR)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
@@ -158,10 +207,65 @@ class DockerSandbox(StreamedExec):
             raise ProviderUnavailable(f"container {self.container_id} stops as soon as it starts")
 
     async def _revive(self) -> None:
+        # A command asked of a paused container resumes it, as E2B's connect does.
+        await ensure_running(self._engine, self.container_id, await self._inspect())
+
+    async def _inspect(self) -> dict[str, Any]:
         inspect = await self._engine.inspect_container(self.container_id)
-        if inspect is None:
+        if inspect is None or (inspect.get("State") or {}).get("Status") == "removing":
             raise SandboxNotFound(f"container {self.container_id} no longer exists")
+        return inspect
+
+    # ------------------------------------------------------------------ pause and ports
+
+    async def pause(self) -> None:
+        """Freeze every process of the container (Engine pause); idempotent.
+
+        A stopped container is started first, so a paused one always holds
+        its processes' memory. :class:`SandboxNotFound` if it is gone.
+        """
+        inspect = await self._inspect()
+        state = inspect.get("State") or {}
+        if state.get("Paused"):
+            return
         await ensure_running(self._engine, self.container_id, inspect)
+        try:
+            await self._engine.pause_container(self.container_id)
+        except ProviderUnavailable:
+            if not await self.is_paused():  # another worker's pause won the race
+                raise
+
+    async def resume(self) -> None:
+        """Thaw the container (Engine unpause; a stopped one is started); idempotent."""
+        inspect = await self._inspect()
+        try:
+            await ensure_running(self._engine, self.container_id, inspect)
+        except ProviderUnavailable:
+            if await self.is_paused():
+                raise
+
+    async def is_paused(self) -> bool:
+        """The Engine's word: is the container paused now?"""
+        return bool(((await self._inspect()).get("State") or {}).get("Paused"))
+
+    async def expose_port(self, port: int) -> str:
+        """``http://127.0.0.1:<host port>``: the Engine's binding of ``port`` on 127.0.0.1.
+
+        Docker publishes ports only when it creates a container, so only the
+        ports of ``MANGO_SANDBOX_PORTS`` in a ``bridge``-network sandbox have
+        one; any other is a :class:`PermanentError` saying so.
+        """
+        check_port(port)
+        inspect = await self._inspect()
+        binding = published_port(inspect, port)
+        if binding is None:
+            raise PermanentError(
+                f"port {port} of container {self.container_id[:12]} is not published",
+                hint="Docker publishes ports when it creates a container: set "
+                f"MANGO_SANDBOX_PORTS to include {port} and use network 'bridge' for "
+                "a new Session",
+            )
+        return f"http://127.0.0.1:{binding}"
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.
@@ -297,7 +401,7 @@ class DockerSandbox(StreamedExec):
     @asynccontextmanager
     async def resource_lock(self, *, exclusive: bool = False) -> AsyncIterator[None]:
         """Hold the sandbox's resource lock (``<host dir>/state/.lock``) for the block."""
-        if not (self._mounts.uploads or self._mounts.outputs):
+        if not (self._mounts.uploads or self._mounts.outputs or self._mounts.skills):
             raise predates("resource mounts", self.container_id)
         resources = await self._host_side()
         async with resources.lock(exclusive=exclusive):
@@ -327,6 +431,23 @@ class DockerSandbox(StreamedExec):
         except SandboxNotFound:
             return
         await resources.remove(runtime_path, identity)
+
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        """Whether each mount's complete, read-only tree is in place (False without the mount).
+
+        One thread hop for all of them (see the kit).
+        """
+        if not self._mounts.skills:
+            return [False] * len(mounts)
+        # No host directory answers False; the import that follows says why.
+        return await self._skills.has_all(mounts)
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        """Verify, extract and publish ``mount``'s archive at its runtime path (see the kit)."""
+        if not self._mounts.skills:
+            raise predates(f"skills mount ({SKILLS_ROOT})", self.container_id)
+        await self._host_side()
+        await self._skills.import_(mount, chunks)
 
     @asynccontextmanager
     async def open_session_outputs(self) -> AsyncIterator[AsyncIterator[bytes]]:

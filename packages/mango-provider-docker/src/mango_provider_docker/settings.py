@@ -68,6 +68,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES_ENV",
     "MEMORY_ENV",
     "PIDS_LIMIT_ENV",
+    "PORTS_ENV",
     "PULL_ENV",
     "REGISTRATION",
     "RESOURCE_DIR_ENV",
@@ -87,6 +88,7 @@ MEMORY_ENV = "MANGO_SANDBOX_MEMORY"
 CPUS_ENV = "MANGO_SANDBOX_CPUS"
 PIDS_LIMIT_ENV = "MANGO_SANDBOX_PIDS_LIMIT"
 PULL_ENV = "MANGO_SANDBOX_PULL"
+PORTS_ENV = "MANGO_SANDBOX_PORTS"
 STATE_DIR_ENV = "MANGO_STATE_DIR"
 
 SETTINGS = (
@@ -131,6 +133,11 @@ SETTINGS = (
         description="pull a missing image (1) or refuse to start without it (0)",
         default="1",
     ),
+    SettingSpec(
+        env=PORTS_ENV,
+        description="container ports a new bridge-network sandbox publishes on 127.0.0.1 "
+        "(an ephemeral host port each) for expose_port, comma-separated, e.g. 3000,8080",
+    ),
     MAX_OUTPUT_BYTES_SETTING,
     MAX_READ_BYTES_SETTING,
     MAX_PROCESS_LOG_BYTES_SETTING,
@@ -150,6 +157,7 @@ class DockerSettings:
     cpus: float
     pids_limit: int
     pull: bool
+    publish_ports: tuple[int, ...]
     max_output_bytes: int
     max_read_bytes: int
     max_process_log_bytes: int
@@ -164,6 +172,19 @@ def _checked(name: str, check: Callable[[], object]) -> None:
         check()
     except InvalidInput as exc:
         raise ConfigurationError(f"{name}: {exc}") from None
+
+
+def _ports(env: Mapping[str, str]) -> tuple[int, ...]:
+    text = env.get(PORTS_ENV, "").strip()
+    ports: list[int] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if not item.isdigit() or not 1 <= int(item) <= 65535:
+            raise ConfigurationError(
+                f"{PORTS_ENV} must list TCP ports from 1 to 65535, got {item!r}",
+                hint=f"for example {PORTS_ENV}=3000,8080",
+            )
+        ports.append(int(item))
+    return tuple(sorted(set(ports)))
 
 
 def read_docker_settings(environ: Mapping[str, str]) -> DockerSettings:
@@ -199,6 +220,7 @@ def read_docker_settings(environ: Mapping[str, str]) -> DockerSettings:
     pids_limit = DEFAULT_PIDS_LIMIT if pids is None else int(pids)
     _checked(PIDS_LIMIT_ENV, lambda: check_pids_limit(pids_limit))
     return DockerSettings(
+        publish_ports=_ports(env),
         image=env.get(IMAGE_ENV, "").strip() or DEFAULT_IMAGE,
         resource_dir=resource_dir,
         host=env.get(DOCKER_HOST_ENV, "").strip() or None,
@@ -256,6 +278,7 @@ def open_docker_provider(context: ProviderContext) -> DockerProvider:
         max_read_bytes=settings.max_read_bytes,
         max_process_log_bytes=settings.max_process_log_bytes,
         pull_missing_images=settings.pull,
+        publish_ports=settings.publish_ports,
         progress=StderrProgress(),
     )
 

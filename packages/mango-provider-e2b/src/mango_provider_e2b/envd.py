@@ -3,9 +3,17 @@
 * processes: Connect RPCs ``process.Process/Start`` (a server stream of
   ``start``/``data``/``end``/``keepalive`` events), ``SendInput``,
   ``CloseStdin``, ``SendSignal`` and ``List``;
-* files: ``filesystem.Filesystem/Stat`` and ``MakeDir`` (Connect unary, JSON),
-  ``GET /files?path=`` (raw bytes, streamed) and ``POST /files?path=``
+* files: ``filesystem.Filesystem/Stat``, ``MakeDir``, ``Move``, ``Remove``
+  (Connect unary, JSON) and ``ListDir`` (unary too, its answer read as it
+  arrives), ``GET /files?path=`` (raw bytes, streamed) and ``POST /files?path=``
   (``application/octet-stream``).
+
+envd's ``EntryInfo`` (e2b-dev/infra ``packages/shared/pkg/filesystem``) is an
+``lstat`` whose ``type`` is the *target's* for a link (``FILE_TYPE_FILE`` for
+a link to a file, ``FILE_TYPE_UNSPECIFIED`` for a dangling one): a link is
+known by its ``symlinkTarget``, which envd sets for links only (or by
+``isSymlink``, which the SDK reads from newer envd; ``FILE_TYPE_SYMLINK``
+before either).
 
 Every request carries the sandbox's ``X-Access-Token`` and the envd user
 (``Authorization: Basic root:``); with one shared sandbox URL (``E2B_SANDBOX_URL``)
@@ -21,12 +29,14 @@ import contextlib
 import re
 import signal as signals
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
 import httpx
 
-from mango.provider import Entry, EntryKind, ResourceConflict
+from mango.provider import Entry, EntryKind, ResourceConflict, file_not_found
+from mango.provider.filesystem import NativeEntry
 from mango.provider.http import (
     ApiClient,
     ProtocolError,
@@ -35,6 +45,7 @@ from mango.provider.http import (
     map_httpx_exceptions,
     transfer_deadline,
 )
+from mango.provider.jsonstream import json_array_items
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -45,6 +56,7 @@ from mango_provider_e2b.connect import (
 __all__ = [
     "CLOSE_STDIN_SINCE",
     "ENVD_PORT",
+    "LSTAT_SINCE",
     "OCTET_STREAM_SINCE",
     "ROOT_USER_AUTH",
     "Envd",
@@ -61,6 +73,9 @@ _UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version"
 _STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)
 """A command may print nothing for minutes: no read timeout on its stream."""
 _FILE_TIMEOUT = httpx.Timeout(30.0, read=120.0, write=120.0)
+LSTAT_SINCE = (0, 2, 6)
+"""The envd version whose ``Stat`` and ``ListDir`` entries are an ``lstat``
+(e2b-dev/infra#924); older ones follow a link, so the file API is refused there."""
 CLOSE_STDIN_SINCE = (0, 5, 2)
 """The envd version that has ``CloseStdin`` (the SDK's ``ENVD_ENVD_CLOSE``)."""
 OCTET_STREAM_SINCE = (0, 5, 7)
@@ -157,21 +172,58 @@ def exit_code_of(end: Mapping[str, Any]) -> int:
     return -1
 
 
+_TYPES = {
+    "FILE_TYPE_FILE": EntryKind.REGULAR,
+    "FILE_TYPE_DIRECTORY": EntryKind.DIRECTORY,
+    "FILE_TYPE_SYMLINK": EntryKind.SYMLINK,
+}
+LIST_DEPTH_ALL = 4096
+"""``ListDir``'s depth for a recursive listing: deeper than any path can go (PATH_MAX)."""
+_FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def _timestamp(value: object) -> datetime | None:
+    """A proto3 JSON ``Timestamp`` (RFC 3339, up to nanoseconds), or ``None``."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value, count=1).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def native_entry(info: object, operation: str) -> NativeEntry:
+    """envd's ``EntryInfo`` as a :class:`NativeEntry` (a link known by its ``symlinkTarget``)."""
+    if not isinstance(info, dict) or not isinstance(info.get("path"), str):
+        raise ProtocolError(f"{operation}: an entry without a path")
+    link = info.get("isSymlink", info.get("is_symlink")) is True
+    if link or "symlinkTarget" in info or "symlink_target" in info:
+        kind = EntryKind.SYMLINK
+    else:
+        kind = _TYPES.get(str(info.get("type")), EntryKind.OTHER)
+    size, mode = info.get("size", 0), info.get("mode")
+    # int64 travels as a JSON string in proto3 JSON; accept a number too.
+    try:
+        size = int(size)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"{operation}: size {size!r} is not a number") from None
+    return NativeEntry(
+        path=info["path"],
+        kind=kind,
+        size=size,
+        # A link's mode is its target's: not the link's own, so not reported.
+        mode=mode if isinstance(mode, int) and kind is not EntryKind.SYMLINK else None,
+        mtime=_timestamp(info.get("modifiedTime", info.get("modified_time"))),
+    )
+
+
 def _entry(value: object) -> Entry:
     info = value.get("entry") if isinstance(value, dict) else None
     if not isinstance(info, dict):
         raise ProtocolError("envd stat: the answer has no entry")
-    kind = {
-        "FILE_TYPE_FILE": EntryKind.REGULAR,
-        "FILE_TYPE_DIRECTORY": EntryKind.DIRECTORY,
-        "FILE_TYPE_SYMLINK": EntryKind.SYMLINK,
-    }.get(str(info.get("type")), EntryKind.OTHER)
-    size = info.get("size", 0)
-    # int64 travels as a JSON string in proto3 JSON; accept a number too.
-    try:
-        return Entry(kind, int(size))
-    except (TypeError, ValueError):
-        raise ProtocolError(f"envd stat: size {size!r} is not a number") from None
+    info.setdefault("path", "")
+    return native_entry(info, "envd stat").entry
 
 
 async def _no_envelopes() -> AsyncIterator[Envelope]:
@@ -207,26 +259,109 @@ class Envd:
         return {**self.address.headers, **(extra or {})}
 
     async def _unary(
-        self, service: str, payload: Mapping[str, Any], *, idempotent: bool
+        self,
+        service: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotent: bool,
+        expected: tuple[int, ...] = (404,),
     ) -> httpx.Response:
         return await self.api.request(
             "POST",
             self._url(f"/{service}"),
             operation=f"{self.provider}: envd {service.rsplit('/', 1)[-1]}",
             idempotent=idempotent,
-            expected=(404,),
+            expected=expected,
             json=dict(payload),
             headers=self._headers(_UNARY_HEADERS),
         )
 
-    async def stat(self, path: str) -> Entry | None:
-        """The entry at ``path`` without following a final symlink; ``None`` if missing."""
-        response = await self._unary("filesystem.Filesystem/Stat", {"path": path}, idempotent=True)
+    async def _stat_answer(self, path: str) -> dict[str, Any] | None:
+        response = await self._unary(
+            "filesystem.Filesystem/Stat", {"path": path}, idempotent=True, expected=(404, 500)
+        )
+        if response.status_code == 500:
+            # A path below a file: Go's os.IsNotExist is false for ENOTDIR, so envd answers
+            # "internal" (not a retryable outage: nothing is there). The path policy looks at
+            # such an answer only after the file above it, which it refuses.
+            if "not a directory" in response.text:
+                return None
+            self.api.check(response, operation=f"{self.provider}: envd Stat")
         if response.status_code == 404:
             if "not_found" in response.text or "not found" in response.text:
                 return None
             raise RemoteUnavailable(f"{self.provider}: envd Stat: HTTP 404 without not_found")
-        return _entry(json_answer(response, operation=f"{self.provider}: envd Stat", shape=dict))
+        answer: dict[str, Any] = json_answer(
+            response, operation=f"{self.provider}: envd Stat", shape=dict
+        )
+        return answer
+
+    async def stat(self, path: str) -> Entry | None:
+        """The entry at ``path`` without following a final symlink; ``None`` if missing."""
+        answer = await self._stat_answer(path)
+        return None if answer is None else _entry(answer)
+
+    async def info(self, path: str) -> NativeEntry | None:
+        """``Stat`` with everything it tells (kind, size, mode, mtime); ``None`` if missing."""
+        answer = await self._stat_answer(path)
+        if answer is None:
+            return None
+        entry = answer.get("entry")
+        if isinstance(entry, dict):
+            entry = {**entry, "path": path}  # envd's path is the expanded one: the same
+        return native_entry(entry, f"{self.provider}: envd Stat")
+
+    @contextlib.asynccontextmanager
+    async def list_dir(self, path: str, *, depth: int) -> AsyncIterator[AsyncIterator[NativeEntry]]:
+        """``ListDir``: the entries below ``path`` to ``depth`` levels, parsed as they arrive.
+
+        envd answers the whole walk as one document (no bound of its own); it
+        is read entry by entry, so the caller holds only what it keeps.
+        """
+        operation = f"{self.provider}: envd ListDir"
+        async with self.api.stream(
+            "POST",
+            self._url("/filesystem.Filesystem/ListDir"),
+            operation=operation,
+            idempotent=True,
+            expected=(404,),
+            json={"path": path, "depth": depth},
+            headers=self._headers(_UNARY_HEADERS),
+            timeout=_FILE_TIMEOUT,
+        ) as response:
+            if response.status_code == 404:
+                await response.aread()
+                if "not_found" in response.text or "not found" in response.text:
+                    raise file_not_found(path)
+                raise RemoteUnavailable(f"{operation}: HTTP 404 without not_found")
+
+            secrets = (*self.api.secrets, *self.address.headers.values())
+
+            async def entries() -> AsyncIterator[NativeEntry]:
+                items = json_array_items(response.aiter_bytes(), operation=operation, key="entries")
+                with map_httpx_exceptions(operation, secrets=secrets):
+                    async for item in items:
+                        yield native_entry(item, operation)
+
+            yield entries()
+
+    async def move(self, source: str, destination: str) -> None:
+        """``Move`` (envd's ``os.Rename``: it overwrites; the caller checked). Not retried."""
+        response = await self._unary(
+            "filesystem.Filesystem/Move",
+            {"source": source, "destination": destination},
+            idempotent=False,
+        )
+        if response.status_code == 404:
+            raise file_not_found(source)
+
+    async def remove(self, path: str) -> None:
+        """``Remove`` (envd's ``os.RemoveAll``: always recursive; a missing path is success)."""
+        response = await self._unary(
+            "filesystem.Filesystem/Remove", {"path": path}, idempotent=True
+        )
+        if response.status_code == 404:
+            raise RemoteUnavailable(f"{self.provider}: envd Remove: HTTP 404")
 
     async def make_dir(self, path: str) -> None:
         """Create ``path`` and its parents (an existing directory is fine)."""

@@ -1,10 +1,16 @@
 """One E2B (or Cube) sandbox as mango sees it: exec through envd, files, keep-alive, destroy.
 
-Commands are envd's process stream (:mod:`mango_provider_e2b.execution`),
-background processes envd's process service under the kit's supervisor
-(:mod:`mango_provider_e2b.processes`). Files are envd's ``Stat``, ``MakeDir``
-and ``/files`` under the kit's path policy, read and written by the kit's
-:class:`~mango.provider.files.RemoteFiles`.
+Commands are envd's process stream (:mod:`mango_provider_e2b.execution`).
+Files are envd's ``Stat``, ``MakeDir`` and ``/files`` under the kit's path
+policy, read and written by the kit's :class:`~mango.provider.files.RemoteFiles`;
+the file API (``file-api``) is envd's ``ListDir``, ``Stat``, ``Move``,
+``Remove`` and ``MakeDir`` under the kit's
+:class:`~mango.provider.filesystem.RemoteFileSystem`. envd's ``Move``
+overwrites and its ``Remove`` is always recursive: the kit checks the
+destination and a directory's emptiness first (the window it leaves is in
+that module's docstring).
+Background processes (``background-processes``) are envd's process service
+under the kit's supervisor (:mod:`mango_provider_e2b.processes`).
 
 The data plane's answer for a sandbox it cannot reach is a 502 from the
 proxy; only the control plane can say whether that sandbox is gone
@@ -26,6 +32,7 @@ import httpx
 
 from mango.provider import (
     Command,
+    ConfigurationError,
     Entry,
     ExecResult,
     MangoError,
@@ -37,11 +44,12 @@ from mango.provider import (
     file_not_found,
 )
 from mango.provider.files import Download
+from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo
-from mango_provider_e2b.envd import Envd
+from mango_provider_e2b.envd import LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
@@ -55,7 +63,7 @@ KEEP_MARGIN_SECONDS = 30.0
 
 
 @attrs.define(eq=False)
-class E2BSandbox(RemoteSandbox, ProcessMethods):
+class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
     """A client for one E2B or Cube sandbox (see the module docstring)."""
 
     _provider: Remote = attrs.field(repr=False)
@@ -196,3 +204,50 @@ class E2BSandbox(RemoteSandbox, ProcessMethods):
     async def _make_dir(self, path: str) -> None:
         """Create the absolute directory ``path`` and its parents (an existing one is fine)."""
         await self._data_call(lambda: self._envd.make_dir(path))
+
+    # ------------------------------------------------------------ the file API (RemoteFileSystem)
+
+    sorted_listing = True  # envd walks with filepath.WalkDir: each directory in name order
+
+    async def _check_file_api(self) -> None:
+        version = self._envd.version
+        if version is not None and not at_least(version, LSTAT_SINCE):
+            reason = (
+                f"this sandbox's envd ({version}) follows links in Stat, so it cannot "
+                "tell a link from its target; the file API needs envd 0.2.6 or later"
+            )
+            raise ConfigurationError(
+                f"{self._provider.name}: {reason}",
+                hint="rebuild the sandbox's template with a current envd",
+            )
+
+    async def _entry_info(self, path: str) -> NativeEntry | None:
+        return await self._data_call(lambda: self._envd.info(path))
+
+    @contextlib.asynccontextmanager
+    async def _listing(
+        self, path: str, *, recursive: bool
+    ) -> AsyncIterator[AsyncIterator[NativeEntry]]:
+        depth = LIST_DEPTH_ALL if recursive else 1
+
+        async def opened() -> tuple[
+            AbstractAsyncContextManager[AsyncIterator[NativeEntry]], AsyncIterator[NativeEntry]
+        ]:
+            manager = self._envd.list_dir(path, depth=depth)
+            return manager, await manager.__aenter__()
+
+        manager, entries = await self._data_call(opened)
+        try:
+            yield entries
+        finally:
+            await manager.__aexit__(None, None, None)
+
+    async def _move(self, source: str, destination: str) -> None:
+        await self._data_call(lambda: self._envd.move(source, destination))
+
+    async def _delete(self, entry: NativeEntry, *, recursive: bool) -> None:
+        del recursive  # envd's Remove is RemoveAll; the kit checked a directory's emptiness
+        await self._data_call(lambda: self._envd.remove(entry.path))
+
+    async def _create_dir(self, path: str) -> None:
+        await self._make_dir(path)

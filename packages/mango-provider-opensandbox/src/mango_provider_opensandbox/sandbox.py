@@ -13,6 +13,7 @@ import attrs
 from mango.provider import (
     Command,
     Entry,
+    EntryKind,
     ExecResult,
     MangoError,
     NetworkMode,
@@ -25,6 +26,7 @@ from mango.provider import (
 )
 from mango.provider.execution import ExecHandle
 from mango.provider.files import Download
+from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.processes import ProcessRecord
@@ -32,7 +34,7 @@ from mango.provider.remote import RemoteSandbox
 from mango.provider.shell import MAX_INLINE_LINE_BYTES, kill_tree_line, plan_command
 from mango.provider.shellprocesses import ShellProcesses
 from mango.provider.tasks import cancel_and_settle
-from mango_provider_opensandbox.execd import Egress, Execd
+from mango_provider_opensandbox.execd import LIST_DEPTH_ALL, Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
 from mango_provider_opensandbox.network import reconcile
 from mango_provider_opensandbox.remote import OpenSandboxRemote
@@ -71,14 +73,21 @@ class _Run:
 
 
 @attrs.define(kw_only=True, eq=False)
-class OpenSandboxSandbox(RemoteSandbox, ShellProcesses):
+class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     """One OpenSandbox sandbox, from :class:`~mango_provider_opensandbox.OpenSandboxProvider`.
 
     Commands run through execd as an event stream; their output is framed by
     :mod:`mango_provider_opensandbox.wire` so it arrives byte-exact. Files go
     through execd's file API (the kit's :class:`~mango.provider.files.RemoteFiles`:
-    every component stat-ed, links refused, reads bounded at the source). The
-    egress allowlist goes through the sidecar.
+    every component stat-ed, links refused, reads bounded at the source), and
+    so does the file API (``file-api``: the kit's
+    :class:`~mango.provider.filesystem.RemoteFileSystem` over execd's
+    ``/files/info``, ``/directories/list``, ``/files/mv``, ``DELETE /files``,
+    ``DELETE /directories`` and ``POST /directories``). execd's move refuses
+    an existing destination only as ``os.Stat`` sees it (a dangling link is
+    overwritten) and follows a link as its source (a dangling one is "not
+    found"); the kit checks the destination first. The egress allowlist goes
+    through the sidecar.
 
     Background processes are execd's background commands under the kit's
     supervisor (:mod:`mango.provider.shellprocesses`): execd starts the
@@ -260,6 +269,36 @@ class OpenSandboxSandbox(RemoteSandbox, ShellProcesses):
 
     async def _upload(self, path: str, data: bytes) -> None:
         await self._execd.upload(path, data, mode=0o644)
+
+    # ---------------------------------------------------------------- the file API
+
+    sorted_listing = True  # execd reads each directory with os.ReadDir: in name order
+
+    async def _entry_info(self, path: str) -> NativeEntry | None:
+        return await self._execd.info(path)
+
+    @asynccontextmanager
+    async def _listing(
+        self, path: str, *, recursive: bool
+    ) -> AsyncIterator[AsyncIterator[NativeEntry]]:
+        depth = LIST_DEPTH_ALL if recursive else 1
+        async with self._execd.list_directory(path, depth=depth) as entries:
+            yield entries
+
+    async def _move(self, source: str, destination: str) -> None:
+        await self._execd.move(source, destination)
+
+    async def _delete(self, entry: NativeEntry, *, recursive: bool) -> None:
+        del recursive  # the kit checked a directory's emptiness
+        if entry.kind is EntryKind.REGULAR:
+            await self._execd.delete_file(entry.path)
+        else:
+            # DELETE /files follows a link (os.Stat) and keeps a dangling one; RemoveAll
+            # removes a link itself, a directory with its tree, anything else as it is.
+            await self._execd.remove_tree(entry.path)
+
+    async def _create_dir(self, path: str) -> None:
+        await self._execd.make_dirs({path: 0o755})
 
     # ---------------------------------------------------------------- network
 

@@ -5,10 +5,9 @@ registration, or what it reports when no registration is given), never by its
 name. A provider that does not declare a capability skips the group with
 "not declared". A provider that declares it must hand out sandboxes that
 implement the matching protocols of :mod:`mango.domain.ports` (checked here):
-file resources and session outputs need the resource lock as well. Skill
-bundles and memory stores have no protocol yet: a provider that declares one
-of them fails its protocol check, since nothing in mango could use the
-capability.
+file resources, session outputs and skill bundles need the resource lock as
+well. Memory stores have no protocol yet: a provider that declares them fails
+its protocol check, since nothing in mango could use the capability.
 
 Behavioural checks: ``limited-network`` (:mod:`.network`) and
 ``package-setup`` (:mod:`.packages`) need what only the target can give
@@ -17,8 +16,9 @@ offline (hosts to reach, a package source): its testbed
 testbed for it fails those checks (the declaration cannot be checked)
 unless the target waives it with a reason (``ConformanceTarget.waivers``),
 which the run reports as a waiver. ``file-resources`` (:mod:`.resources`),
-``session-outputs`` (:mod:`.outputs`) and ``background-processes``
-(:mod:`.processes`) need no testbed. The other
+``session-outputs`` (:mod:`.outputs`), ``skill-bundles`` (:mod:`.skills`),
+``file-api`` (:mod:`.fileapi`) and ``background-processes`` (:mod:`.processes`)
+need no testbed. The other
 groups' behavioural checks are listed in :data:`PENDING_CHECKS` and skip
 until the issue that builds the capability specifies them.
 """
@@ -41,6 +41,7 @@ from mango.provider import (
     ProcessSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
@@ -66,6 +67,7 @@ CAPABILITY_PROTOCOLS: dict[Capability, tuple[type, ...]] = {
     Capability.PACKAGE_SETUP: (),
     Capability.FILE_RESOURCES: (FileResourceSandbox, ResourceLockSandbox),
     Capability.SESSION_OUTPUTS: (SessionOutputSandbox, ResourceLockSandbox),
+    Capability.SKILL_BUNDLES: (SkillBundleSandbox, ResourceLockSandbox),
     Capability.FILE_API: (FileSystemSandbox,),
     Capability.BACKGROUND_PROCESSES: (ProcessSandbox,),
     Capability.PAUSE: (PausableSandbox,),
@@ -77,10 +79,6 @@ A capability missing here has no protocol yet; declaring it fails the group's pr
 """
 
 PENDING_CHECKS: dict[Capability, str] = {
-    Capability.SKILL_BUNDLES: (
-        "S-1..S-7: a failed import never becomes visible, a full import is visible with "
-        "exec bits, the bundle is read-only to file tools, and survives a fresh-client attach"
-    ),
     Capability.MEMORY_STORES: (
         "memory stores: replace then read round-trips, a fresh-client attach sees the "
         "same files, and a concurrent change is a PreconditionFailed"
@@ -159,13 +157,8 @@ class CapabilityChecks:
 
     @pytest.mark.mango_capability(Capability.SKILL_BUNDLES.value)
     def test_skill_bundles_protocol(self, conformance: Harness) -> None:
-        """A provider declaring skill bundles fails: they have no sandbox protocol yet."""
+        """Sandboxes of a provider declaring skill bundles implement its two protocols."""
         _protocol_check(conformance, Capability.SKILL_BUNDLES)
-
-    @pytest.mark.mango_capability(Capability.SKILL_BUNDLES.value)
-    def test_skill_bundles_import(self) -> None:
-        """S-1..S-7 (see PENDING_CHECKS)."""
-        pytest.skip(pending_reason(Capability.SKILL_BUNDLES))
 
     @pytest.mark.mango_capability(Capability.MEMORY_STORES.value)
     def test_memory_stores_protocol(self, conformance: Harness) -> None:

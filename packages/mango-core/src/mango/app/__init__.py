@@ -8,7 +8,7 @@ from mango.app.packages import (
     install_packages,
     package_commands,
 )
-from mango.app.session_manager import ReconcileReport, SessionManager
+from mango.app.session_manager import ReconcileReport, SessionManager, SessionSandbox
 from mango.app.wrappers import SandboxWrapper
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "ReconcileReport",
     "SandboxWrapper",
     "SessionManager",
+    "SessionSandbox",
     "SystemClock",
     "install_packages",
     "package_commands",

@@ -66,14 +66,19 @@ class InMemoryBindingStore:
                 self.sessions[session_id] = record
             return record
 
+    def _with_pause(self, record: SessionRecord) -> SessionRecord:
+        binding = self.bindings.get(record.session_id)
+        return attrs.evolve(record, paused_at=None if binding is None else binding.paused_at)
+
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        """The Session row or None."""
-        return self.sessions.get(session_id)
+        """The Session row or None, with its binding's pause mark projected."""
+        record = self.sessions.get(session_id)
+        return None if record is None else self._with_pause(record)
 
     async def list_sessions(self, limit: int = 100) -> Sequence[SessionRecord]:
         """Sessions, oldest first."""
         ordered = sorted(self.sessions.values(), key=lambda r: (r.created_at, r.session_id))
-        return ordered[: max(limit, 0)]
+        return [self._with_pause(record) for record in ordered[: max(limit, 0)]]
 
     async def fence_session(self, session_id: str) -> SessionRecord | None:
         """Set the deletion fence once; None if the Session is absent."""
@@ -194,7 +199,10 @@ class InMemoryBindingStore:
             if stored is None or stored.ref != ref or stored.evicted:
                 return None
             if stored.lost_at is None:
-                stored = attrs.evolve(stored, lost_at=self.clock.now())
+                # A lost resource is paused no more: the pause mark goes with the loss.
+                stored = attrs.evolve(
+                    stored, lost_at=self.clock.now(), paused_at=None, pause_finished=False
+                )
                 self.bindings[session_id] = stored
             return stored
 
@@ -231,10 +239,10 @@ class InMemoryBindingStore:
         return self._live()
 
     async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
-        """Note the use now; False if the Session is not bound to ``ref`` or was evicted."""
+        """Note the use now; False if the Session is not bound to ``ref``, evicted or paused."""
         async with self._lock:
             stored = self.bindings.get(session_id)
-            if stored is None or stored.ref != ref or stored.evicted:
+            if stored is None or stored.ref != ref or stored.evicted or stored.paused:
                 return False
             self.used_at[session_id] = self.clock.now()
             return True
@@ -247,7 +255,7 @@ class InMemoryBindingStore:
     async def list_idle(
         self, provider: str, idle_for: float, limit: int = 100
     ) -> Sequence[Binding]:
-        """That provider's bindings to evict (idle, or evicted and not finished)."""
+        """That provider's bindings to evict (idle; evicted or paused, not finished)."""
         now = self.clock.now()
         found: list[tuple[datetime, str, Binding]] = []
         for session_id, binding in self.bindings.items():
@@ -257,6 +265,9 @@ class InMemoryBindingStore:
             if binding.eviction is not None:
                 if not binding.eviction.finished:
                     found.append((binding.eviction.at, session_id, binding))
+            elif binding.paused_at is not None:
+                if not binding.pause_finished and not binding.lost:
+                    found.append((binding.paused_at, session_id, binding))
             elif not binding.lost and self._idle_since(session_id, idle_for, now) is not None:
                 found.append((self.used_at[session_id], session_id, binding))
         found.sort(key=lambda item: (item[0], item[1]))
@@ -271,7 +282,7 @@ class InMemoryBindingStore:
             record = self.sessions.get(session_id)
             if stored is None or stored.ref != ref or stored.lost or stored.evicted:
                 return None
-            if record is None or record.deleting:
+            if record is None or record.deleting or stored.paused:
                 return None
             now = self.clock.now()
             idle = self._idle_since(session_id, idle_for, now)
@@ -288,6 +299,44 @@ class InMemoryBindingStore:
             if stored is not None and stored.ref == ref and stored.eviction is not None:
                 finished = attrs.evolve(stored.eviction, finished=True)
                 self.bindings[session_id] = attrs.evolve(stored, eviction=finished)
+
+    # ------------------------------------------------------------ pause
+
+    async def mark_paused(
+        self, session_id: str, ref: SandboxRef, *, idle_for: float | None = None
+    ) -> Binding | None:
+        """Set the pause mark (idempotent); with ``idle_for``, only on a binding still unused."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            record = self.sessions.get(session_id)
+            if stored is None or stored.ref != ref or stored.lost or stored.evicted:
+                return None
+            if record is None or record.deleting:
+                return None
+            now = self.clock.now()
+            if idle_for is not None and (
+                stored.paused or self._idle_since(session_id, idle_for, now) is None
+            ):
+                return None
+            if stored.paused_at is None:
+                stored = attrs.evolve(stored, paused_at=now, pause_finished=False)
+                self.bindings[session_id] = stored
+            return stored
+
+    async def finish_pause(self, session_id: str, ref: SandboxRef) -> None:
+        """Record that the provider paused ``ref``; idempotent, nothing if no longer marked."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            if stored is not None and stored.ref == ref and stored.paused:
+                self.bindings[session_id] = attrs.evolve(stored, pause_finished=True)
+
+    async def clear_paused(self, session_id: str, ref: SandboxRef) -> None:
+        """Remove the pause mark of ``ref`` (the provider resumed it); idempotent."""
+        async with self._lock:
+            stored = self.bindings.get(session_id)
+            if stored is not None and stored.ref == ref and stored.paused:
+                stored = attrs.evolve(stored, paused_at=None, pause_finished=False)
+                self.bindings[session_id] = stored
 
     def backdate_use(self, session_id: str, seconds: float) -> None:
         """Make the Session's last use ``seconds`` older (tests: an idle Session, no sleeping)."""

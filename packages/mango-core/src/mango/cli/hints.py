@@ -47,6 +47,11 @@ _BY_CLASS: tuple[tuple[type[e.MangoError], str], ...] = (
         "give a path relative to the workspace, without '..' or a leading '/'",
     ),
     (e.InvalidInput, "check the value named above; every command has --help"),
+    (e.PathExists, "choose another destination, or remove it first ('mango files rm')"),
+    (
+        e.DirectoryNotEmpty,
+        "remove it with everything below it ('mango files rm --recursive'), or empty it first",
+    ),
     (e.OwnershipError, "check the session's provider with 'mango sessions list'"),
     (e.AdmissionRejected, "'mango providers' shows what each installed provider can do"),
     (

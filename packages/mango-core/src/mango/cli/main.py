@@ -9,7 +9,8 @@ One module per command group: :mod:`~mango.cli.providers`,
 :mod:`~mango.cli.sessions`, :mod:`~mango.cli.reconcile`, :mod:`~mango.cli.gc`,
 :mod:`~mango.cli.doctor`, :mod:`~mango.cli.embedded`,
 :mod:`~mango.cli.worker`, :mod:`~mango.cli.store`,
-:mod:`~mango.cli.resources` and :mod:`~mango.cli.outputs`; what they share
+:mod:`~mango.cli.resources`, :mod:`~mango.cli.outputs` and
+:mod:`~mango.cli.skills`; what they share
 is in :mod:`~mango.cli.common`.
 
 Start-up time matters here (an agent may run hundreds of commands): only
@@ -47,11 +48,13 @@ from mango.cli.files import files
 from mango.cli.gc import gc
 from mango.cli.hints import hint_for
 from mango.cli.outputs import outputs
+from mango.cli.ports import ports
 from mango.cli.processes import processes
 from mango.cli.providers import providers
 from mango.cli.reconcile import reconcile
 from mango.cli.resources import resources
 from mango.cli.sessions import sessions
+from mango.cli.skills import skills
 from mango.cli.store import store
 from mango.cli.worker import worker
 from mango.domain.errors import MangoError
@@ -157,6 +160,8 @@ for _command in (
     dev_env,
     resources,
     outputs,
+    ports,
+    skills,
 ):
     cli.add_command(_command)
 

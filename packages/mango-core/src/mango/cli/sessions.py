@@ -1,4 +1,4 @@
-"""``mango sessions``: list Sessions with their state, delete them."""
+"""``mango sessions``: create Sessions with what they pin, list, pause, resume and delete them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,44 @@ __all__ = ["sessions"]
 
 @click.group()
 def sessions() -> None:
-    """List and delete Sessions."""
+    """Create, list, pause, resume and delete Sessions."""
+
+
+@sessions.command(name="create")
+@click.argument("session_id")
+@click.option(
+    "--skill",
+    "skills",
+    multiple=True,
+    metavar="NAME@VERSION",
+    help="Pin this skill version (repeatable); it appears read-only at "
+    "/workspace/skills/NAME before each tool step. Needs a provider with skill-bundles.",
+)
+def sessions_create(session_id: str, skills: tuple[str, ...]) -> None:
+    """Create the Session SESSION_ID with what it needs from the start.
+
+    What 'mango exec' does implicitly for a new id (with nothing pinned).
+    Again with the same options it succeeds (nothing changes); with others it
+    fails: a Session's skills are fixed when it is created.
+
+    \b
+    Example:
+      mango skills add ./my-skill
+      mango sessions create demo --skill my-skill@1
+      mango exec --session demo -- cat /workspace/skills/my-skill/SKILL.md
+    """
+    session_id = session_id_arg(session_id)
+    # Each option is one keyword of SessionManager.create_session, so that a new kind of
+    # attachment is one more option and one more entry here.
+    needs: dict[str, Any] = {"skills": skills}
+
+    async def run(rt: Runtime) -> Any:
+        return await rt.manager.create_session(session_id, rt.default_spec(), **needs)
+
+    created = with_runtime(run)
+    verb = "created" if created.created else "exists already"
+    pinned = ", ".join(str(version.ref) for version in created.skills) or "none"
+    click.echo(f"{session_id}: {verb} (skills: {pinned})")
 
 
 @sessions.command(name="list")
@@ -47,6 +84,7 @@ def sessions_list(limit: int, as_json: bool) -> None:
                 has_binding=binding is not None,
                 binding_lost=binding is not None and binding.lost,
                 binding_evicted=binding is not None and binding.evicted,
+                binding_paused=binding is not None and binding.paused,
             ).value
             rows.append(
                 {
@@ -54,6 +92,11 @@ def sessions_list(limit: int, as_json: bool) -> None:
                     "created_at": record.created_at.isoformat(),
                     "state": state,
                     "sandbox": str(binding.ref) if binding else None,
+                    "paused_at": (
+                        binding.paused_at.isoformat()
+                        if binding is not None and binding.paused_at is not None
+                        else None
+                    ),
                 }
             )
         return rows
@@ -108,3 +151,33 @@ def sessions_delete(
     for row in rows:
         verb = "deleted" if row["deleted"] else "not found (nothing to delete)"
         click.echo(f"{row['session_id']}: {verb}")
+
+
+@sessions.command(name="pause")
+@click.argument("session_id")
+def sessions_pause(session_id: str) -> None:
+    """Pause the Session's sandbox (its workspace and memory stay; it runs nothing).
+
+    The next use (mango exec, a tool step, mango sessions resume) resumes it.
+    Refused where the provider does not declare pause.
+    """
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.pause(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: paused")
+
+
+@sessions.command(name="resume")
+@click.argument("session_id")
+def sessions_resume(session_id: str) -> None:
+    """Resume the Session's paused sandbox (nothing to do for a running one)."""
+    sid = session_id_arg(session_id)
+
+    async def run(rt: Runtime) -> None:
+        await rt.manager.resume(sid)
+
+    with_runtime(run)
+    click.echo(f"{sid}: running")

@@ -9,7 +9,7 @@ removes them through :class:`SweepableProvider`.
 
 :class:`FleetPolicy` is the deployment's configuration of the fleet (read by
 :func:`fleet_policy` from ``MANGO_MAX_SANDBOXES``, ``MANGO_GC_INTERVAL``,
-``MANGO_GC_OLDER_THAN`` and ``MANGO_EVICT_IDLE_AFTER``): the limit every
+``MANGO_GC_OLDER_THAN``, ``MANGO_EVICT_IDLE_AFTER`` and ``MANGO_EVICT_ACTION``): the limit every
 SessionManager enforces, and what the worker runs on Temporal schedules.
 :class:`FleetRecords` is the part of the
 :class:`~mango.domain.ports.BindingStore` port those rules read and write.
@@ -17,12 +17,14 @@ SessionManager enforces, and what the worker runs on Temporal schedules.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
 from mango.domain.durations import duration_setting
+from mango.domain.errors import ConfigurationError
 from mango.domain.validators import MAX_SETTING_SECONDS, number_setting, positive_int
 from mango.domain.values import Binding, OwnedResource, ProvisioningIntent, SandboxRef
 
@@ -30,6 +32,7 @@ __all__ = [
     "DEFAULT_GC_OLDER_THAN",
     "MAX_SANDBOXES_LIMIT",
     "MIN_IDLE_SECONDS",
+    "EvictAction",
     "FleetPolicy",
     "FleetRecords",
     "SessionClaims",
@@ -46,6 +49,29 @@ MAX_SANDBOXES_LIMIT = 1_000_000
 _MIN_INTERVAL = 60.0
 
 
+class EvictAction(enum.StrEnum):
+    """What the idle eviction does to a Session's sandbox (``MANGO_EVICT_ACTION``)."""
+
+    PAUSE = "pause"
+    """Pause it where the provider declares ``pause`` (the workspace stays); destroy elsewhere."""
+    DESTROY = "destroy"
+    """Destroy it, whatever the provider can do."""
+
+
+def _evict_action(env: Mapping[str, str]) -> EvictAction:
+    raw = env.get("MANGO_EVICT_ACTION", "").strip().lower()
+    if not raw:
+        return EvictAction.PAUSE
+    try:
+        return EvictAction(raw)
+    except ValueError:
+        choices = ", ".join(action.value for action in EvictAction)
+        raise ConfigurationError(
+            f"MANGO_EVICT_ACTION must be one of {choices}, got {raw!r}",
+            hint="pause keeps the workspace where the provider can pause; destroy frees it",
+        ) from None
+
+
 @attrs.frozen
 class FleetPolicy:
     """How the deployment operates its fleet (every part off unless configured)."""
@@ -60,6 +86,8 @@ class FleetPolicy:
     """``MANGO_GC_OLDER_THAN``: the age an orphan must reach to be swept periodically."""
     evict_idle_after: float | None = None
     """``MANGO_EVICT_IDLE_AFTER``: Sessions unused this long lose their sandbox (None: never)."""
+    evict_action: EvictAction = attrs.field(default=EvictAction.PAUSE, converter=EvictAction)
+    """``MANGO_EVICT_ACTION``: pause (where the provider can) or destroy an idle sandbox."""
 
     @property
     def evict_interval(self) -> float | None:
@@ -89,6 +117,7 @@ def fleet_policy(env: Mapping[str, str]) -> FleetPolicy:
         evict_idle_after=duration_setting(
             env, "MANGO_EVICT_IDLE_AFTER", minimum=MIN_IDLE_SECONDS, maximum=MAX_SETTING_SECONDS
         ),
+        evict_action=_evict_action(env),
     )
 
 
@@ -117,7 +146,8 @@ class FleetRecords(Protocol):
         """Note that the binding of ``ref`` is in use now.
 
         False if the Session is no longer bound to ``ref`` or its binding was
-        marked evicted: the caller must not use the resource.
+        marked evicted or paused: the caller must not use the resource (a
+        paused one is resumed first).
         """
         ...
 
@@ -126,10 +156,10 @@ class FleetRecords(Protocol):
     ) -> Sequence[Binding]:
         """That provider's bindings to evict, longest unused first.
 
-        Bindings of Sessions not fenced, neither lost nor evicted, unused
-        (since the last :meth:`record_use`, else since they were made) for
-        ``idle_for`` seconds or more; and evicted ones whose destroy is not
-        finished.
+        Bindings of Sessions not fenced, neither lost, evicted nor paused,
+        unused (since the last :meth:`record_use`, else since they were made)
+        for ``idle_for`` seconds or more; evicted ones whose destroy is not
+        finished; and paused ones whose pause the provider has not confirmed.
         """
         ...
 

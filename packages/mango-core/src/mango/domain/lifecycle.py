@@ -3,20 +3,26 @@
 ::
 
     unbound --acquire--> provisioning --resource_ready--> bound
-       |                     |   ^ (acquire: resume)        |  \\ \\
-       |                     |   |                          |   \\ reference_lost --> lost
-       |                     |   |                          |    evict (idle) ----> evicted
-       +----- delete --------+---+---------- delete --------+---- delete ---------+--+
+       |                     |   ^ (acquire: resume)        |  \\ \\ \\
+       |                     |   |                          |   \\ \\ pause ----> paused
+       |                     |   |                          |    \\ \\  <-- resume --'
+       |                     |   |                          |     \\ reference_lost --> lost
+       |                     |   |                          |      evict (idle) ----> evicted
+       +----- delete --------+---+---------- delete --------+---- delete (any state) -+
                                   v
                                deleting --deletion_finished--> deleted
 
 The resource steps are rows too: on a bound Session ``materialize`` (before
-a tool step) brings the sandbox's File Resources in line with the Session's
-rows and ``publish-outputs`` publishes its outputs directory, each reporting
-a vanished sandbox as ``lost`` like attach does; without a bound sandbox
-``materialize`` only finishes removals in the rows and ``publish-outputs``
-does nothing (neither ever creates a sandbox); ``deletion-finished`` removes
-the Session's resource rows and output files before its row.
+a tool step) makes the Session's pinned skills present and intact
+(``materialize-skills``) and then brings the sandbox's File Resources in line
+with the Session's rows (``materialize-resources``), and ``publish-outputs``
+publishes its outputs directory, each reporting a vanished sandbox as
+``lost`` like attach does (the skills step leaves a vanished sandbox to the
+File Resource step after it, which attaches again and reports it: only a
+last effect may report a signal); without a bound sandbox ``materialize``
+only finishes removals in the rows and ``publish-outputs`` does nothing
+(neither ever creates a sandbox); ``deletion-finished`` removes the Session's
+skill pins, resource rows and output files before its row.
 
 A :class:`LifecycleTable` maps ``(state, command)`` to a :class:`Transition`,
 and the transition is the whole rule for that step:
@@ -39,6 +45,20 @@ written coarsely), and the idle eviction is the ``evict`` command: the
 binding is marked evicted only if it is still unused (``mark-evicted``
 reports ``idle``), then its resource is destroyed and the next acquire
 fails with what happened (``fail-evicted``) instead of reporting a loss.
+Where the provider declares ``pause`` and the deployment lets the eviction
+pause (``MANGO_EVICT_ACTION``), the idle eviction is ``pause-idle`` instead:
+the same compare-and-set marks the binding paused (``mark-paused-idle``
+reports ``idle``), then the resource pauses.
+
+Pause is rows too. ``pause`` marks the binding paused *before* the provider
+pauses the resource (``mark-paused``, ``pause-resource``), and ``resume``
+resumes the resource *before* the mark goes (``resume-resource`` reports
+``resumed``, then ``resource-resumed`` clears it), so whenever the resource
+may be paused the record says ``paused``: a crash between the two steps
+leaves a paused record over a running resource, which the next use resumes
+(idempotent) and the next eviction pass pauses again (``pause-resource``
+records when the provider confirmed). Every use of a paused Session
+(acquire, a resource step) resumes it first; a delete destroys it as it is.
 
 The table also declares which signals each effect may report and what a
 state answers to a command it does not admit (``refusals``: a fenced Session
@@ -131,12 +151,36 @@ def _attach(command: LifecycleCommand) -> Transition:
 _READY = (FollowUp(L.READY, (C.RESOURCE_READY,)),)
 
 
-def _on_bound(command: LifecycleCommand, effect: LifecycleEffect) -> Transition:
+def _resume_then(command: LifecycleCommand) -> Transition:
+    # A paused sandbox is resumed before any use, then the command meets
+    # bound; a vanished one is recorded, then the command meets lost.
+    return Transition(
+        S.PAUSED,
+        (E.RESUME_RESOURCE,),
+        guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
+        follow_ups=(
+            FollowUp(L.RESUMED, (C.RESOURCE_RESUMED, command)),
+            FollowUp(L.LOST, (C.REFERENCE_LOST, command)),
+        ),
+    )
+
+
+def _pause(*after: LifecycleCommand) -> Transition:
+    # The provider pauses the marked resource (again, after a crash: idempotent).
+    return Transition(
+        S.PAUSED,
+        (E.PAUSE_RESOURCE,),
+        guards=(G.OWNED_HERE,),
+        follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, *after)),),
+    )
+
+
+def _on_bound(command: LifecycleCommand, *effects: LifecycleEffect) -> Transition:
     # A resource step works on the bound sandbox (the cached client, else an
     # attach); a vanished one is recorded, then the command meets lost.
     return Transition(
         S.BOUND,
-        (effect,),
+        effects,
         guards=(G.PACKAGES_PROVEN, G.OWNED_HERE),
         follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, command)),),
     )
@@ -206,22 +250,81 @@ LIFECYCLE = LifecycleTable(
         (S.BOUND, C.DELETE): _DELETE,
         (S.LOST, C.DELETE): _DELETE,
         (S.EVICTED, C.DELETE): _DELETE,
+        (S.PAUSED, C.DELETE): _DELETE,
         # Deleting again repeats the idempotent teardown so a failed attempt can finish.
         (S.DELETING, C.DELETE): _DELETE,
-        # The Session's resource rows and output files go before its row may.
+        # The Session's skill pins, resource rows and output files go before its row may.
         (S.DELETING, C.DELETION_FINISHED): Transition(
-            S.DELETED, (E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
+            S.DELETED, (E.REMOVE_SESSION_SKILLS, E.REMOVE_SESSION_FILES, E.DELETE_SESSION)
         ),
         (S.DELETED, C.DELETE): Transition(S.DELETED),
         (S.DELETED, C.DELETION_FINISHED): Transition(S.DELETED),
-        # Resource steps: before a tool step, and when the Session is idle.
-        (S.BOUND, C.MATERIALIZE): _on_bound(C.MATERIALIZE, E.MATERIALIZE_RESOURCES),
+        # Resource steps: before a tool step (skills, then File Resources), and
+        # when the Session is idle.
+        (S.BOUND, C.MATERIALIZE): _on_bound(
+            C.MATERIALIZE, E.MATERIALIZE_SKILLS, E.MATERIALIZE_RESOURCES
+        ),
         **_NO_SANDBOX_MATERIALIZE,
         (S.BOUND, C.PUBLISH_OUTPUTS): _on_bound(C.PUBLISH_OUTPUTS, E.PUBLISH_OUTPUTS),
         (S.UNBOUND, C.PUBLISH_OUTPUTS): Transition(S.UNBOUND),
         (S.PROVISIONING, C.PUBLISH_OUTPUTS): Transition(S.PROVISIONING),
         (S.LOST, C.PUBLISH_OUTPUTS): Transition(S.LOST, (E.FAIL_LOST,)),
         (S.EVICTED, C.PUBLISH_OUTPUTS): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        # Pause: the mark first, so a paused resource always has a paused record.
+        (S.BOUND, C.PAUSE): Transition(
+            S.PAUSED,
+            (E.MARK_PAUSED, E.PAUSE_RESOURCE),
+            guards=(G.OWNED_HERE,),
+            follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST, C.PAUSE)),),
+        ),
+        # Pausing again finishes a pause a crash left between the mark and the provider.
+        (S.PAUSED, C.PAUSE): _pause(C.PAUSE),
+        (S.LOST, C.PAUSE): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.EVICTED, C.PAUSE): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        # Resume: the provider first, then the mark goes; resuming a running one is nothing.
+        (S.BOUND, C.RESUME): Transition(S.BOUND, guards=(G.OWNED_HERE,)),
+        (S.PAUSED, C.RESUME): Transition(
+            S.PAUSED,
+            (E.RESUME_RESOURCE,),
+            guards=(G.OWNED_HERE,),
+            follow_ups=(
+                FollowUp(L.RESUMED, (C.RESOURCE_RESUMED,)),
+                FollowUp(L.LOST, (C.REFERENCE_LOST, C.RESUME)),
+            ),
+        ),
+        (S.PAUSED, C.RESOURCE_RESUMED): Transition(S.BOUND, (E.CLEAR_PAUSED,)),
+        (S.LOST, C.RESUME): Transition(S.LOST, (E.FAIL_LOST,)),
+        (S.EVICTED, C.RESUME): Transition(S.EVICTED, (E.FAIL_EVICTED,)),
+        # Every use of a paused Session resumes it first.
+        (S.PAUSED, C.ACQUIRE): _resume_then(C.ACQUIRE),
+        (S.PAUSED, C.ACQUIRE_EXISTING): _resume_then(C.ACQUIRE_EXISTING),
+        (S.PAUSED, C.MATERIALIZE): _resume_then(C.MATERIALIZE),
+        (S.PAUSED, C.PUBLISH_OUTPUTS): _resume_then(C.PUBLISH_OUTPUTS),
+        (S.PAUSED, C.REFERENCE_LOST): Transition(
+            S.LOST, (E.RECORD_LOST,), guards=(G.REPORTS_BOUND_REF,)
+        ),
+        # The idle eviction, pausing: the mark is the same compare-and-set on
+        # the last use as the eviction's.
+        (S.BOUND, C.PAUSE_IDLE): Transition(
+            S.BOUND,
+            (E.MARK_PAUSED_IDLE,),
+            guards=(G.OWNED_HERE,),
+            follow_ups=(FollowUp(L.IDLE, (C.PAUSE_MARKED,)),),
+        ),
+        (S.BOUND, C.PAUSE_MARKED): Transition(
+            S.PAUSED,
+            (E.PAUSE_RESOURCE,),
+            follow_ups=(FollowUp(L.LOST, (C.REFERENCE_LOST,)),),
+        ),
+        # Either eviction of a paused Session finishes its pause (the pass
+        # lists the pauses the provider has not confirmed); nothing is destroyed.
+        (S.PAUSED, C.PAUSE_IDLE): _pause(),
+        (S.PAUSED, C.EVICT): _pause(),
+        (S.LOST, C.PAUSE_IDLE): Transition(S.LOST),
+        # An eviction that destroys, listed again, is finished whatever the action now.
+        (S.EVICTED, C.PAUSE_IDLE): Transition(
+            S.EVICTED, (E.DESTROY_EVICTED,), guards=(G.OWNED_HERE,)
+        ),
     },
     signals={
         E.SETUP_RESOURCE: {L.READY},
@@ -230,6 +333,9 @@ LIFECYCLE = LifecycleTable(
         E.MARK_EVICTED: {L.IDLE},
         E.MATERIALIZE_RESOURCES: {L.LOST},
         E.PUBLISH_OUTPUTS: {L.LOST},
+        E.PAUSE_RESOURCE: {L.LOST},
+        E.RESUME_RESOURCE: {L.RESUMED, L.LOST},
+        E.MARK_PAUSED_IDLE: {L.IDLE},
     },
     # A fenced Session admits no new work, even on a sandbox that still exists.
     refusals={S.DELETING: G.NOT_DELETING},
@@ -250,6 +356,7 @@ def observe(
     has_binding: bool,
     binding_lost: bool = False,
     binding_evicted: bool = False,
+    binding_paused: bool = False,
 ) -> LifecycleState:
     """Derive the durable state from the store's rows.
 
@@ -257,7 +364,9 @@ def observe(
     provider reported the bound resource gone (attach, keep-alive or any
     operation of a cached client), so ``lost`` survives restarts.
     ``binding_evicted`` is its eviction mark, which wins: the eviction
-    destroyed the resource on purpose. A Session
+    destroyed the resource on purpose. ``binding_paused`` is its pause mark
+    (set before the provider pauses, cleared after it resumed), which the
+    loss and the eviction win over. A Session
     with no row is ``deleted`` if the caller knows it was fenced (its own
     deletion removed the row), else ``unbound``.
     """
@@ -266,9 +375,9 @@ def observe(
     if fenced:
         return S.DELETING
     if has_binding:
-        if binding_evicted:
-            return S.EVICTED
-        return S.LOST if binding_lost else S.BOUND
+        # The eviction wins over the loss, the loss over the pause.
+        marks = ((binding_evicted, S.EVICTED), (binding_lost, S.LOST), (binding_paused, S.PAUSED))
+        return next((state for marked, state in marks if marked), S.BOUND)
     if has_intent:
         return S.PROVISIONING
     return S.UNBOUND

@@ -36,6 +36,8 @@ class LifecycleState(enum.StrEnum):
     BOUND = "bound"
     LOST = "lost"
     EVICTED = "evicted"
+    PAUSED = "paused"
+    """Bound, with the resource paused (or being paused): the next use resumes it."""
     DELETING = "deleting"
     DELETED = "deleted"
 
@@ -52,9 +54,20 @@ class LifecycleCommand(enum.StrEnum):
     DELETE = "delete"
     DELETION_FINISHED = "deletion-finished"
     MATERIALIZE = "materialize"
-    """Bring the sandbox's File Resources in line with the Session's rows (before a tool step)."""
+    """Bring the sandbox's skills and File Resources in line with the Session's rows
+    (before a tool step)."""
     PUBLISH_OUTPUTS = "publish-outputs"
     """Publish the sandbox's outputs directory as the Session's output files."""
+    PAUSE = "pause"
+    """Pause the bound sandbox (explicitly: ``mango sessions pause``)."""
+    RESUME = "resume"
+    """Resume a paused sandbox (explicitly, or before any other use of it)."""
+    RESOURCE_RESUMED = "resource-resumed"
+    """The provider resumed the paused resource: the mark may go."""
+    PAUSE_IDLE = "pause-idle"
+    """The idle eviction, where it pauses instead of destroying."""
+    PAUSE_MARKED = "pause-marked"
+    """The binding was still unused and is now marked paused: its resource pauses."""
 
 
 class LifecycleEffect(enum.StrEnum):
@@ -77,10 +90,17 @@ class LifecycleEffect(enum.StrEnum):
     REMOVE_BINDING = "remove-binding"
     REMOVE_INTENT = "remove-intent"
     DELETE_SESSION = "delete-session"
+    MATERIALIZE_SKILLS = "materialize-skills"
     MATERIALIZE_RESOURCES = "materialize-resources"
     FINISH_REMOVALS = "finish-removals"
     PUBLISH_OUTPUTS = "publish-outputs"
     REMOVE_SESSION_FILES = "remove-session-files"
+    MARK_PAUSED = "mark-paused"
+    MARK_PAUSED_IDLE = "mark-paused-idle"
+    PAUSE_RESOURCE = "pause-resource"
+    RESUME_RESOURCE = "resume-resource"
+    CLEAR_PAUSED = "clear-paused"
+    REMOVE_SESSION_SKILLS = "remove-session-skills"
 
 
 class LifecycleGuard(enum.StrEnum):
@@ -110,7 +130,10 @@ class LifecycleSignal(enum.StrEnum):
     LOST = "lost"
     """The provider no longer knows the bound resource."""
     IDLE = "idle"
-    """The binding was still unused and is now marked evicted: its resource goes."""
+    """The binding was still unused and is now marked evicted (or paused): its resource goes
+    (or pauses)."""
+    RESUMED = "resumed"
+    """The provider resumed the paused resource."""
 
 
 @attrs.frozen

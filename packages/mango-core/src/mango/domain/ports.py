@@ -20,9 +20,11 @@ from mango.domain.resource_ports import (
     PackageSetupSandbox,
     ResourceLockSandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.sandbox_ports import (
     FileSystemSandbox,
+    PausableProvider,
     PausableSandbox,
     PortSandbox,
     ProcessSandbox,
@@ -47,6 +49,7 @@ __all__ = [
     "KeepAliveSandbox",
     "LimitedNetworkSandbox",
     "PackageSetupSandbox",
+    "PausableProvider",
     "PausableSandbox",
     "PortSandbox",
     "ProcessSandbox",
@@ -55,6 +58,7 @@ __all__ = [
     "ResourceLockSandbox",
     "Sandbox",
     "SessionOutputSandbox",
+    "SkillBundleSandbox",
 ]
 
 
@@ -340,8 +344,37 @@ class BindingStore(FleetRecords, Protocol):
         Compare-and-set on (session, provider, external id) and idempotent: the
         first mark's time is kept. Returns the stored binding (``lost`` true),
         or None if the Session is no longer bound to ``ref``, so a stale client
-        never marks a newer binding.
+        never marks a newer binding. A pause mark goes with the loss.
         """
+        ...
+
+    async def mark_paused(
+        self, session_id: str, ref: SandboxRef, *, idle_for: float | None = None
+    ) -> Binding | None:
+        """Set the pause mark on the binding of ``ref``, before the provider pauses it.
+
+        Idempotent (the first mark's time is kept). With ``idle_for`` it is
+        the idle eviction's compare-and-set on the last use, as
+        :meth:`~mango.domain.fleet.FleetRecords.mark_evicted`: only a binding
+        unused for ``idle_for`` seconds and not yet paused is marked. Returns
+        the marked binding, or None (no longer bound to ``ref``, lost,
+        evicted, fenced, or used since). While the mark is set,
+        :meth:`~mango.domain.fleet.FleetRecords.record_use` answers False and
+        :meth:`get_session` projects it as ``paused_at``.
+        """
+        ...
+
+    async def finish_pause(self, session_id: str, ref: SandboxRef) -> None:
+        """Record that the provider confirmed the pause of ``ref``; idempotent.
+
+        :meth:`~mango.domain.fleet.FleetRecords.list_idle` lists a paused
+        binding until then, so the eviction pass finishes a pause a crash
+        interrupted.
+        """
+        ...
+
+    async def clear_paused(self, session_id: str, ref: SandboxRef) -> None:
+        """Remove the pause mark of ``ref``, after the provider resumed it; idempotent."""
         ...
 
 

@@ -7,9 +7,10 @@ A provider that declares ``limited-network`` hands out
 A provider that declares ``file-resources`` hands out sandboxes that are
 :class:`FileResourceSandbox` and :class:`ResourceLockSandbox`; one that
 declares ``session-outputs``, sandboxes that are :class:`SessionOutputSandbox`
-and :class:`ResourceLockSandbox`. The mango-conformance suite checks each
-contract below on the provider (its ``file-resources`` and
-``session-outputs`` groups).
+and :class:`ResourceLockSandbox`; one that declares ``skill-bundles``,
+sandboxes that are :class:`SkillBundleSandbox` and :class:`ResourceLockSandbox`.
+The mango-conformance suite checks each contract below on the provider (its
+``file-resources``, ``session-outputs`` and ``skill-bundles`` groups).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
 from mango.domain.resources import FileResourceMount
+from mango.domain.skills import SkillMount
 
 __all__ = [
     "FileResourceSandbox",
@@ -26,6 +28,7 @@ __all__ = [
     "PackageSetupSandbox",
     "ResourceLockSandbox",
     "SessionOutputSandbox",
+    "SkillBundleSandbox",
 ]
 
 
@@ -93,6 +96,49 @@ class FileResourceSandbox(Protocol):
         at the path (a temporary file, a copy without its marker) goes.
         Parents left empty are pruned. A sandbox without the uploads mount
         has nothing to remove: success.
+        """
+        ...
+
+
+@runtime_checkable
+class SkillBundleSandbox(Protocol):
+    """Capability ``skill-bundles``: verified skill trees, read-only below ``/workspace/skills``."""
+
+    async def has_skill_bundles(self, mounts: Sequence[SkillMount]) -> Sequence[bool]:
+        """For each of ``mounts``, in order: does its runtime path hold its complete tree?
+
+        One call for all of a Session's skills, since it runs before every
+        tool step (Docker answers them in one thread hop; a remote backend
+        could in one round trip). Each is checked by the provider's marker
+        (every field of the mount) and a walk of the tree: a real directory
+        with ``SKILL.md`` at its top, no symlink, every file regular with no
+        write bit, the sizes adding up to ``expanded_size`` (the content is
+        not hashed again). Anything else (a file missing, a mode changed, a
+        size drifted) is False, so the caller imports again: damage is
+        repaired. A sandbox without the skills mount answers False for each.
+        """
+        ...
+
+    async def import_skill_bundle(self, mount: SkillMount, chunks: AsyncIterable[bytes]) -> None:
+        """Verify the archive in ``chunks`` and publish its tree at ``mount.runtime_path``.
+
+        * The archive is streamed to provider-private storage (memory
+          O(chunk)), counted and hashed: another size or SHA-256 is
+          :class:`~mango.domain.errors.ContentMismatch`, and nothing visible
+          changes.
+        * Every entry is checked again (the rules of
+          :mod:`mango.domain.skill_archives`; a breach is
+          :class:`~mango.domain.errors.UnsafeArchiveError`) and extracted into
+          a staging directory, counted against the sizes the entries and
+          ``mount`` declare; files become ``0444`` plus their exec bits.
+        * Only a complete tree is renamed onto the runtime path (a damaged
+          one there is replaced in the same step), then the marker is
+          written. A partial tree is never visible, and staging directories
+          an interrupted import left are removed by the next import.
+        * The tree is read-only to everything in the sandbox, its root user
+          included. Takes the exclusive resource lock. A sandbox that
+          predates the skills mount raises
+          :class:`~mango.domain.errors.PermanentError` saying to recreate it.
         """
         ...
 

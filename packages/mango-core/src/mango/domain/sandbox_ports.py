@@ -14,7 +14,8 @@ capability                protocol                        what it gives
                                                           rename, make a directory
 ``background-processes``  :class:`ProcessSandbox`         start, list, logs from an offset,
                                                           wait, stdin, kill; durable ids
-``pause``                 :class:`PausableSandbox`        explicit pause and resume
+``pause``                 :class:`PausableSandbox`,       explicit pause and resume (the
+                          :class:`PausableProvider`       provider's form: by reference)
 ``exposed-ports``         :class:`PortSandbox`            a URL for a port in the sandbox
 ========================  ==============================  =================================
 
@@ -25,10 +26,10 @@ one swapped in during the call. The file API's operations do not follow the
 *last* component (``lstat`` semantics): ``stat`` of a link reports
 :attr:`FileKind.SYMLINK` with the link's own size, ``remove`` unlinks the link
 itself, ``rename`` moves the link, and a listing reports links without
-following them. ``list_dir`` of a link, and ``make_dir`` through one, raise
+following them. ``list_dir`` of a link, and ``make_dir`` of or through one, raise
 :class:`~mango.domain.errors.PathEscapeError`. The workspace root itself
 (``""`` or ``"."``) may be listed and stat-ed but never removed, renamed or
-renamed onto.
+renamed onto (:class:`~mango.domain.errors.InvalidPathError`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from mango.domain.values import Command
+from mango.domain.values import Command, SandboxRef
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -49,6 +50,7 @@ __all__ = [
     "FileInfo",
     "FileKind",
     "FileSystemSandbox",
+    "PausableProvider",
     "PausableSandbox",
     "PortSandbox",
     "ProcessHandle",
@@ -102,8 +104,11 @@ class FileInfo:
 class DirectoryListing:
     """A bounded listing: at most the requested limit of entries, in a stable order.
 
-    ``entries`` are sorted by path. ``truncated`` says that more entries
-    exist than were returned (the listing stopped at the limit).
+    ``entries`` are sorted by path (code-point order of the ``/``-separated
+    strings, what ``LC_ALL=C sort`` gives), and a truncated listing holds the
+    *first* ``limit`` entries in that order, whatever order the backend read
+    them in. ``truncated`` says that more entries exist than were returned
+    (the listing stopped at the limit).
     """
 
     entries: tuple[FileInfo, ...]
@@ -168,7 +173,8 @@ class FileSystemSandbox(Protocol):
         With ``parents`` (``mkdir -p``) missing parents are made and an existing
         directory is success; without it the parent must exist and ``path`` must
         not (:class:`~mango.domain.errors.PathExists`). An existing non-directory
-        is :class:`~mango.domain.errors.PathExists` either way.
+        is :class:`~mango.domain.errors.PathExists` either way, except a link
+        (:class:`~mango.domain.errors.PathEscapeError`, as for a link above it).
         """
         ...
 
@@ -308,6 +314,30 @@ class PausableSandbox(Protocol):
 
     async def is_paused(self) -> bool:
         """Ask the backend whether the sandbox is paused now."""
+        ...
+
+
+@runtime_checkable
+class PausableProvider(Protocol):
+    """Capability ``pause``, the provider's form: pause and resume a resource by reference.
+
+    What SessionManager calls: like
+    :meth:`~mango.domain.ports.Provider.destroy`, it works from the binding
+    alone (the idle eviction, ``mango sessions pause`` and a restarted worker
+    know no spec to attach with). Each checks that ``ref`` belongs to
+    ``session_key`` (:class:`~mango.domain.errors.OwnershipError` if not) and
+    raises :class:`~mango.domain.errors.SandboxNotFound` for a resource that
+    is gone; both are idempotent. A provider declaring ``pause`` implements
+    this and hands out :class:`PausableSandbox` sandboxes, and the two agree:
+    a sandbox paused one way is paused for the other.
+    """
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause the resource ``ref`` of ``session_key``; idempotent for a paused one."""
+        ...
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume the resource ``ref`` of ``session_key``; idempotent for a running one."""
         ...
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 
 from mango.domain.errors import InvalidInput
-from mango.domain.values import PackagePlan, SandboxRef, validate_host
+from mango.domain.values import NetworkMode, PackagePlan, SandboxRef, validate_host
 
-__all__ = ["ConformanceTestbed", "EgressProbe", "NetworkTestbed", "PackageSource"]
+__all__ = ["ConformanceTestbed", "EgressProbe", "NetworkTestbed", "PackageSource", "PortTestbed"]
 
 DriftHook = Callable[[SandboxRef, tuple[str, ...]], Awaitable[None]]
 """``drift(ref, hosts)``: make the sandbox's enforced allowlist ``hosts`` behind the provider."""
@@ -141,9 +141,31 @@ class PackageSource:
         return tuple(name for names in attrs.astuple(self.plan) for name in names)
 
 
+def _port(_instance: object, _attribute: object, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise InvalidInput(f"a port testbed's port is a number from 1 to 65535, got {value!r}")
+
+
+@attrs.frozen
+class PortTestbed:
+    """How the ``exposed-ports`` checks reach a server in a sandbox.
+
+    A sandbox made with ``network`` (the options' spec otherwise) runs an
+    HTTP server on ``port`` (busybox ``httpd``, else ``python3 -m
+    http.server``), and ``expose_port(port)`` must return a URL through
+    which this process fetches what it serves. Docker needs the port
+    published when the container is made (its target's provider publishes
+    ``port`` on a ``bridge`` network).
+    """
+
+    port: int = attrs.field(validator=_port)
+    network: NetworkMode = attrs.field(default=NetworkMode.NONE, converter=NetworkMode)
+
+
 @attrs.frozen
 class ConformanceTestbed:
     """What a target opens for its capability checks; every part is optional."""
 
     network: NetworkTestbed | None = None
     packages: PackageSource | None = None
+    ports: PortTestbed | None = None

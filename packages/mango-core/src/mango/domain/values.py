@@ -419,7 +419,9 @@ class Binding:
 
     ``lost_at`` is set (once) when the provider reported the resource gone;
     ``eviction`` once the idle eviction took the resource. Either way the
-    binding is never replaced, only deleted with its Session.
+    binding is never replaced, only deleted with its Session. ``paused_at``
+    is set before the provider pauses the resource and cleared after it
+    resumed it; ``pause_finished`` once the provider confirmed the pause.
     """
 
     session_id: str = attrs.field(validator=_session_id_validator)
@@ -427,6 +429,13 @@ class Binding:
     spec_hash: str = attrs.field(validator=_non_empty)
     lost_at: datetime | None = attrs.field(default=None, kw_only=True)
     eviction: Eviction | None = attrs.field(default=None, kw_only=True)
+    paused_at: datetime | None = attrs.field(default=None, kw_only=True)
+    pause_finished: bool = attrs.field(default=False, kw_only=True)
+
+    @property
+    def paused(self) -> bool:
+        """True while the bound resource is (or is being) paused."""
+        return self.paused_at is not None
 
     @property
     def lost(self) -> bool:
@@ -455,11 +464,21 @@ class ProvisioningIntent:
 
 @attrs.frozen
 class SessionRecord:
-    """A Session row: its id, creation time and deletion fence (UTC)."""
+    """A Session row: its id, creation time and deletion fence (UTC).
+
+    ``paused_at`` is projected from its binding's pause mark, so the one
+    read every operation makes sees a pause made by another process.
+    """
 
     session_id: str = attrs.field(validator=_session_id_validator)
     created_at: datetime
     deleting_at: datetime | None = None
+    paused_at: datetime | None = None
+
+    @property
+    def paused(self) -> bool:
+        """True while the Session's bound resource is (or is being) paused."""
+        return self.paused_at is not None
 
     @property
     def deleting(self) -> bool:

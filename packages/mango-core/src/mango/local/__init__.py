@@ -7,7 +7,8 @@
    filesystem and network, and can read or change anything that user can.
    Use it for development and tests only, never for untrusted code.
 
-It declares **one capability**, ``background-processes``
+It declares two capabilities: ``file-api`` (list, stat, remove, rename, make a
+directory: :mod:`mango.local.fileapi`) and ``background-processes``
 (:mod:`mango.local.processes`: a small supervisor per process, its log and
 state under the provider's own records, so another worker lists, reads and
 kills it); package setup, limited network and resource mounts (file
@@ -26,6 +27,9 @@ be developed and tested against it:
   output capped per stream with memory bounded by the cap;
 * file reads and writes confined to the workspace: ``..``, absolute paths and
   symlinks anywhere in the path are refused, never followed;
+* the file API by the same rules, race-free: every operation walks to its
+  target's parent with ``openat``/``O_NOFOLLOW`` and never follows the target;
+  listings are read lazily and bounded;
 * idempotent destroy that also kills the sandbox's running commands and
   background processes, whichever process started them.
 

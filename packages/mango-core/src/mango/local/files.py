@@ -44,11 +44,13 @@ from mango.provider.reads import BoundedBuffer, check_size
 __all__ = [
     "READ_CHUNK_BYTES",
     "ensure_workspace_dir",
+    "open_existing_directory",
     "open_workspace_dir",
     "open_workspace_file",
     "open_workspace_root",
     "read_chunk",
     "read_workspace_file",
+    "walk_directories",
     "write_workspace_file",
 ]
 
@@ -90,7 +92,12 @@ def _open_anchor(anchor: str) -> int:
         raise _translate(exc, anchor) from exc
 
 
-def _open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
+def open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
+    """Open the existing directory ``name`` below ``dir_fd`` with ``O_NOFOLLOW``.
+
+    A symlink is :class:`PathEscapeError`, another non-directory
+    :class:`PermanentError`, a missing entry :class:`FileNotFoundError`.
+    """
     try:
         return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -113,7 +120,7 @@ def _open_existing_directory(name: str, dir_fd: int, *, path: str) -> int:
 def _open_directory(name: str, dir_fd: int, *, path: str, create: bool) -> int:
     """Open the directory ``name`` below ``dir_fd`` (creating it if asked), never via a symlink."""
     try:
-        return _open_existing_directory(name, dir_fd, path=path)
+        return open_existing_directory(name, dir_fd, path=path)
     except FileNotFoundError:
         if not create:
             raise
@@ -123,11 +130,16 @@ def _open_directory(name: str, dir_fd: int, *, path: str, create: bool) -> int:
         pass  # a concurrent writer made it; the open below still refuses a symlink
     except OSError as exc:
         raise _translate(exc, path) from exc
-    return _open_existing_directory(name, dir_fd, path=path)
+    return open_existing_directory(name, dir_fd, path=path)
 
 
-def _walk(location: Location, parts: tuple[str, ...], *, path: str, create: bool) -> int:
-    """Return a new descriptor of the directory ``parts`` below the location's anchor."""
+def walk_directories(location: Location, parts: tuple[str, ...], *, path: str, create: bool) -> int:
+    """Return a new descriptor of the directory ``parts`` below the location's anchor.
+
+    Each component is opened with ``O_NOFOLLOW`` from its parent's descriptor
+    (created first with ``create``): a symlink is :class:`PathEscapeError`, a
+    non-directory :class:`PermanentError`, a missing one :class:`FileNotFoundError`.
+    """
     fd = _open_anchor(location.anchor)
     try:
         for part in parts:
@@ -142,7 +154,7 @@ def _walk(location: Location, parts: tuple[str, ...], *, path: str, create: bool
 
 def _open_target(location: Location, *, path: str, flags: int, create: bool) -> int:
     """Open the last component with ``flags | O_NOFOLLOW``; check it is a regular file."""
-    dir_fd = _walk(location, location.parts[:-1], path=path, create=create)
+    dir_fd = walk_directories(location, location.parts[:-1], path=path, create=create)
     try:
         # O_NONBLOCK: opening a FIFO must not hang waiting for a peer.
         fd = os.open(
@@ -180,7 +192,7 @@ def ensure_workspace_dir(root: str | PathPolicy, path: str) -> str:
     :class:`SandboxNotFound` if the workspace is gone.
     """
     location = _policy(root).locate(path, write=True, directory=True)
-    os.close(_walk(location, location.parts, path=path, create=True))
+    os.close(walk_directories(location, location.parts, path=path, create=True))
     return location.path
 
 
@@ -193,7 +205,7 @@ def open_workspace_dir(root: str | PathPolicy, path: str) -> int:
     symlink meanwhile. Raises as :func:`ensure_workspace_dir`.
     """
     location = _policy(root).locate(path, write=True, directory=True)
-    return _walk(location, location.parts, path=path, create=True)
+    return walk_directories(location, location.parts, path=path, create=True)
 
 
 def open_workspace_root(root: str) -> int:

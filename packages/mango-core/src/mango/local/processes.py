@@ -299,8 +299,8 @@ def _read_segments(directory: Path, since: int, max_bytes: int, ended: bool) -> 
                 position += len(data)
                 wanted -= len(data)
     data = b"".join(chunks)
-    if offset > end:
-        return ProcessOutput(b"", since, since, complete=False, dropped=first)
+    if offset > end:  # past what was written: nothing yet (or, once ended, ever)
+        return ProcessOutput(b"", since, since, complete=ended, dropped=first)
     next_offset = offset + len(data)
     return ProcessOutput(
         data, offset, next_offset, complete=ended and next_offset >= end, dropped=first

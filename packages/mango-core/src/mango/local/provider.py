@@ -41,8 +41,9 @@ from mango.provider.ownership import Ownership, namespace_field
 
 __all__ = ["CAPABILITIES", "DEFAULT_MAX_OUTPUT_BYTES", "LocalProvider"]
 
-CAPABILITIES = CapabilitySet(frozenset({Capability.BACKGROUND_PROCESSES}))
-"""What the local provider declares: background processes (:mod:`mango.local.processes`)."""
+CAPABILITIES = CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES)
+"""What the local provider declares: the file API (:mod:`mango.local.fileapi`) and background
+processes (:mod:`mango.local.processes`)."""
 
 
 def _as_path(value: str | os.PathLike[str]) -> Path:
@@ -62,8 +63,8 @@ class LocalProvider:
 
     **Not an isolation boundary**: commands share the worker's kernel,
     filesystem, network and user. For development and tests only. It declares
-    ``background-processes`` only, so package setup, limited network and
-    resource mounts are rejected at admission.
+    the file API and background processes only, so package setup, limited
+    network and resource mounts are rejected at admission.
 
     ``create`` is create-if-absent by a hash of the Session key, so a fresh
     instance over the same ``base_dir`` (a restarted worker) finds what an
@@ -99,7 +100,7 @@ class LocalProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """``background-processes`` only: package setup, network and mounts are refused."""
+        """The file API and background processes only: setup, network and mounts are refused."""
         return CAPABILITIES
 
     @property

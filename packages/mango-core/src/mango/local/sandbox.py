@@ -13,6 +13,13 @@ from pathlib import Path
 import attrs
 
 from mango.local.execution import SAFE_PATH, run_command
+from mango.local.fileapi import (
+    list_workspace_dir,
+    make_workspace_dir,
+    remove_workspace_path,
+    rename_workspace_path,
+    stat_workspace_path,
+)
 from mango.local.files import (
     READ_CHUNK_BYTES,
     open_workspace_dir,
@@ -29,13 +36,17 @@ from mango.local.processes import (
     process_dir,
     process_info,
     read_log,
+    remove_processes,
     start_process,
     stdin_fd,
 )
 from mango.local.runs import log_run, run_log
 from mango.provider import (
+    DEFAULT_LIST_LIMIT,
     Command,
+    DirectoryListing,
     ExecResult,
+    FileInfo,
     InvalidInput,
     PathPolicy,
     PermanentError,
@@ -48,6 +59,7 @@ from mango.provider import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    check_list_limit,
 )
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
@@ -228,6 +240,54 @@ class LocalSandbox(StreamedExec):
         await checkpoint()
         await asyncio.to_thread(write_workspace_file, self.path_policy, path, payload)
 
+    async def list_dir(
+        self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
+    ) -> DirectoryListing:
+        """The first ``limit`` entries below the directory ``path``, sorted by path.
+
+        Read lazily (:mod:`mango.local.fileapi`): memory is O(limit) whatever
+        the directory holds. Links are listed, never descended into.
+        """
+        check_list_limit(limit)
+        self.path_policy.locate(path, directory=True)
+        await checkpoint()
+        return await asyncio.to_thread(
+            list_workspace_dir, self.path_policy, path, recursive=recursive, limit=limit
+        )
+
+    async def stat(self, path: str) -> FileInfo:
+        """The entry ``path`` names, without following a last-component link."""
+        self.path_policy.locate(path, directory=True)
+        await checkpoint()
+        return await asyncio.to_thread(stat_workspace_path, self.path_policy, path)
+
+    async def exists(self, path: str) -> bool:
+        """True if ``path`` names an entry (a dangling link too); escapes still raise."""
+        try:
+            await self.stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a link (not its target) or a directory (its tree with ``recursive``)."""
+        self.path_policy.locate(path, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(remove_workspace_path, self.path_policy, path, recursive=recursive)
+
+    async def rename(self, source: str, destination: str) -> None:
+        """Move ``source`` to ``destination`` atomically, never replacing an existing entry."""
+        self.path_policy.locate(source, write=True, directory=True)
+        self.path_policy.locate(destination, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(rename_workspace_path, self.path_policy, source, destination)
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> None:
+        """Create the directory ``path`` (``mkdir -p`` with ``parents``), never through a link."""
+        self.path_policy.locate(path, write=True, directory=True)
+        await checkpoint()
+        await asyncio.to_thread(make_workspace_dir, self.path_policy, path, parents=parents)
+
     # Background processes (capability background-processes, see mango.local.processes).
 
     def _process_dir(self, process_id: str) -> Path:
@@ -274,6 +334,12 @@ class LocalSandbox(StreamedExec):
             raise ProviderUnavailable(f"cannot start the background process: {exc}") from exc
         finally:
             os.close(cwd_fd)
+        if self._deleted():
+            # A destroy ran meanwhile: its supervisor killed the process; leave no record.
+            await asyncio.to_thread(
+                remove_processes, self._session_dir.parent, self._session_dir.name
+            )
+            raise SandboxNotFound(f"local sandbox {self._session_dir} is gone")
         return ProcessHandle(process_id, pid)
 
     async def processes(self) -> list[ProcessInfo]:

@@ -113,7 +113,7 @@ REGISTRATION = ProviderRegistration(
         "(development and tests only)"
     ),
 )
-"""``local``: development only, not an isolation boundary; background processes only."""
+"""``local``: development only, not an isolation boundary; the file API and background processes."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,

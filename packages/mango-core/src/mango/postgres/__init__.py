@@ -5,6 +5,7 @@ migrations under an advisory lock, and returns a :class:`PostgresBindingStore`;
     "PostgresOutputCatalog",
     "PostgresResourceCatalog",
     "PostgresSessionClaims",
+    "PostgresSkillCatalog",
 """
 
 from mango.postgres._errors import redact, redact_conninfo
@@ -20,6 +21,7 @@ from mango.postgres.schema import (
     apply_migrations,
     load_migrations,
 )
+from mango.postgres.skills import PostgresSkillCatalog
 from mango.postgres.store import PostgresBindingStore
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "PostgresOutputCatalog",
     "PostgresResourceCatalog",
     "PostgresSessionClaims",
+    "PostgresSkillCatalog",
     "apply_migrations",
     "load_migrations",
     "open_store",

@@ -38,7 +38,7 @@ _EVICTION = (
     " 'finished', eviction_finished_at IS NOT NULL) END AS eviction"
 )
 BINDING_COLUMNS = (
-    "session_id, spec_hash, lost_at,"
+    "session_id, spec_hash, lost_at, paused_at, pause_finished_at IS NOT NULL AS pause_finished,"
     " json_build_object('provider', provider, 'external_id', external_id) AS ref, " + _EVICTION
 )
 """A binding row's columns, named after :class:`~mango.domain.values.Binding`'s fields."""
@@ -74,23 +74,57 @@ _MARK_RESERVED = (
 _RECORD_USE = (
     "UPDATE mango_sandbox_bindings SET last_used_at = greatest(last_used_at, now())"  # noqa: S608
     + _THIS_BINDING
-    + " AND evicted_at IS NULL"
+    + " AND evicted_at IS NULL AND paused_at IS NULL"
 )
 _LIST_IDLE = (
     "SELECT " + BINDING_COLUMNS + " FROM mango_sandbox_bindings"  # noqa: S608
     " WHERE provider = %s AND lost_at IS NULL" + _NOT_FENCED + " AND ("
-    "(evicted_at IS NULL AND last_used_at <= now() - make_interval(secs => %s))"
-    " OR (evicted_at IS NOT NULL AND eviction_finished_at IS NULL))"
-    " ORDER BY COALESCE(evicted_at, last_used_at), session_id LIMIT %s"
+    "(evicted_at IS NULL AND paused_at IS NULL"
+    " AND last_used_at <= now() - make_interval(secs => %s))"
+    " OR (evicted_at IS NOT NULL AND eviction_finished_at IS NULL)"
+    " OR (evicted_at IS NULL AND paused_at IS NOT NULL AND pause_finished_at IS NULL))"
+    " ORDER BY COALESCE(evicted_at, paused_at, last_used_at), session_id LIMIT %s"
 )
 _MARK_EVICTED = (
     "UPDATE mango_sandbox_bindings SET evicted_at = now(), updated_at = now()"  # noqa: S608
     + _THIS_BINDING
-    + " AND lost_at IS NULL AND evicted_at IS NULL"
+    + " AND lost_at IS NULL AND evicted_at IS NULL AND paused_at IS NULL"
     " AND last_used_at <= now() - make_interval(secs => %s)"
     + _NOT_FENCED
     + " RETURNING "
     + BINDING_COLUMNS
+)
+# The pause mark: idempotent, the first time kept; the idle variant is the
+# eviction's compare-and-set on the same row as record_use.
+_MARK_PAUSED = (
+    "UPDATE mango_sandbox_bindings"  # noqa: S608
+    " SET paused_at = COALESCE(paused_at, now()), updated_at = now()"
+    + _THIS_BINDING
+    + " AND lost_at IS NULL AND evicted_at IS NULL"
+    + _NOT_FENCED
+    + " RETURNING "
+    + BINDING_COLUMNS
+)
+_MARK_PAUSED_IDLE = (
+    "UPDATE mango_sandbox_bindings SET paused_at = now(), updated_at = now()"  # noqa: S608
+    + _THIS_BINDING
+    + " AND lost_at IS NULL AND evicted_at IS NULL AND paused_at IS NULL"
+    " AND last_used_at <= now() - make_interval(secs => %s)"
+    + _NOT_FENCED
+    + " RETURNING "
+    + BINDING_COLUMNS
+)
+_FINISH_PAUSE = (
+    "UPDATE mango_sandbox_bindings"  # noqa: S608
+    " SET pause_finished_at = COALESCE(pause_finished_at, now())"
+    + _THIS_BINDING
+    + " AND paused_at IS NOT NULL"
+)
+_CLEAR_PAUSED = (
+    "UPDATE mango_sandbox_bindings"  # noqa: S608
+    " SET paused_at = NULL, pause_finished_at = NULL, updated_at = now()"
+    + _THIS_BINDING
+    + " AND paused_at IS NOT NULL"
 )
 _FINISH_EVICTION = (
     "UPDATE mango_sandbox_bindings"  # noqa: S608
@@ -146,7 +180,7 @@ class FleetRows:
         return 0 if row is None else int(row[0])
 
     async def record_use(self, session_id: str, ref: SandboxRef) -> bool:
-        """Note the use of ``ref`` now; False if no longer bound to it, or evicted."""
+        """Note the use of ``ref`` now; False if no longer bound to it, evicted or paused."""
         validate_session_id(session_id)
         async with self._connection("recording a sandbox's use") as conn:
             cursor = await conn.execute(_RECORD_USE, (session_id, ref.provider, ref.external_id))
@@ -184,3 +218,26 @@ class FleetRows:
         validate_session_id(session_id)
         async with self._connection("finishing a sandbox's eviction") as conn:
             await conn.execute(_FINISH_EVICTION, (session_id, ref.provider, ref.external_id))
+
+    async def mark_paused(
+        self, session_id: str, ref: SandboxRef, *, idle_for: float | None = None
+    ) -> Binding | None:
+        """Set the pause mark (idempotent); with ``idle_for``, compare-and-set on the last use."""
+        validate_session_id(session_id)
+        key = (session_id, ref.provider, ref.external_id)
+        async with self._connection("marking a sandbox paused") as conn:
+            if idle_for is None:
+                return await fetch_one(conn, _MARK_PAUSED, key, Binding)
+            return await fetch_one(conn, _MARK_PAUSED_IDLE, (*key, float(idle_for)), Binding)
+
+    async def finish_pause(self, session_id: str, ref: SandboxRef) -> None:
+        """Record that the provider confirmed the pause; idempotent."""
+        validate_session_id(session_id)
+        async with self._connection("finishing a sandbox's pause") as conn:
+            await conn.execute(_FINISH_PAUSE, (session_id, ref.provider, ref.external_id))
+
+    async def clear_paused(self, session_id: str, ref: SandboxRef) -> None:
+        """Remove the pause mark (the provider resumed the resource); idempotent."""
+        validate_session_id(session_id)
+        async with self._connection("clearing a sandbox's pause") as conn:
+            await conn.execute(_CLEAR_PAUSED, (session_id, ref.provider, ref.external_id))

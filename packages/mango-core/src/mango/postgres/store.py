@@ -37,7 +37,12 @@ from mango.postgres.schema import Pool
 
 __all__ = ["PostgresBindingStore"]
 
-_SESSION = "SELECT id AS session_id, created_at, deleting_at FROM mango_sessions"
+# The binding's pause mark is projected onto the Session row (one read sees it).
+_SESSION_COLUMNS = (
+    "id AS session_id, created_at, deleting_at, (SELECT b.paused_at FROM mango_sandbox_bindings b"
+    " WHERE b.session_id = mango_sessions.id) AS paused_at"
+)
+_SESSION = "SELECT " + _SESSION_COLUMNS + " FROM mango_sessions"  # noqa: S608 - constants
 _INTENT = (
     "SELECT i.session_id, i.provider, i.spec, i.spec_hash, s.deleting_at IS NOT NULL AS deleting"
     " FROM mango_sandbox_provisioning_intents i JOIN mango_sessions s ON s.id = i.session_id"
@@ -115,9 +120,9 @@ class PostgresBindingStore(FleetRows):
             # DO UPDATE (a no-op) rather than DO NOTHING so RETURNING always yields the stored row.
             record = await fetch_one(
                 conn,
-                "INSERT INTO mango_sessions (id) VALUES (%s)"
+                "INSERT INTO mango_sessions (id) VALUES (%s)"  # noqa: S608 - constants
                 " ON CONFLICT (id) DO UPDATE SET created_at = mango_sessions.created_at"
-                " RETURNING id AS session_id, created_at, deleting_at",
+                " RETURNING " + _SESSION_COLUMNS,
                 (session_id,),
                 SessionRecord,
             )
@@ -145,8 +150,8 @@ class PostgresBindingStore(FleetRows):
         async with self._connection("fencing a session") as conn:
             return await fetch_one(
                 conn,
-                "UPDATE mango_sessions SET deleting_at = COALESCE(deleting_at, now())"
-                " WHERE id = %s RETURNING id AS session_id, created_at, deleting_at",
+                "UPDATE mango_sessions SET deleting_at = COALESCE(deleting_at, now())"  # noqa: S608
+                " WHERE id = %s RETURNING " + _SESSION_COLUMNS,
                 (session_id,),
                 SessionRecord,
             )
@@ -315,12 +320,11 @@ class PostgresBindingStore(FleetRows):
                     raise ProvisioningBlocked(f"session {session_id!r} does not exist")
                 stored = await fetch_one(
                     conn,
-                    "INSERT INTO mango_sandbox_bindings"
+                    "INSERT INTO mango_sandbox_bindings"  # noqa: S608 - constants
                     " (session_id, provider, external_id, spec_hash) VALUES (%s, %s, %s, %s)"
                     " ON CONFLICT (session_id) DO UPDATE"
                     " SET updated_at = mango_sandbox_bindings.updated_at"
-                    " RETURNING session_id, spec_hash, lost_at,"
-                    " json_build_object('provider', provider, 'external_id', external_id) AS ref",
+                    " RETURNING " + BINDING_COLUMNS,
                     (session_id, ref.provider, ref.external_id, binding.spec_hash),
                     Binding,
                 )
@@ -366,17 +370,18 @@ class PostgresBindingStore(FleetRows):
         Compare-and-set on (session, provider, external id); the first mark's
         time is kept. Returns the stored binding, or None if the Session is no
         longer bound to ``ref`` (or the idle eviction took it: that is no loss).
+        A lost resource is paused no more: the pause mark goes with the loss.
         """
         validate_session_id(session_id)
         async with self._connection("marking a sandbox binding lost") as conn:
             return await fetch_one(
                 conn,
-                "UPDATE mango_sandbox_bindings"
-                " SET lost_at = COALESCE(lost_at, now()), updated_at = now()"
+                "UPDATE mango_sandbox_bindings"  # noqa: S608 - constants
+                " SET lost_at = COALESCE(lost_at, now()), updated_at = now(),"
+                " paused_at = NULL, pause_finished_at = NULL"
                 " WHERE session_id = %s AND provider = %s AND external_id = %s"
                 " AND evicted_at IS NULL"
-                " RETURNING session_id, spec_hash, lost_at,"
-                " json_build_object('provider', provider, 'external_id', external_id) AS ref",
+                " RETURNING " + BINDING_COLUMNS,
                 (session_id, ref.provider, ref.external_id),
                 Binding,
             )

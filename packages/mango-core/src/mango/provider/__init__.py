@@ -87,6 +87,7 @@ from mango.domain.errors import (
     ResourceConflict,
     SandboxNotFound,
     SandboxNotRunning,
+    UnsafeArchiveError,
     is_permanent,
 )
 from mango.domain.hashing import session_key_hash
@@ -115,6 +116,7 @@ from mango.domain.ports import (
     ResourceLockSandbox,
     Sandbox,
     SessionOutputSandbox,
+    SkillBundleSandbox,
 )
 from mango.domain.registry import (
     ConformanceTarget,
@@ -135,6 +137,7 @@ from mango.domain.sandbox_ports import (
     FileInfo,
     FileKind,
     FileSystemSandbox,
+    PausableProvider,
     PausableSandbox,
     PortSandbox,
     ProcessHandle,
@@ -143,7 +146,14 @@ from mango.domain.sandbox_ports import (
     ProcessSandbox,
     ProcessState,
 )
-from mango.domain.testbed import ConformanceTestbed, EgressProbe, NetworkTestbed, PackageSource
+from mango.domain.skills import SKILLS_ROOT, SkillMount
+from mango.domain.testbed import (
+    ConformanceTestbed,
+    EgressProbe,
+    NetworkTestbed,
+    PackageSource,
+    PortTestbed,
+)
 from mango.domain.validators import (
     MAX_SETTING_SECONDS,
     non_negative_number,
@@ -165,6 +175,7 @@ from mango.domain.values import (
     validate_provider_name,
     validate_session_id,
 )
+from mango.provider.fileapi import ExecFileSystem, FirstEntries, check_list_limit
 from mango.provider.paths import (
     Entry,
     EntryKind,
@@ -195,6 +206,7 @@ __all__ = [
     "MAX_SETTING_SECONDS",
     "MEMORY_GRAMMAR",
     "OUTPUTS_ROOT",
+    "SKILLS_ROOT",
     "UPLOADS_ROOT",
     "Capability",
     "CapabilitySet",
@@ -210,6 +222,7 @@ __all__ = [
     "Entry",
     "EntryKind",
     "ExecEvent",
+    "ExecFileSystem",
     "ExecResult",
     "ExtraRoot",
     "FileInfo",
@@ -218,6 +231,7 @@ __all__ = [
     "FileResourceSandbox",
     "FileSystemSandbox",
     "FileTooLarge",
+    "FirstEntries",
     "InvalidInput",
     "InvalidPathError",
     "KeepAliveSandbox",
@@ -238,9 +252,11 @@ __all__ = [
     "PathEscapeError",
     "PathExists",
     "PathPolicy",
+    "PausableProvider",
     "PausableSandbox",
     "PermanentError",
     "PortSandbox",
+    "PortTestbed",
     "ProcessHandle",
     "ProcessInfo",
     "ProcessNotFound",
@@ -265,11 +281,15 @@ __all__ = [
     "SandboxSpec",
     "SessionOutputSandbox",
     "SettingSpec",
+    "SkillBundleSandbox",
+    "SkillMount",
     "StatCallback",
     "SupportLevel",
     "TargetCost",
+    "UnsafeArchiveError",
     "admit",
     "check_directory",
+    "check_list_limit",
     "check_regular",
     "file_not_found",
     "hookimpl",

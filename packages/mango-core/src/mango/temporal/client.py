@@ -21,6 +21,7 @@ routing and the error mapping already live in :mod:`mango.temporal._waiting`,
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +41,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TimeoutError_
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from mango.app.admission import admit_environment
 from mango.app.tools import parse_arguments
@@ -105,6 +106,33 @@ def _rpc_errors(doing: str) -> Iterator[None]:
         yield
     except RPCError as exc:
         raise ProviderUnavailable(f"Temporal could not {doing}: {exc.message}") from exc
+
+
+_UNREACHABLE = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
+_REJOIN_INTERVALS = (0.25, 0.5, 1.0, 2.0)
+"""Seconds between a client's health checks while its Temporal server is away (then the last)."""
+
+
+def _server_went_away(error: ProviderUnavailable) -> bool:
+    """True if ``error`` is a Temporal call that failed because the server could not be reached."""
+    cause = error.__cause__
+    return isinstance(cause, RPCError) and cause.status in _UNREACHABLE
+
+
+async def _rejoin(client: Client, deadline: float) -> bool:
+    """Wait until the Temporal server answers again, or ``deadline`` (loop time) passes."""
+    loop = asyncio.get_running_loop()
+    for attempt in itertools.count():
+        try:
+            if await client.service_client.check_health():
+                return True
+        except RPCError:
+            pass
+        pause = _REJOIN_INTERVALS[min(attempt, len(_REJOIN_INTERVALS) - 1)]
+        if loop.time() + pause >= deadline:
+            return False
+        await asyncio.sleep(pause)
+    return False  # pragma: no cover - itertools.count() never ends
 
 
 _TASK_FAILED = "Workflow Task in failed state"
@@ -230,38 +258,100 @@ class Orchestrator:
             await require_worker(self.client, provider, task_queue, doing)
 
     async def run_tool(
-        self, session_id: str, call: ToolCall, spec: SandboxSpec | None = None
+        self,
+        session_id: str,
+        call: ToolCall,
+        spec: SandboxSpec | None = None,
+        *,
+        max_wait: float = 120.0,
     ) -> ToolResult:
         """Run one tool step through the Session's workflow and return its result.
 
         Creates the Session if needed (a fenced one raises
         :class:`SessionDeleting`), starts its workflow or joins the running
         one (update-with-start), and waits for the step. A failed step is
-        raised as the mango error it carries.
+        raised as the mango error it carries. If the Temporal server goes
+        away meanwhile, the client waits for it up to ``max_wait`` seconds
+        (see :meth:`exec`).
         """
         validate_session_id(session_id)
         parse_arguments(call)
-        start = await self._prepare(session_id, spec)
-        try:
-            with _rpc_errors(f"run a tool step of session {session_id!r}"):
-                # By name: the SDK's overloads mistype async update methods.
-                result: ToolResult = await self.client.execute_update_with_start_workflow(
-                    RUN_TOOL_UPDATE, call, start_workflow_operation=start, result_type=ToolResult
-                )
-        except WorkflowUpdateFailedError as exc:
-            raise_as_mango_error(exc)
-        except ProviderUnavailable as exc:
-            await _raise_if_keys_mismatch(self.client, session_workflow_id(session_id), exc)
-            raise
+        starter = await self._starter(session_id, spec)
+        result: ToolResult = await self._send_step(
+            session_id,
+            RUN_TOOL_UPDATE,
+            call,
+            ToolResult,
+            starter,
+            update_id=uuid.uuid4().hex,
+            max_wait=max_wait,
+            doing=f"run a tool step of session {session_id!r}",
+        )
         return result
+
+    async def _send_step(
+        self,
+        session_id: str,
+        update_name: str,
+        argument: Any,
+        result_type: type[Any],
+        starter: Callable[[], WithStartWorkflowOperation[Any, Any]],
+        *,
+        update_id: str,
+        max_wait: float,
+        doing: str,
+    ) -> Any:
+        """Send one step (an update-with-start) and return its result, across a server outage.
+
+        When the server goes away the update may already have been accepted:
+        the step then runs once the server is back. So the client waits for
+        the server (at most ``max_wait`` seconds from the first failure) and
+        sends the same update id again, which joins the accepted step (or
+        returns its outcome) instead of starting another. A server still away
+        then is :func:`_outcome_unknown`, never a failed step.
+        """
+        workflow_id = session_workflow_id(session_id)
+        operation = starter()
+        outage: float | None = None
+        while True:
+            try:
+                try:
+                    with _rpc_errors(doing):
+                        # By name: the SDK's overloads mistype async update methods.
+                        return await self.client.execute_update_with_start_workflow(
+                            update_name,
+                            argument,
+                            start_workflow_operation=operation,
+                            result_type=result_type,
+                            id=update_id,
+                        )
+                except WorkflowUpdateFailedError as exc:
+                    raise_as_mango_error(exc)
+            except ProviderUnavailable as exc:
+                if not _server_went_away(exc):
+                    await _raise_if_keys_mismatch(self.client, workflow_id, exc)
+                    raise
+                _forget_start(operation)
+                loop = asyncio.get_running_loop()
+                outage = loop.time() if outage is None else outage
+                if not await _rejoin(self.client, outage + max_wait):
+                    raise _outcome_unknown(session_id, update_id, max_wait) from exc
+                operation = starter()
 
     async def _prepare(
         self, session_id: str, spec: SandboxSpec | None
     ) -> WithStartWorkflowOperation[Any, Any]:
-        """Route, check for a worker, then create the Session row; the start of its workflow.
+        """Route, check for a worker, then create the Session row; the start of its workflow."""
+        return (await self._starter(session_id, spec))()
+
+    async def _starter(
+        self, session_id: str, spec: SandboxSpec | None
+    ) -> Callable[[], WithStartWorkflowOperation[Any, Any]]:
+        """Route, check for a worker, then create the Session row; a maker of its workflow's start.
 
         Admission and the worker check come first: a step that cannot run
-        leaves no Session row behind.
+        leaves no Session row behind. The SDK uses a start operation once, so
+        a step sent again (after its server came back) needs a new one.
         """
         provider, task_queue = await self.route(session_id)
         if self.capabilities is not None and spec is not None:
@@ -273,16 +363,17 @@ class Orchestrator:
                 f"session {session_id!r} is being deleted",
                 hint="wait for the deletion to finish, then use a new session id",
             )
-        return WithStartWorkflowOperation(
+        workflow_input = SessionWorkflowInput(
+            session_id=session_id,
+            spec=spec or SandboxSpec(),
+            policy=self.policy,
+            idle_timeout=self.idle_timeout,
+            steps_per_run=self.steps_per_run,
+            outputs_quiet_period=self.outputs_quiet_period,
+        )
+        return lambda: WithStartWorkflowOperation(
             SessionWorkflow.run,
-            SessionWorkflowInput(
-                session_id=session_id,
-                spec=spec or SandboxSpec(),
-                policy=self.policy,
-                idle_timeout=self.idle_timeout,
-                steps_per_run=self.steps_per_run,
-                outputs_quiet_period=self.outputs_quiet_period,
-            ),
+            workflow_input,
             id=session_workflow_id(session_id),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -313,26 +404,26 @@ class Orchestrator:
         killed) before it re-raises, so no work outlives the caller.
         """
         validate_session_id(session_id)
-        start = await self._prepare(session_id, spec)
+        starter = await self._starter(session_id, spec)
         step = ExecStep(step_id=uuid.uuid4().hex, command=command)
         handle = self.client.get_workflow_handle(session_workflow_id(session_id))
+        sent: list[WithStartWorkflowOperation[Any, Any]] = []
+
+        def start() -> WithStartWorkflowOperation[Any, Any]:
+            sent.append(starter())
+            return sent[-1]
 
         async def run() -> ExecResult:
-            try:
-                with _rpc_errors(f"run a command in session {session_id!r}"):
-                    # By name: the SDK's overloads mistype async update methods.
-                    result: ExecResult = await self.client.execute_update_with_start_workflow(
-                        EXEC_UPDATE,
-                        step,
-                        start_workflow_operation=start,
-                        result_type=ExecResult,
-                        id=step.step_id,
-                    )
-            except WorkflowUpdateFailedError as exc:
-                raise_as_mango_error(exc)
-            except ProviderUnavailable as exc:
-                await _raise_if_keys_mismatch(self.client, session_workflow_id(session_id), exc)
-                raise
+            result: ExecResult = await self._send_step(
+                session_id,
+                EXEC_UPDATE,
+                step,
+                ExecResult,
+                start,
+                update_id=step.step_id,
+                max_wait=max_wait,
+                doing=f"run a command in session {session_id!r}",
+            )
             return result
 
         update = asyncio.ensure_future(run())
@@ -347,7 +438,8 @@ class Orchestrator:
             return update.result()
         unclaimed = reason.startswith("no worker")
         await cancel_step(handle, step.step_id, update, grace=0.0 if unclaimed else 30.0)
-        _forget_start(start)
+        for operation in sent:
+            _forget_start(operation)
         if unclaimed:
             provider, _ = await self.route(session_id)
             raise ProviderUnavailable(
@@ -394,15 +486,27 @@ class Orchestrator:
 
 
 def _forget_start(start: WithStartWorkflowOperation[Any, Any]) -> None:
-    """Read the start's outcome that the SDK keeps for a cancelled update-with-start.
+    """Read the start's outcome that the SDK keeps for a cancelled or failed update-with-start.
 
-    Cancelled before the server answered (no worker took the step), the SDK
-    stores the cancellation on the start operation, and asyncio would log it
-    as never retrieved: read here, since nobody else will.
+    Cancelled before the server answered (no worker took the step), or failed
+    because the server went away, the SDK stores the cancellation or the
+    error on the start operation, and asyncio would log it as never
+    retrieved: read here, since nobody else will.
     """
     outcome = start._workflow_handle  # private: no public way to ask whether it is set
     if outcome.done() and not outcome.cancelled():
         outcome.exception()
+
+
+def _outcome_unknown(session_id: str, step_id: str, max_wait: float) -> ProviderUnavailable:
+    """The verdict on a step whose Temporal server went away and did not come back in time."""
+    return ProviderUnavailable(
+        f"Temporal became unreachable while session {session_id!r} ran a step (update "
+        f"{step_id}) and did not answer again within {max_wait:g} s: the step was not "
+        "cancelled, so whether it ran is unknown, and it may still run once the server is back",
+        hint="check the Temporal server (a 'mango worker' restarts its embedded one); look at "
+        "the step's effect before you run it again, or wait longer with --max-wait",
+    )
 
 
 def _start_worker_hint(provider: str) -> str:

@@ -319,6 +319,17 @@ class _Store:
     async def finish_eviction(self, session_id: str, ref: SandboxRef) -> None:
         await self.inner.finish_eviction(session_id, ref)
 
+    async def mark_paused(
+        self, session_id: str, ref: SandboxRef, *, idle_for: float | None = None
+    ) -> Binding | None:
+        return await self.inner.mark_paused(session_id, ref, idle_for=idle_for)
+
+    async def finish_pause(self, session_id: str, ref: SandboxRef) -> None:
+        await self.inner.finish_pause(session_id, ref)
+
+    async def clear_paused(self, session_id: str, ref: SandboxRef) -> None:
+        await self.inner.clear_paused(session_id, ref)
+
 
 def inject_faults(
     provider: Provider, store: BindingStore, point: FaultPoint | None

@@ -5,7 +5,8 @@ They are methods of :class:`~mango.temporal.activities.MangoActivities`
 and workflows name them as ``MangoActivities.<method>``:
 
 * ``MaterializeResources`` runs before a Session's tool step (after the
-  acquire): the File Resources the Session's rows say, in its sandbox;
+  acquire): the skills the Session pins and the File Resources its rows
+  say, in its sandbox (a skill damaged on the host is repaired);
 * ``PublishOutputs`` runs when the Session has been idle for its quiet
   period after a step: the outputs directory becomes the Session's outputs;
   it never creates a sandbox;
@@ -53,8 +54,10 @@ class ResourceActivities:
 
     @property
     def materializes(self) -> bool:
-        """Whether this worker's provider takes File Resources (else steps skip the activity)."""
-        return self._declares(Capability.FILE_RESOURCES) and self.manager.files is not None
+        """Whether this worker's provider takes File Resources or skills (else steps skip it)."""
+        files = self._declares(Capability.FILE_RESOURCES) and self.manager.files is not None
+        skills = self._declares(Capability.SKILL_BUNDLES) and self.manager.skills is not None
+        return files or skills
 
     @property
     def publishes(self) -> bool:

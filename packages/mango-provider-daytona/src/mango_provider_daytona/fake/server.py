@@ -66,6 +66,8 @@ class DaytonaFake(ApiRoutes, ToolboxRoutes, SessionRoutes):
             web.post(f"{toolbox}/files/folder", guarded(self.make_folder)),
             web.get(f"{toolbox}/files/info", guarded(self.file_info)),
             web.delete(f"{toolbox}/files", guarded(self.delete_file)),
+            web.post(f"{toolbox}/files/move", guarded(self.move_file)),
+            web.get(f"{toolbox}/files/search", guarded(self.search_files)),
             web.post(f"{toolbox}/files/bulk-upload", guarded(self.upload)),
             web.post(f"{toolbox}/files/bulk-download", guarded(self.download)),
         ]

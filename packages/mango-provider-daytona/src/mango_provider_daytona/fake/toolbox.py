@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import os
+import posixpath
+import shutil
+import stat
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -147,19 +151,90 @@ class ToolboxRoutes(DaytonaState):
         )
 
     async def delete_file(self, request: web.Request) -> web.Response:
+        """The daemon's ``DeleteFile``: ``os.Stat`` first (it follows a link, so a dangling
+        one is "not found"), a directory refused without ``recursive``, then ``os.Remove``
+        or ``os.RemoveAll`` (which removes a link itself)."""
         record = self._running(request)
         if isinstance(record, web.Response):
             return record
         target = self._allowed(record, request.query.get("path", ""))
         if target is None:
             return error(403, "the fake refuses this path")
+        recursive = request.query.get("recursive") == "true"
+        if not target.exists():
+            return error(404, f"stat {target}: no such file or directory")
+        if target.is_dir() and not recursive:
+            return error(400, "cannot delete directory without recursive flag")
         try:
-            target.unlink()
-        except FileNotFoundError:
-            return error(404, "file not found")
+            if recursive and target.is_dir() and not target.is_symlink():
+                await asyncio.to_thread(shutil.rmtree, target)
+            else:
+                target.unlink()
         except OSError as exc:
             return error(400, str(exc))
         return web.Response(status=204)
+
+    async def move_file(self, request: web.Request) -> web.Response:
+        """The daemon's ``MoveFile``: the source and the destination's parent through
+        ``os.Stat`` (404 if missing), an existing destination 409, then ``os.Rename``."""
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        source = self._allowed(record, request.query.get("source", ""))
+        destination = self._allowed(record, request.query.get("destination", ""))
+        if source is None or destination is None:
+            return error(400, "source and destination paths are required")
+        problem = self._unmovable(source, destination)
+        if problem is not None:
+            return problem
+        try:
+            source.rename(destination)
+        except OSError as exc:
+            return error(400, f"failed to move file: {exc}")
+        return web.Response(status=200)
+
+    @staticmethod
+    def _unmovable(source: Path, destination: Path) -> web.Response | None:
+        if not source.exists():
+            return error(404, f"stat {source}: no such file or directory")
+        if not destination.parent.exists():
+            return error(404, f"stat {destination.parent}: no such file or directory")
+        if destination.exists():
+            return error(409, "destination already exists")
+        return None
+
+    async def search_files(self, request: web.Request) -> web.Response:
+        """The daemon's ``SearchFiles``: ``filepath.Walk`` from ``path`` (an ``lstat`` per
+        entry, never into a link, each directory in name order, ``path`` itself first), the
+        paths whose name matches ``pattern`` (Go's ``filepath.Match``, dots not special)."""
+        record = self._running(request)
+        if isinstance(record, web.Response):
+            return record
+        given, pattern = request.query.get("path", ""), request.query.get("pattern", "")
+        if not given or not pattern:
+            return error(400, "path and pattern are required")
+        root = self._allowed(record, given)
+        if root is None:
+            return error(403, "the fake refuses this path")
+        matches: list[str] = []
+
+        def walk(host: Path, shown: str) -> None:
+            try:
+                info = host.lstat()
+            except OSError:
+                return  # Walk's callback answers SkipDir for an error
+            if fnmatch.fnmatchcase(host.name if shown != given else Path(given).name, pattern):
+                matches.append(shown)
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    names = sorted(child.name for child in host.iterdir())
+                except OSError:
+                    return
+                for name in names:
+                    walk(host / name, posixpath.join(shown, name))
+
+        await asyncio.to_thread(walk, root, given)
+        return web.json_response({"files": matches})
 
     async def upload(self, request: web.Request) -> web.Response:
         record = self._running(request)

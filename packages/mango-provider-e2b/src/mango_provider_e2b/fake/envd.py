@@ -284,33 +284,89 @@ class Envd(Routes):
 
     # ------------------------------------------------------------ envd: files
 
-    def _entry(self, record: FakeSandbox, host: str) -> dict[str, Any]:
+    def _entry(self, record: FakeSandbox, host: str, path: str | None = None) -> dict[str, Any]:
+        """envd's ``EntryInfo`` of ``host`` (e2b-dev/infra ``shared/pkg/filesystem/entry.go``).
+
+        An ``lstat``, except that a link's ``type`` and ``mode`` are its target's
+        (``FILE_TYPE_UNSPECIFIED`` and no mode when the target is missing) and its
+        ``symlinkTarget`` is set (the resolved target, or the link's own path when
+        it cannot be resolved). proto3 JSON leaves zero values out.
+        """
         info = os.lstat(host)
+        mode = info.st_mode
+        target: str | None = None
         if stat_module.S_ISLNK(info.st_mode):
-            kind = "FILE_TYPE_SYMLINK"
-        elif stat_module.S_ISDIR(info.st_mode):
+            resolved = os.path.realpath(host)
+            try:
+                mode = os.stat(resolved).st_mode
+                target = self._shown(record, resolved)
+            except OSError:
+                mode = 0
+                target = self._sandbox_path(record, host)
+        kind = "FILE_TYPE_UNSPECIFIED"
+        if mode and stat_module.S_ISDIR(mode):
             kind = "FILE_TYPE_DIRECTORY"
-        elif stat_module.S_ISREG(info.st_mode):
+        elif mode and stat_module.S_ISREG(mode):
             kind = "FILE_TYPE_FILE"
-        else:
-            kind = "FILE_TYPE_UNSPECIFIED"
-        path = self._sandbox_path(record, host)
-        return {
+        path = path or self._sandbox_path(record, host)
+        entry: dict[str, Any] = {
             "name": posixpath.basename(path) or "/",
             "type": kind,
             "path": path,
             "size": str(info.st_size),
-            "mode": stat_module.S_IMODE(info.st_mode),
+            "mode": stat_module.S_IMODE(mode) & 0o777,
             "permissions": stat_module.filemode(info.st_mode),
             "owner": "root",
             "group": "root",
             "modifiedTime": rfc3339(datetime.fromtimestamp(info.st_mtime, UTC)),
         }
+        if target is not None:
+            entry["symlinkTarget"] = target
+        return {
+            key: value
+            for key, value in entry.items()
+            if value not in (0, "0", "FILE_TYPE_UNSPECIFIED")
+        }
+
+    def _shown(self, record: FakeSandbox, host: str) -> str:
+        """A host path as the sandbox names it (the workspace mapped back, the rest as it is)."""
+        workspace = self._workspace(record)
+        if host == workspace or host.startswith(workspace + "/"):
+            return self._sandbox_path(record, host)
+        return host
+
+    def _walk(self, record: FakeSandbox, requested: str, resolved: str, depth: int) -> list[Any]:
+        """envd's ``walkDir``: ``filepath.WalkDir`` order (each directory sorted by name,
+        never into a link), ``depth`` levels, entries that vanished skipped."""
+        entries: list[Any] = []
+
+        def walk(directory: str, relative: str, level: int) -> None:
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError as exc:
+                raise connect_error(
+                    "internal", f"error reading directory {resolved}: {exc}"
+                ) from None
+            for name in names:
+                host = os.path.join(directory, name)
+                shown = posixpath.join(relative, name)
+                try:
+                    entries.append(self._entry(record, host, posixpath.join(requested, shown)))
+                    is_dir = stat_module.S_ISDIR(os.lstat(host).st_mode)
+                except FileNotFoundError:
+                    continue
+                if is_dir and level < depth:
+                    walk(host, shown, level + 1)
+
+        walk(resolved, "", 1)
+        return entries
 
     async def filesystem(self, request: web.Request) -> web.Response:
         record = self.envd_record(request)
         method = request.match_info["method"]
         body = await self.json_body(request)
+        if method == "Move":
+            return self._move(record, body)
         path = body.get("path")
         if not isinstance(path, str):
             raise connect_error("invalid_argument", "path is required")
@@ -321,25 +377,83 @@ class Envd(Routes):
             except FileNotFoundError:
                 raise connect_error("not_found", f"file not found: {path}") from None
             except NotADirectoryError:
-                raise connect_error("not_found", f"file not found: {path}") from None
+                # envd: Go's os.IsNotExist is false for ENOTDIR, so the lstat error is internal.
+                raise connect_error(
+                    "internal", f"error getting file info: lstat {path}: not a directory"
+                ) from None
+        if method == "ListDir":
+            return await self._list_dir(record, body, path, host)
         if method == "MakeDir":
-            if os.path.isdir(host):
-                raise connect_error("already_exists", f"directory already exists: {path}")
-            try:
-                os.makedirs(host, exist_ok=True)
-            except OSError as exc:
-                raise connect_error("internal", f"error creating directory: {exc}") from None
-            return web.json_response({"entry": self._entry(record, host)})
+            return self._make_dir(record, path, host)
         if method == "Remove":
-            try:
-                if os.path.isdir(host) and not os.path.islink(host):
-                    await asyncio.to_thread(shutil.rmtree, host)
-                else:
-                    os.unlink(host)
-            except FileNotFoundError:
-                raise connect_error("not_found", f"file not found: {path}") from None
+            await self._remove(host)
             return web.json_response({})
         raise connect_error("unimplemented", f"filesystem.Filesystem/{method} is not faked")
+
+    async def _list_dir(
+        self, record: FakeSandbox, body: dict[str, Any], path: str, host: str
+    ) -> web.Response:
+        depth = body.get("depth") or 1
+        if not isinstance(depth, int) or depth < 0:
+            raise connect_error("invalid_argument", f"invalid depth: {depth!r}")
+        requested = self._sandbox_path(record, host)
+        # ListDir follows a link at the path itself (filepath.EvalSymlinks), then walks.
+        resolved = os.path.realpath(host)
+        if not os.path.lexists(host) or not os.path.exists(resolved):
+            raise connect_error("not_found", f"path not found: {path}")
+        workspace = self._workspace(record)
+        if resolved != workspace and not resolved.startswith(workspace + "/"):
+            raise connect_error("permission_denied", f"the fake sandbox has only {WORKSPACE}")
+        if not os.path.isdir(resolved):
+            raise connect_error("invalid_argument", f"path is not a directory: {requested}")
+        entries = await asyncio.to_thread(self._walk, record, requested, resolved, depth)
+        return web.json_response({"entries": entries} if entries else {})
+
+    def _make_dir(self, record: FakeSandbox, path: str, host: str) -> web.Response:
+        """envd's ``MakeDir``: ``os.Stat`` first (it follows a link), then ``MkdirAll``."""
+        if os.path.isdir(host):
+            raise connect_error("already_exists", f"directory already exists: {path}")
+        if os.path.exists(host):
+            raise connect_error(
+                "invalid_argument", f"path already exists but it is not a directory: {path}"
+            )
+        try:
+            os.makedirs(host, exist_ok=True)
+        except OSError as exc:
+            raise connect_error("internal", f"error creating directory: {exc}") from None
+        return web.json_response({"entry": self._entry(record, host)})
+
+    @staticmethod
+    async def _remove(host: str) -> None:
+        """envd's ``Remove`` is ``os.RemoveAll``: recursive, and a missing path is success."""
+        try:
+            if os.path.isdir(host) and not os.path.islink(host):
+                await asyncio.to_thread(shutil.rmtree, host)
+            else:
+                os.unlink(host)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as exc:
+            raise connect_error("internal", f"error removing file or directory: {exc}") from None
+
+    def _move(self, record: FakeSandbox, body: dict[str, Any]) -> web.Response:
+        """envd's ``Move``: the destination's parents made, then ``os.Rename`` (it overwrites)."""
+        source, destination = body.get("source"), body.get("destination")
+        if not isinstance(source, str) or not isinstance(destination, str):
+            raise connect_error("invalid_argument", "source and destination are required")
+        host_source = self._host_path(record, source)
+        host_destination = self._host_path(record, destination)
+        try:
+            os.makedirs(os.path.dirname(host_destination), exist_ok=True)
+        except OSError as exc:
+            raise connect_error("internal", f"error creating directories: {exc}") from None
+        try:
+            os.rename(host_source, host_destination)
+        except FileNotFoundError as exc:
+            raise connect_error("not_found", f"source file not found: {exc}") from None
+        except OSError as exc:
+            raise connect_error("internal", f"error renaming: {exc}") from None
+        return web.json_response({"entry": self._entry(record, host_destination)})
 
     async def read_file(self, request: web.Request) -> web.StreamResponse:
         record = self.envd_record(request)

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import json
 import os
+import posixpath
 import re
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -100,6 +102,9 @@ class ExecdRoutes(BackgroundRoutes):
             ("POST", "files/upload"): self._upload,
             ("GET", "files/download"): self._download,
             ("POST", "directories"): self._make_dirs,
+            ("DELETE", "directories"): self._remove_dirs,
+            ("GET", "directories/list"): self._list_directory,
+            ("POST", "files/mv"): self._rename_files,
         }
         handler = handlers.get((request.method, tail))
         if handler is None and request.method == "GET":
@@ -123,6 +128,29 @@ class ExecdRoutes(BackgroundRoutes):
             return workspace / clean[len(ROOT) + 1 :]
         return workspace.parent / "fsroot" / clean.lstrip("/")
 
+    @staticmethod
+    def _file_info(path: str, info: os.stat_result) -> dict[str, Any]:
+        """execd's ``buildFileInfo`` of an ``lstat`` (``mode``: the octal digits as decimal)."""
+        if stat.S_ISLNK(info.st_mode):
+            kind = "symlink"
+        elif stat.S_ISDIR(info.st_mode):
+            kind = "directory"
+        elif stat.S_ISREG(info.st_mode):
+            kind = "file"
+        else:
+            kind = "other"
+        moment = rfc3339(datetime.fromtimestamp(info.st_mtime, UTC))
+        return {
+            "path": path,
+            "type": kind,
+            "size": info.st_size,
+            "modified_at": moment,
+            "created_at": moment,
+            "owner": str(info.st_uid),
+            "group": str(info.st_gid),
+            "mode": int(f"{stat.S_IMODE(info.st_mode) & 0o777:o}"),
+        }
+
     async def _info(self, request: web.Request, record: FakeSandbox) -> web.Response:
         answer: dict[str, Any] = {}
         for path in request.query.getall("path", []):
@@ -132,37 +160,138 @@ class ExecdRoutes(BackgroundRoutes):
                 return error(404, "FILE_NOT_FOUND", f"file not found. {path}")
             except OSError as exc:
                 return error(500, "RUNTIME_ERROR", f"error accessing file: {exc}")
-            if stat.S_ISLNK(info.st_mode):
-                kind = "symlink"
-            elif stat.S_ISDIR(info.st_mode):
-                kind = "directory"
-            elif stat.S_ISREG(info.st_mode):
-                kind = "file"
-            else:
-                kind = "other"
-            moment = rfc3339(datetime.fromtimestamp(info.st_mtime, UTC))
-            answer[path] = {
-                "path": path,
-                "type": kind,
-                "size": info.st_size,
-                "modified_at": moment,
-                "created_at": moment,
-                "owner": str(info.st_uid),
-                "group": str(info.st_gid),
-                "mode": int(f"{stat.S_IMODE(info.st_mode):o}"),
-            }
+            answer[path] = self._file_info(path, info)
         return web.json_response(answer)
 
     async def _remove_files(self, request: web.Request, record: FakeSandbox) -> web.Response:
+        """execd's ``DeleteFile``: ``os.Stat`` first (it follows a link), then ``os.Remove``.
+
+        A missing path, or a dangling link (its ``Stat`` fails), is success and
+        stays; a directory, or a link to one, is refused.
+        """
+        for path in request.query.getall("path", []):
+            target = self._host_path(record, path)
+            if not target.exists():
+                continue
+            if target.is_dir():
+                return error(
+                    500,
+                    "RUNTIME_ERROR",
+                    f"error removing file {path}. path is a directory: {path}",
+                )
+            try:
+                target.unlink()
+            except OSError as exc:
+                return error(500, "RUNTIME_ERROR", f"error removing file {path}. {exc}")
+        return web.Response(status=200)
+
+    async def _remove_dirs(self, request: web.Request, record: FakeSandbox) -> web.Response:
+        """execd's ``RemoveDirs``: ``os.RemoveAll`` of each path (a link itself, not its target)."""
         for path in request.query.getall("path", []):
             target = self._host_path(record, path)
             try:
                 if target.is_dir() and not target.is_symlink():
-                    return error(500, "RUNTIME_ERROR", f"path is a directory: {path}")
-                target.unlink()
-            except FileNotFoundError:
+                    await asyncio.to_thread(shutil.rmtree, target)
+                else:
+                    target.unlink()
+            except (FileNotFoundError, NotADirectoryError):
                 continue
+            except OSError as exc:
+                return error(500, "RUNTIME_ERROR", f"error removing directory {path}. {exc}")
         return web.Response(status=200)
+
+    async def _rename_files(self, request: web.Request, record: FakeSandbox) -> web.Response:
+        """execd's ``RenameFiles``: each ``{src, dest}`` in turn, the first failure answered."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, list):
+            return error(
+                400, "INVALID_REQUEST_BODY", "error parsing request, MAYBE invalid body format."
+            )
+        for item in body:
+            failed = self._rename_one(record, item if isinstance(item, dict) else {})
+            if failed is not None:
+                return failed
+        return web.Response(status=200)
+
+    def _rename_one(self, record: FakeSandbox, item: dict[str, Any]) -> web.Response | None:
+        """execd's ``RenameFile``: ``os.Stat`` of the source (it follows a link: a dangling
+        one is "not found"), the destination's parents made, an existing destination refused
+        (through ``os.Stat`` too), then ``os.Rename``."""
+        source = self._host_path(record, str(item.get("src") or ""))
+        destination = self._host_path(record, str(item.get("dest") or ""))
+        if not source.exists():
+            return error(
+                404,
+                "FILE_NOT_FOUND",
+                f"file not found. source path not found: {item.get('src')}: "
+                "no such file or directory",
+            )
+        problem = None
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            if destination.exists():
+                problem = f"destination path already exists: {item.get('dest')}"
+            else:
+                source.rename(destination)
+        except OSError as exc:
+            problem = f"failed to rename file: {exc}"
+        if problem is not None:
+            return error(500, "RUNTIME_ERROR", f"error accessing file: {problem}")
+        return None
+
+    def _listable(self, record: FakeSandbox, path: str) -> tuple[Path, str] | web.Response:
+        """The directory ``/directories/list`` may walk, or execd's refusal (``lstat`` first)."""
+        target = self._host_path(record, path)
+        clean = posixpath.normpath(path)
+        try:
+            info = target.lstat()
+        except FileNotFoundError as exc:
+            return error(404, "FILE_NOT_FOUND", f"file not found. {exc}")
+        except OSError as exc:
+            return error(500, "RUNTIME_ERROR", f"error accessing file: {exc}")
+        if stat.S_ISLNK(info.st_mode):
+            return error(
+                400,
+                "INVALID_REQUEST_BODY",
+                f"path is a symbolic link, refusing to traverse: {clean}",
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            return error(400, "INVALID_REQUEST_BODY", f"path is not a directory: {clean}")
+        return target, clean
+
+    async def _list_directory(self, request: web.Request, record: FakeSandbox) -> web.Response:
+        """execd's ``ListDirectory``: each directory in name order, ``depth`` levels, never
+        into a link; the whole walk answered as one JSON array."""
+        path = request.query.get("path", "")
+        if not path:
+            return error(400, "MISSING_QUERY", "missing query parameter 'path'")
+        raw = request.query.get("depth", "")
+        depth = int(raw) if raw.isdigit() else (1 if not raw else -1)
+        if depth < 0:
+            return error(400, "INVALID_REQUEST_BODY", f"invalid query parameter 'depth': {raw}")
+        listable = self._listable(record, path)
+        if isinstance(listable, web.Response):
+            return listable
+        target, clean = listable
+        entries: list[dict[str, Any]] = []
+
+        def walk(host: Path, shown: str, level: int) -> None:
+            for child in sorted(host.iterdir(), key=lambda child: child.name):
+                child_info = child.lstat()
+                child_path = f"{shown.rstrip('/')}/{child.name}"
+                entries.append(self._file_info(child_path, child_info))
+                if stat.S_ISDIR(child_info.st_mode) and level + 1 < depth:
+                    walk(child, child_path, level + 1)
+
+        if depth:
+            try:
+                await asyncio.to_thread(walk, target, clean, 0)
+            except OSError as exc:
+                return error(500, "RUNTIME_ERROR", f"error listing directory {clean}. {exc}")
+        return web.json_response(entries)
 
     async def _make_dirs(self, request: web.Request, record: FakeSandbox) -> web.Response:
         body = await request.json()

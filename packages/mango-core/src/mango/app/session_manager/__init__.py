@@ -9,12 +9,14 @@ use it (an import-linter contract keeps the order):
 * :mod:`.eviction`: the idle eviction pass and its report;
 * :mod:`.registry`: effect handlers and guard checks, checked against a table;
 * :mod:`.resources`: the resource effects (materialize, publish outputs);
-* :mod:`.provisioning`, :mod:`.teardown` and :mod:`.fleet`: the lifecycle's own effects;
+* :mod:`.provisioning`, :mod:`.teardown`, :mod:`.fleet` and :mod:`.pause`: the lifecycle's
+  own effects;
 * :mod:`.guards`: the table's guards and the ownership and proof checks;
 * :mod:`.context`: the operation, its one observation path, outcomes and facts;
 * :mod:`.clients`: the loss-recording client handed out, the client cache, the locks.
 """
 
+from mango.app.session_manager.clients import SessionSandbox
 from mango.app.session_manager.context import (
     USE_INTERVAL,
     EffectHandler,
@@ -37,5 +39,6 @@ __all__ = [
     "Outcome",
     "ReconcileReport",
     "SessionManager",
+    "SessionSandbox",
     "default_handlers",
 ]

@@ -18,8 +18,15 @@ from typing import Generic, TypeVar
 import attrs
 
 from mango.app.wrappers import SandboxWrapper
-from mango.domain.errors import SandboxNotFound
+from mango.domain.capabilities import Capability, CapabilitySet
+from mango.domain.errors import CapabilityNotSupported, SandboxNotFound
 from mango.domain.ports import KeepAliveSandbox, Sandbox
+from mango.domain.sandbox_ports import (
+    DEFAULT_LIST_LIMIT,
+    DirectoryListing,
+    FileInfo,
+    FileSystemSandbox,
+)
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef, SessionRecord
 
 __all__ = [
@@ -38,6 +45,7 @@ LossReporter = Callable[[str, SandboxRef, SandboxNotFound], Awaitable[None]]
 """``(session id, reference, error)``: called when a handed-out client meets a loss."""
 
 _Event = TypeVar("_Event")
+_T = TypeVar("_T")
 
 
 @attrs.define
@@ -65,9 +73,65 @@ class SessionSandbox(SandboxWrapper):
     A :class:`SandboxNotFound` from any operation evicts the cached client and
     persists the loss before it propagates, so the next acquire (on any
     worker) fails as ``lost`` instead of trusting a dead client.
+
+    The file API (``list_dir``, ``stat``, ``exists``, ``remove``, ``rename``,
+    ``make_dir``; :class:`~mango.domain.sandbox_ports.FileSystemSandbox`) is
+    here whatever the provider: where it does not declare ``file-api`` each
+    call raises :class:`CapabilityNotSupported` before reaching the sandbox.
     """
 
     on_lost: LossRecorder = attrs.field(kw_only=True)
+    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet, kw_only=True)
+    """The provider's declared capabilities: an operation of one it lacks is refused."""
+
+    async def _watch(self, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+    def _file_api(self) -> FileSystemSandbox:
+        """The wrapped sandbox as a file API, or :class:`CapabilityNotSupported`."""
+        provider = self.inner.ref.provider
+        if Capability.FILE_API not in self.capabilities or not isinstance(
+            self.inner, FileSystemSandbox
+        ):
+            raise CapabilityNotSupported(
+                provider,
+                [f"{provider} does not support {Capability.FILE_API.description}"],
+                hint="read and write files (mango files read/write) or run ls, rm, mv and "
+                "mkdir with mango exec; or choose a provider that declares file-api "
+                "(mango providers lists them)",
+            )
+        return self.inner
+
+    async def list_dir(
+        self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
+    ) -> DirectoryListing:
+        """List the directory ``path`` (capability ``file-api``; see FileSystemSandbox)."""
+        files = self._file_api()
+        return await self._watch(files.list_dir(path, recursive=recursive, limit=limit))
+
+    async def stat(self, path: str) -> FileInfo:
+        """The entry ``path`` names, never following a last-component link (``file-api``)."""
+        return await self._watch(self._file_api().stat(path))
+
+    async def exists(self, path: str) -> bool:
+        """Whether ``path`` names an entry (``file-api``)."""
+        return await self._watch(self._file_api().exists(path))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, a link or a directory (its tree with ``recursive``; ``file-api``)."""
+        await self._watch(self._file_api().remove(path, recursive=recursive))
+
+    async def rename(self, source: str, destination: str) -> None:
+        """Move ``source`` to ``destination``, which must not exist (``file-api``)."""
+        await self._watch(self._file_api().rename(source, destination))
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> None:
+        """Create the directory ``path`` (``mkdir -p`` with ``parents``; ``file-api``)."""
+        await self._watch(self._file_api().make_dir(path, parents=parents))
 
     async def exec(self, command: Command) -> ExecResult:
         """Run ``command``; a vanished resource is recorded as lost."""
@@ -168,6 +232,8 @@ class ClientCache:
     """Session id -> its live client; a loss met by a handed-out client goes to ``report_loss``."""
 
     report_loss: LossReporter
+    capabilities: CapabilitySet = attrs.field(factory=CapabilitySet, kw_only=True)
+    """The provider's declared capabilities, given to every client handed out."""
     uses: RecentUses = attrs.field(factory=RecentUses, init=False)
     """When this process last wrote each Session's use (forgotten with its client)."""
     _entries: dict[str, CachedClient] = attrs.field(factory=dict, init=False)
@@ -192,7 +258,7 @@ class ClientCache:
         keep_alive = raw if isinstance(raw, KeepAliveSandbox) else None
         entry = CachedClient(
             raw,
-            SessionSandbox(raw, on_lost=on_lost),
+            SessionSandbox(raw, on_lost=on_lost, capabilities=self.capabilities),
             binding_hash,
             record.created_at,
             keep_alive=keep_alive,

@@ -18,7 +18,8 @@ from typing import ClassVar, Generic, TypeVar
 import attrs
 
 from mango.app.session_files import SessionFiles
-from mango.app.session_manager.clients import CachedClient, ClientCache
+from mango.app.session_manager.clients import CachedClient, ClientCache, SessionSandbox
+from mango.app.skills import SessionSkills
 from mango.domain.errors import LifecycleTableError, MangoError, SandboxNotFound
 from mango.domain.lifecycle import LifecycleCommand, LifecycleSignal, LifecycleState, observe
 from mango.domain.ports import BindingStore, Provider, Sandbox
@@ -77,6 +78,8 @@ class Ports:
     files: SessionFiles | None = None
     """The Session resource and output rows and the Files store (None: a manager without
     them, whose Sessions have no resources and publish no outputs)."""
+    skills: SessionSkills | None = None
+    """The skills and the Sessions' pins (None: a manager whose Sessions pin no skills)."""
 
 
 # ------------------------------------------------------------------ outcomes
@@ -120,7 +123,7 @@ class Ready(Outcome):
 class Bound(Outcome):
     """The binding is published; ``sandbox`` is the client handed out."""
 
-    sandbox: Sandbox
+    sandbox: SessionSandbox
 
 
 @attrs.frozen
@@ -135,7 +138,7 @@ class Outbid(Outcome):
 class Attached(Outcome):
     """The bound resource answered; ``sandbox`` is the client handed out."""
 
-    sandbox: Sandbox
+    sandbox: SessionSandbox
 
 
 @attrs.frozen
@@ -241,7 +244,14 @@ async def observe_session(
         )
         return Observation(session_id, state)
     if use_cache and cached is not None:
-        state = observe(session_exists=True, fenced=False, has_intent=False, has_binding=True)
+        # The row carries the binding's pause mark: a pause made elsewhere is seen here.
+        state = observe(
+            session_exists=True,
+            fenced=False,
+            has_intent=False,
+            has_binding=True,
+            binding_paused=record.paused,
+        )
         return Observation(session_id, state, record, cached=cached)
     binding = await ports.store.get_binding(session_id)
     intent = None if binding is not None else await ports.store.get_intent(session_id)
@@ -252,6 +262,7 @@ async def observe_session(
         has_binding=binding is not None,
         binding_lost=binding is not None and binding.lost,
         binding_evicted=binding is not None and binding.evicted,
+        binding_paused=binding is not None and binding.paused,
     )
     return Observation(session_id, state, record, binding, intent)
 
@@ -335,7 +346,7 @@ class Facts:
         return found if found is not None else self.operation.reported
 
     @property
-    def sandbox(self) -> Sandbox | None:
+    def sandbox(self) -> SessionSandbox | None:
         """The client to hand out, once bound or attached."""
         for outcome in reversed(self.outcomes):
             if isinstance(outcome, Bound | Attached):

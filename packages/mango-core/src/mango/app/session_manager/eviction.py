@@ -1,13 +1,16 @@
-"""The idle eviction pass: every Session unused for the idle time loses its sandbox.
+"""The idle eviction pass: every Session unused for the idle time loses (or pauses) its sandbox.
 
 The pass only lists candidates (:meth:`~mango.domain.ports.BindingStore.list_idle`)
 and runs the ``evict`` command on each through SessionManager, so what
 happens to a Session is what the lifecycle table says: the binding is
 marked only if it is still unused (an acquire that recorded its use first
-keeps it), then the resource is destroyed. Nothing is removed on doubt: the
+keeps it), then the resource is destroyed, or paused where the provider
+declares ``pause`` and ``MANGO_EVICT_ACTION`` is ``pause`` (the default).
+Nothing is removed on doubt: the
 first :class:`~mango.domain.errors.ProviderUnavailable` stops the pass (the
 rest waits for the next one), and an eviction whose destroy did not finish
-is listed again and finished next time.
+(or whose pause the provider did not confirm) is listed again and finished
+next time.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ class EvictionReport:
     idle_for: float
     attempted: int = 0
     evicted: int = 0
-    """Sandboxes destroyed (newly marked, or an earlier eviction finished)."""
+    """Sandboxes taken (newly marked, or an earlier eviction finished): destroyed, or
+    paused when ``action`` is ``pause``."""
     kept: int = 0
     """Candidates used (or deleted) since they were listed: left alone."""
     failures: tuple[tuple[str, str], ...] = ()
     """``(session id, error text)`` for each candidate that failed."""
     stopped: str | None = None
     """Why the pass stopped early (the provider became unavailable)."""
+    action: str = "destroy"
+    """What the pass did to an idle sandbox: ``destroy`` or ``pause``."""
 
     @property
     def ok(self) -> bool:
@@ -48,12 +54,17 @@ class EvictionReport:
 
 
 class Evicting(Protocol):
-    """The one operation the pass drives."""
+    """The one operation the pass drives, and what it does."""
+
+    @property
+    def idle_action(self) -> str:
+        """``pause`` where this manager's eviction pauses, else ``destroy``."""
+        ...
 
     async def evict(
         self, session_id: str, *, idle_for: float, deadline: float | None = None
     ) -> bool:
-        """Evict the Session's sandbox if it is still unused; True if it was destroyed."""
+        """Evict the Session's sandbox if it is still unused; True if it was taken."""
         ...
 
 
@@ -96,4 +107,5 @@ async def evict_idle(  # noqa: PLR0917 - the pass's inputs, as reconcile's passe
         kept=kept,
         failures=tuple(failures),
         stopped=stopped,
+        action=manager.idle_action,
     )

@@ -26,7 +26,7 @@ from mango.app.materializer import MaterializeReport
 from mango.app.outputs import PublishReport
 from mango.app.processes import check_declared, process_sandbox
 from mango.app.session_files import SessionFiles
-from mango.app.session_manager.clients import ClientCache, SessionLocks
+from mango.app.session_manager.clients import ClientCache, SessionLocks, SessionSandbox
 from mango.app.session_manager.context import (
     USE_INTERVAL,
     Evicted,
@@ -39,6 +39,7 @@ from mango.app.session_manager.context import (
 )
 from mango.app.session_manager.eviction import EvictionReport, evict_idle
 from mango.app.session_manager.interpreter import Interpreter
+from mango.app.session_manager.pause import PausedIdle
 from mango.app.session_manager.reconcile import (
     ReconcileReport,
     finish_deletions,
@@ -46,9 +47,12 @@ from mango.app.session_manager.reconcile import (
 )
 from mango.app.session_manager.registry import Handlers, default_handlers
 from mango.app.session_manager.resources import Materialized, Published
+from mango.app.session_manager.skills import SkillsMaterialized
+from mango.app.skills import CreatedSession, SessionSkills, SkillReport
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.deadline import deadline_scope
 from mango.domain.errors import (
+    CapabilityNotSupported,
     ConfigurationError,
     InvalidInput,
     InvalidTransition,
@@ -57,15 +61,17 @@ from mango.domain.errors import (
     SandboxNotFound,
     SessionDeleting,
 )
+from mango.domain.fleet import EvictAction
 from mango.domain.lifecycle import (
     LIFECYCLE,
     LifecycleCommand,
     LifecycleState,
     LifecycleTable,
 )
-from mango.domain.ports import BindingStore, ProcessSandbox, Provider, Sandbox
+from mango.domain.ports import BindingStore, PortSandbox, ProcessSandbox, Provider, Sandbox
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
+from mango.domain.skills import SkillRef
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
 
@@ -127,17 +133,24 @@ class SessionManager:
     use_interval: float = attrs.field(
         default=USE_INTERVAL, kw_only=True, validator=non_negative_number
     )
+    evict_action: EvictAction = attrs.field(
+        default=EvictAction.PAUSE, kw_only=True, converter=EvictAction
+    )
+    """``MANGO_EVICT_ACTION``: the idle eviction pauses where the provider declares ``pause``
+    (the default), or always destroys."""
     table: LifecycleTable = attrs.field(default=LIFECYCLE, kw_only=True)
     handlers: Handlers = attrs.field(factory=default_handlers, kw_only=True)
     files: SessionFiles | None = attrs.field(default=None, kw_only=True)
     """The Session resource and output rows and the Files store, for the resource steps."""
+    skills: SessionSkills | None = attrs.field(default=None, kw_only=True)
+    """The skills and the Sessions' pins, for the skills step."""
     _clients: ClientCache = attrs.field(init=False)
     _locks: SessionLocks = attrs.field(factory=SessionLocks, init=False)
     _ports: Ports = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.handlers.check(self.table)
-        self._clients = ClientCache(self._record_loss)
+        self._clients = ClientCache(self._record_loss, capabilities=self._declared)
         self._ports = Ports(
             self.provider,
             self.store,
@@ -146,6 +159,7 @@ class SessionManager:
             max_sandboxes=self.max_sandboxes,
             use_interval=self.use_interval,
             files=self.files,
+            skills=self.skills,
         )
 
     @property
@@ -170,6 +184,48 @@ class SessionManager:
                 hint="wait for the deletion to finish, then use a new session id",
             )
 
+    async def create_session(
+        self,
+        session_id: str,
+        spec: SandboxSpec | None = None,
+        *,
+        skills: Iterable[str | SkillRef] = (),
+    ) -> CreatedSession:
+        """Create the Session with what it needs from creation on: its pinned skills.
+
+        ``skills`` are ``NAME@VERSION`` pins (at most one version per name,
+        500 MiB expanded in all). Admission comes first, with the resource
+        capabilities the Session needs (a provider without ``skill-bundles``
+        refuses pins: every reason listed, nothing written); then the Session
+        and its pins are written in one step. An existing Session with the
+        same pins is success (``created=False``); with other pins it is
+        :class:`InvalidInput`, fenced :class:`SessionDeleting`.
+        """
+        validate_session_id(session_id)
+        refs = tuple(skills)
+        self.admit(spec or SandboxSpec(), (Capability.SKILL_BUNDLES,) if refs else ())
+        if self.skills is None:
+            if refs:
+                raise ConfigurationError(
+                    "this SessionManager has no skill catalog, so Sessions cannot pin skills",
+                    hint="open it with mango.open_session_manager(), or pass skills=...",
+                )
+            existed = await self.store.get_session(session_id) is not None
+            await self.ensure_session(session_id)
+            return CreatedSession(session_id, not existed)
+        created, pinned = await self.skills.create_session(session_id, refs)
+        return CreatedSession(session_id, created, pinned)
+
+    @property
+    def session_skills(self) -> SessionSkills:
+        """The skills and pins this manager works with (``mango skills``)."""
+        if self.skills is None:
+            raise ConfigurationError(
+                "this SessionManager has no skill catalog",
+                hint="open it with mango.open_session_manager(), or pass skills=SessionSkills(...)",
+            )
+        return self.skills
+
     def admit(self, spec: SandboxSpec, resources: tuple[Capability, ...] = ()) -> None:
         """Raise if ``spec`` cannot run on this provider (every reason listed).
 
@@ -186,8 +242,13 @@ class SessionManager:
 
     async def acquire(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox:
+    ) -> SessionSandbox:
         """Return the Session's sandbox, provisioning it on first use.
+
+        The client (a :class:`SessionSandbox`) has the Sandbox operations and
+        the file API (``list_dir``, ``stat``, ``exists``, ``remove``,
+        ``rename``, ``make_dir``), which raises :class:`CapabilityNotSupported`
+        where the provider does not declare ``file-api``.
 
         Raises :class:`SandboxNotFound` if the bound resource is gone (the loss
         is persisted; never an empty replacement), :class:`SessionDeleting` if
@@ -205,8 +266,8 @@ class SessionManager:
 
     async def acquire_existing(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
-    ) -> Sandbox | None:
-        """Return the Session's bound sandbox, or None; never provisions."""
+    ) -> SessionSandbox | None:
+        """Return the Session's bound sandbox (as :meth:`acquire`), or None; never provisions."""
         validate_session_id(session_id)
         self.admit(spec)
         with deadline_scope(deadline):
@@ -266,6 +327,80 @@ class SessionManager:
         deleted = facts.last(SessionDeleted)
         return deleted is not None and deleted.deleted
 
+    # ------------------------------------------------------------------ pause and ports
+
+    def _require(self, capability: Capability) -> None:
+        if capability not in self._declared:
+            name = self.provider.name
+            raise CapabilityNotSupported(
+                name,
+                [f"{name} does not support {capability.description}"],
+                hint=f"choose a provider that declares {capability.value} "
+                "(mango providers lists them)",
+            )
+
+    async def pause(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Pause the Session's bound sandbox; idempotent for a paused one.
+
+        The binding is marked paused before the provider pauses the resource,
+        so a crash between the two leaves a paused record that the next use
+        resumes. The next :meth:`acquire` (or resource step) resumes it
+        before handing it out. :class:`CapabilityNotSupported` where the
+        provider does not declare ``pause``; :class:`InvalidTransition` for a
+        Session with no bound sandbox; :class:`SandboxNotFound` (recorded) for
+        a vanished one.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.PAUSE, fresh=True))
+
+    async def resume(self, session_id: str, *, deadline: float | None = None) -> None:
+        """Resume the Session's paused sandbox; idempotent for a running one.
+
+        The provider resumes the resource before the pause mark goes. Errors
+        as for :meth:`pause`.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.PAUSE)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                await self._run(Operation(session_id, _C.RESUME, fresh=True))
+
+    async def expose_port(
+        self,
+        session_id: str,
+        port: int,
+        spec: SandboxSpec | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> str:
+        """A URL that reaches ``port`` in the Session's bound sandbox (resumed if paused).
+
+        Never provisions: a server listens in a sandbox that exists.
+        :class:`CapabilityNotSupported` where the provider does not declare
+        ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535
+        or a Session with no sandbox.
+        """
+        validate_session_id(session_id)
+        self._require(Capability.EXPOSED_PORTS)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidInput(f"port must be a number from 1 to 65535, got {port!r}")
+        sandbox = await self.acquire_existing(session_id, spec or SandboxSpec(), deadline=deadline)
+        if sandbox is None:
+            raise InvalidInput(
+                f"session {session_id!r} has no sandbox to expose a port of",
+                hint="start it first (mango exec --session ...), then expose the port",
+            )
+        raw = sandbox.inner if isinstance(sandbox, SessionSandbox) else sandbox
+        if not isinstance(raw, PortSandbox):
+            raise CapabilityNotSupported(
+                self.provider.name, [f"{self.provider.name} sandboxes expose no ports"]
+            )
+        with deadline_scope(deadline):
+            return await raw.expose_port(port)
+
     # ------------------------------------------------------------------ resources
 
     @property
@@ -306,11 +441,12 @@ class SessionManager:
     async def materialize(
         self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
     ) -> MaterializeReport:
-        """Bring the bound sandbox's File Resources in line with the Session's rows.
+        """Bring the bound sandbox's skills and File Resources in line with the Session's rows.
 
         Run before every tool step (after :meth:`acquire`): only what changed
-        is done. Never provisions; with no bound sandbox only removals are
-        finished in the rows. :class:`SandboxNotFound` for a vanished sandbox.
+        is done (a pinned skill damaged on the host is repaired). Never
+        provisions; with no bound sandbox only removals are finished in the
+        rows. :class:`SandboxNotFound` for a vanished sandbox.
         """
         validate_session_id(session_id)
         with deadline_scope(deadline):
@@ -318,6 +454,17 @@ class SessionManager:
                 facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
         done = facts.last(Materialized)
         return done.report if done is not None else MaterializeReport()
+
+    async def materialize_skills(
+        self, session_id: str, spec: SandboxSpec, *, deadline: float | None = None
+    ) -> SkillReport:
+        """:meth:`materialize`, reporting what the skills step did instead."""
+        validate_session_id(session_id)
+        with deadline_scope(deadline):
+            async with self._locks.hold(session_id):
+                facts = await self._run(Operation(session_id, _C.MATERIALIZE, spec))
+        done = facts.last(SkillsMaterialized)
+        return done.report if done is not None else SkillReport()
 
     async def publish_outputs(
         self, session_id: str, spec: SandboxSpec | None = None, *, deadline: float | None = None
@@ -357,10 +504,21 @@ class SessionManager:
         telemetry.count_reconciled(self.provider.name, report.completed)
         return report
 
+    @property
+    def idle_action(self) -> str:
+        """What :meth:`evict` does: ``pause`` where the provider declares it and
+        ``evict_action`` allows, else ``destroy``."""
+        pauses = self.evict_action is EvictAction.PAUSE and Capability.PAUSE in self._declared
+        return EvictAction.PAUSE.value if pauses else EvictAction.DESTROY.value
+
     async def evict(
         self, session_id: str, *, idle_for: float, deadline: float | None = None
     ) -> bool:
-        """Destroy the Session's sandbox if it was unused for ``idle_for`` seconds.
+        """Destroy (or pause) the Session's sandbox if it was unused for ``idle_for`` seconds.
+
+        Where :attr:`idle_action` is ``pause`` the same compare-and-set marks
+        the binding paused and the provider pauses the resource; the next
+        acquire resumes it. Otherwise:
 
         The binding is marked evicted first, by a compare-and-set on its last
         use, so an acquire that recorded its use meanwhile keeps the sandbox
@@ -374,9 +532,10 @@ class SessionManager:
         self._check_idle_for(idle_for)
         with deadline_scope(deadline):
             async with self._locks.hold(session_id):
-                operation = Operation(session_id, _C.EVICT, idle_for=idle_for, fresh=True)
+                command = _C.PAUSE_IDLE if self.idle_action == "pause" else _C.EVICT
+                operation = Operation(session_id, command, idle_for=idle_for, fresh=True)
                 facts = await self._run(operation)
-        return facts.last(Evicted) is not None
+        return facts.last(Evicted) is not None or facts.last(PausedIdle) is not None
 
     async def evict_idle(
         self, idle_for: float, limit: int = 100, *, deadline: float | None = None

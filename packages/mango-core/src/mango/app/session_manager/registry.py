@@ -16,7 +16,15 @@ from typing import Any
 
 import attrs
 
-from mango.app.session_manager import fleet, guards, provisioning, resources, teardown
+from mango.app.session_manager import (
+    fleet,
+    guards,
+    pause,
+    provisioning,
+    resources,
+    skills,
+    teardown,
+)
 from mango.app.session_manager.context import EffectHandler, GuardCheck
 from mango.domain.errors import LifecycleTableError
 from mango.domain.lifecycle import LifecycleEffect, LifecycleGuard, LifecycleTable
@@ -94,10 +102,17 @@ def default_handlers() -> Handlers:
             _E.REMOVE_BINDING: teardown.REMOVE_BINDING,
             _E.REMOVE_INTENT: teardown.REMOVE_INTENT,
             _E.DELETE_SESSION: teardown.DELETE_SESSION,
+            _E.MATERIALIZE_SKILLS: skills.MATERIALIZE_SKILLS,
             _E.MATERIALIZE_RESOURCES: resources.MATERIALIZE_RESOURCES,
             _E.FINISH_REMOVALS: resources.FINISH_REMOVALS,
             _E.PUBLISH_OUTPUTS: resources.PUBLISH_OUTPUTS,
             _E.REMOVE_SESSION_FILES: resources.REMOVE_SESSION_FILES,
+            _E.MARK_PAUSED: pause.MARK_PAUSED,
+            _E.MARK_PAUSED_IDLE: pause.MARK_PAUSED_IDLE,
+            _E.PAUSE_RESOURCE: pause.PAUSE_RESOURCE,
+            _E.RESUME_RESOURCE: pause.RESUME_RESOURCE,
+            _E.CLEAR_PAUSED: pause.CLEAR_PAUSED,
+            _E.REMOVE_SESSION_SKILLS: skills.REMOVE_SESSION_SKILLS,
         },
         {
             _G.OWNED_HERE: guards.owned_here,

@@ -40,6 +40,8 @@ __all__ = [
     "REMOVE_SESSION_FILES",
     "Materialized",
     "Published",
+    "SessionOnly",
+    "session_only",
 ]
 
 
@@ -116,7 +118,8 @@ class SessionOnly:
     session_id: str
 
 
-def _session(facts: Facts) -> SessionOnly:
+def session_only(facts: Facts) -> SessionOnly:
+    """The Session the facts are about."""
     return SessionOnly(facts.session_id)
 
 
@@ -134,5 +137,5 @@ async def remove_session_files(ports: Ports, given: SessionOnly) -> Done:
     return Done()
 
 
-FINISH_REMOVALS = EffectHandler(gather=_session, perform=finish, outcomes=(Materialized,))
-REMOVE_SESSION_FILES = EffectHandler(gather=_session, perform=remove_session_files)
+FINISH_REMOVALS = EffectHandler(gather=session_only, perform=finish, outcomes=(Materialized,))
+REMOVE_SESSION_FILES = EffectHandler(gather=session_only, perform=remove_session_files)

@@ -12,22 +12,27 @@ tool      arguments                                                     runs in 
 ``read``  ``path``, ``offset``? (first line, 1-based), ``limit``?       ``Sandbox.open_file``
 ``write`` ``path``, ``content``                                         ``Sandbox.write_file``
 ``edit``  ``path``, ``old_string``, ``new_string``                      bounded read, replace, write
-``glob``  ``pattern`` (``*``, ``?``, ``[..]``, ``{a,b}``, ``**/``),     ``find``
-          ``path``?
+``glob``  ``pattern`` (``*``, ``?``, ``[..]``, ``{a,b}``, ``**/``),     ``list_dir`` (file API),
+          ``path``?                                                     else ``find``
 ``grep``  ``pattern`` (extended regex), ``path``?, ``include``?,        ``find ... -exec grep``
           ``ignore_case``?, ``fixed_strings``?
 ========  ============================================================  ===========================
 
 So a sandbox image needs only a POSIX ``/bin/sh``, ``find`` and ``grep``
 (``glob`` and ``grep`` pass their patterns as argv items, never through a
-shell). Every result is capped: each output stream and the rendered text at
-``max_output_bytes``, listings at ``max_results`` entries, with the
-``truncated`` flag set. ``read`` streams the file and keeps only its window
-(:mod:`~mango.app.tools.lines`): it never holds more than the output cap and
-never reads more than ``max_read_bytes`` of the file. ``edit`` reads files of
-at most ``max_read_bytes`` (:class:`ToolFailed` beyond), replaces exactly one
-occurrence and fails with :class:`ToolFailed` when ``old_string`` occurs zero
-times or more than once (overlapping occurrences count).
+shell). Where the provider declares ``file-api``, ``glob`` lists through it
+instead (one bounded recursive ``list_dir`` of at most
+:data:`~mango.app.tools.runner.GLOB_SCAN_LIMIT` entries, links listed but never
+followed, no ``find``); ``grep`` stays ``find ... -exec grep``, since the
+matching has to run where the files are. Every result is capped: each output
+stream and the rendered text at ``max_output_bytes``, listings at
+``max_results`` entries, with the ``truncated`` flag set. ``read`` streams the
+file and keeps only its window (:mod:`~mango.app.tools.lines`): it never holds
+more than the output cap and never reads more than ``max_read_bytes`` of the
+file. ``edit`` reads files of at most ``max_read_bytes`` (:class:`ToolFailed`
+beyond), replaces exactly one occurrence and fails with :class:`ToolFailed` when
+``old_string`` occurs zero times or more than once (overlapping occurrences
+count).
 
 This is the application layer: stdlib, attrs and :mod:`mango.domain` only.
 The Temporal adapter carries calls and results across its boundary

@@ -7,6 +7,8 @@ and caps what comes back; :mod:`mango.app.tools` says what each tool does.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,15 +27,17 @@ from mango.app.tools.arguments import (
 )
 from mango.app.tools.globs import glob_to_regex
 from mango.app.tools.lines import read_line_window
-from mango.domain.errors import FileTooLarge, ToolFailed
+from mango.domain.errors import CapabilityNotSupported, FileTooLarge, PermanentError, ToolFailed
 from mango.domain.limits import DEFAULT_MAX_READ_BYTES
 from mango.domain.paths import normalize_workspace_dir
 from mango.domain.ports import Sandbox
+from mango.domain.sandbox_ports import FileKind, FileSystemSandbox
 from mango.domain.values import Command, ExecResult
 
 __all__ = [
     "DEFAULT_MAX_RESULTS",
     "DEFAULT_MAX_TOOL_OUTPUT_BYTES",
+    "GLOB_SCAN_LIMIT",
     "TRUNCATION_MARKER",
     "ToolResult",
     "ToolRunner",
@@ -48,6 +52,9 @@ defaults to the one ``DEFAULT_MAX_READ_BYTES`` (``mango worker`` passes the
 configured ``MANGO_MAX_READ_BYTES``)."""
 DEFAULT_MAX_RESULTS = 1000
 """Default cap on the entries ``glob`` and ``grep`` return."""
+GLOB_SCAN_LIMIT = 50_000
+"""How many entries ``glob`` lists through the file API (the first in path order); past it
+the result is flagged truncated, as ``find``'s output past the exec cap is."""
 TRUNCATION_MARKER = "\n[output truncated]"
 """Appended to a text cut at the output cap."""
 
@@ -208,6 +215,9 @@ class ToolRunner:
 
     async def _glob(self, sandbox: Sandbox, args: GlobArgs) -> ToolResult:
         regex = glob_to_regex(args.pattern)
+        if isinstance(sandbox, FileSystemSandbox):
+            with contextlib.suppress(CapabilityNotSupported):
+                return await self._glob_listed(sandbox, args, regex)
         root = _find_root(args.path)
         argv = ("find", root, "(", "-type", "f", "-o", "-type", "l", ")", "-print")
         result, errors = await self._listing(sandbox, argv)
@@ -220,6 +230,29 @@ class ToolRunner:
             if line.startswith(root + "/") and regex.match(line[prefix:])
         )
         truncated = result.stdout_truncated or len(matches) > self.max_results
+        text = "\n".join(matches[: self.max_results]) if matches else "no files matched"
+        return self._result("glob", text, truncated)
+
+    async def _glob_listed(
+        self, sandbox: FileSystemSandbox, args: GlobArgs, regex: re.Pattern[str]
+    ) -> ToolResult:
+        """``glob`` through the file API: one bounded recursive listing, no ``find``."""
+        directory = normalize_workspace_dir(args.path)
+        try:
+            listing = await sandbox.list_dir(directory, recursive=True, limit=GLOB_SCAN_LIMIT)
+        except FileNotFoundError:
+            raise ToolFailed(f"glob failed: no directory {directory!r} in the workspace") from None
+        except CapabilityNotSupported:
+            raise  # not declared: the caller lists with find instead
+        except PermanentError as exc:  # a file, or a path through a link
+            raise ToolFailed(f"glob failed: {exc}") from exc
+        prefix = len(directory) + 1 if directory else 0
+        matches = [
+            entry.path
+            for entry in listing.entries
+            if entry.kind in (FileKind.FILE, FileKind.SYMLINK) and regex.match(entry.path[prefix:])
+        ]
+        truncated = listing.truncated or len(matches) > self.max_results
         text = "\n".join(matches[: self.max_results]) if matches else "no files matched"
         return self._result("glob", text, truncated)
 
