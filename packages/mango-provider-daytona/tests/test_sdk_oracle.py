@@ -133,6 +133,44 @@ def test_fake_is_a_daytona_fake(fake: DaytonaFake) -> None:
     assert fake.api_key == FAKE_API_KEY
 
 
+async def test_sdk_session_commands(client: AsyncDaytona, service: FakeService) -> None:
+    """Sessions: create, a sync and an async command, its status and logs, list, delete."""
+    from daytona import SessionExecuteRequest
+
+    sandbox = await client.create(timeout=30)
+    await sandbox.process.create_session("work")
+    with pytest.raises(DaytonaError):
+        await sandbox.process.create_session("work")  # 409: the id is taken
+    done = await sandbox.process.execute_session_command(
+        "work", SessionExecuteRequest(command="export KEPT=yes; echo sync; (exit 3)")
+    )
+    assert (done.exit_code, done.output) == (3, "sync\n")
+    record = service.sandboxes.get(sandbox.id)
+    async with record.beacon("started") as started:
+        line = 'echo "async $KEPT"; echo up > started; while [ ! -e go ]; do sleep 0.05; done'
+        handed = await sandbox.process.execute_session_command(
+            "work", SessionExecuteRequest(command=line, run_async=True)
+        )
+        await started.wait(20)
+        running = await sandbox.process.get_session_command("work", handed.cmd_id)
+        assert running.exit_code is None  # still running: no exitCode
+        await sandbox.fs.upload_file(b"", "go")
+    for _ in range(400):
+        status = await sandbox.process.get_session_command("work", handed.cmd_id)
+        if status.exit_code is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert status.exit_code == 0
+    logs = await sandbox.process.get_session_command_logs("work", handed.cmd_id)
+    assert logs.output == "async yes\n"  # the session's shell kept KEPT
+    listed = {session.session_id: session for session in await sandbox.process.list_sessions()}
+    assert [c.id for c in listed["work"].commands or []] == [done.cmd_id, handed.cmd_id]
+    await sandbox.process.delete_session("work")
+    with pytest.raises(DaytonaError):
+        await sandbox.process.get_session("work")
+    await client.delete(sandbox)
+
+
 async def test_sdk_search_move_and_delete(client: AsyncDaytona) -> None:
     """fs.search_files walks the tree with lstat; move_files and delete_file answer as the
     daemon does (its os.Stat follows links: a dangling one is "not found")."""

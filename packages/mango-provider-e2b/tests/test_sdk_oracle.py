@@ -104,6 +104,62 @@ async def test_sdk_is_refused_without_the_key(
         await AsyncSandbox.create(template="base")
 
 
+async def test_sdk_drives_the_process_service(sdk_env: E2BFakeService) -> None:
+    """Connect gets only the output written after it; List shows tags; SendSignal kills."""
+    import asyncio
+
+    from e2b import SandboxException
+
+    sandbox = await AsyncSandbox.create(template="base")
+    try:
+        before = asyncio.Event()
+        script = 'printf before; read -r x; printf "after %s" "$x"'
+        handle = await sandbox.commands.run(
+            script, background=True, stdin=True, on_stdout=lambda _text: before.set()
+        )
+        await asyncio.wait_for(before.wait(), 20)
+        await handle.disconnect()
+        again = await sandbox.commands.connect(handle.pid)
+        assert again.pid == handle.pid
+        await sandbox.commands.send_stdin(handle.pid, "abc\n")
+        result = await again.wait()
+        assert (result.stdout, result.exit_code) == ("after abc", 0)  # envd replays nothing
+        with pytest.raises(SandboxException):
+            await sandbox.commands.connect(handle.pid)  # not running any more: not_found
+
+        sleeper = await sandbox.commands.run("sleep 60", background=True)
+        listed = {process.pid: process for process in await sandbox.commands.list()}
+        assert sleeper.pid in listed
+        assert handle.pid not in listed
+        assert listed[sleeper.pid].cmd == "/bin/bash"
+        assert await sandbox.commands.kill(sleeper.pid)
+        with pytest.raises(CommandExitException) as killed:
+            await sleeper.wait()
+        assert killed.value.error == "signal: killed"
+        assert not await sandbox.commands.kill(sleeper.pid)  # gone: not_found, False
+    finally:
+        await sandbox.kill()
+
+
+async def test_sdk_lists_mangos_background_processes_by_tag(
+    sdk_env: E2BFakeService, provider: E2BProvider, session_key: str
+) -> None:
+    """mango's process runs under envd with its id as the tag; the SDK connects to it by pid."""
+    mine = await provider.create(session_key, SPEC)
+    try:
+        started = await mine.start(Command(("sh", "-c", "exec cat")))
+        theirs = await AsyncSandbox.connect(mine.ref.external_id)
+        tagged = [p for p in await theirs.commands.list() if p.tag == started.id]
+        assert [p.pid for p in tagged] == [started.pid]
+        watching = await theirs.commands.connect(started.pid)
+        await mine.kill(started.id)
+        with pytest.raises(CommandExitException):
+            await watching.wait()
+        assert [p for p in await theirs.commands.list() if p.tag == started.id] == []
+    finally:
+        await mine.destroy()
+
+
 async def test_sdk_drives_the_filesystem_service(
     sdk_env: E2BFakeService, provider: E2BProvider, session_key: str
 ) -> None:

@@ -42,13 +42,16 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 
 def test_registration_is_preview_with_limited_network() -> None:
-    """``opensandbox`` registers through the entry point: preview, packages, limited network
-    and the file API."""
+    """``opensandbox`` registers through the entry point: preview, packages, limited network,
+    the file API and background processes."""
     host = load_plugins()
     registration = host.providers().get("opensandbox")
     assert registration.support_level is SupportLevel.PREVIEW
     assert registration.capabilities == CapabilitySet.of(
-        Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK, Capability.FILE_API
+        Capability.PACKAGE_SETUP,
+        Capability.LIMITED_NETWORK,
+        Capability.FILE_API,
+        Capability.BACKGROUND_PROCESSES,
     )
     assert {setting.env for setting in registration.settings} >= {
         "OPEN_SANDBOX_DOMAIN",
@@ -131,7 +134,10 @@ def test_factory_is_lazy_and_takes_the_namespace() -> None:
     assert isinstance(provider, OpenSandboxProvider)
     assert provider.ownership.namespace == "deploy-a"
     assert provider.capabilities == CapabilitySet.of(
-        Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK, Capability.FILE_API
+        Capability.PACKAGE_SETUP,
+        Capability.LIMITED_NETWORK,
+        Capability.FILE_API,
+        Capability.BACKGROUND_PROCESSES,
     )
 
 

@@ -134,6 +134,59 @@ async def test_sdk_and_mango_share_the_wire(
     await sandbox.destroy()
 
 
+def _sdk_background(fake: FakeOpenSandbox, server_proxy: bool) -> dict[str, Any]:
+    """Background commands through the SDK: start, status, logs by cursor, interrupt."""
+    import time
+
+    from opensandbox.models.execd import RunCommandOpts
+
+    config = _config(fake, server_proxy)
+    sandbox = SandboxSync.create(
+        IMAGE, entrypoint=["tail", "-f", "/dev/null"], connection_config=config
+    )
+    found: dict[str, Any] = {}
+    try:
+        script = "printf 'one\\ntwo'; echo err >&2; while [ ! -e go ]; do sleep 0.05; done; exit 3"
+        started = sandbox.commands.run(script, opts=RunCommandOpts(background=True))
+        assert started.id is not None
+        deadline = time.monotonic() + 20
+        logs = sandbox.commands.get_background_command_logs(started.id)
+        while "err" not in logs.content and time.monotonic() < deadline:
+            time.sleep(0.05)  # a bounded poll of the condition, as the SDK's users poll
+            logs = sandbox.commands.get_background_command_logs(started.id)
+        found["first"] = (logs.content, logs.cursor)
+        found["running"] = sandbox.commands.get_command_status(started.id).running
+        found["from_cursor"] = sandbox.commands.get_background_command_logs(started.id, 4).content
+        sandbox.files.write_file("/workspace/go", b"")
+        status = sandbox.commands.get_command_status(started.id)
+        while status.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+            status = sandbox.commands.get_command_status(started.id)
+        found["ended"] = (status.running, status.exit_code)
+        sleeper = sandbox.commands.run("sleep 60", opts=RunCommandOpts(background=True))
+        assert sleeper.id is not None
+        sandbox.commands.interrupt(sleeper.id)
+        status = sandbox.commands.get_command_status(sleeper.id)
+        while status.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+            status = sandbox.commands.get_command_status(sleeper.id)
+        found["interrupted"] = (status.running, status.exit_code)
+    finally:
+        sandbox.kill()
+        sandbox.close()
+    return found
+
+
+async def test_sdk_drives_background_commands(fake: FakeOpenSandbox, server_proxy: bool) -> None:
+    """execd's background commands: combined log read from a byte cursor, status, interrupt."""
+    found = await asyncio.to_thread(_sdk_background, fake, server_proxy)
+    assert found["first"] == ("one\ntwoerr\n", len("one\ntwoerr\n"))
+    assert found["running"] is True
+    assert found["from_cursor"] == "twoerr\n"  # the cursor is a byte offset in execd's sources
+    assert found["ended"] == (False, 3)
+    assert found["interrupted"] == (False, -1)  # the group got SIGTERM: Go's ExitCode() is -1
+
+
 def _sdk_files(fake: FakeOpenSandbox, sandbox_id: str) -> dict[str, Any]:
     """execd's list, info, move, delete and mkdir as the SDK calls them (run in a thread)."""
     from opensandbox.exceptions import SandboxApiException

@@ -164,13 +164,14 @@ def open_cube_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="cube",
-    capabilities=CapabilitySet.of(Capability.FILE_API),
+    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_cube_provider,
     description="one Tencent CubeSandbox microVM per Session (E2B protocol, proxy-node routing)",
 )
-"""``cube``: the core contract and the file API (``file-api``, through envd's ``Filesystem``)."""
+"""``cube``: the core contract, the file API (``file-api``, through envd's ``Filesystem``)
+and background processes (envd's process service)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider="cube",

@@ -244,6 +244,44 @@ class Toolbox:
             raise ProtocolError("execute command: the toolbox answered a malformed result")
         return code, result
 
+    async def create_session(self, session_id: str) -> None:
+        """``POST /process/session``: a session (one long-lived shell); 409 if it exists."""
+        await self.client.request(
+            "POST",
+            f"{self.prefix}/process/session",
+            operation="create session",
+            json={"sessionId": session_id},
+            idempotent=False,
+        )
+
+    async def execute_async(self, session_id: str, line: str) -> str:
+        """``POST /process/session/{id}/exec`` with ``runAsync``: the command's id (202).
+
+        The session's shell runs ``line``; the call returns once it was handed
+        over. Never retried: it runs a command.
+        """
+        response = await self.client.request(
+            "POST",
+            f"{self.prefix}/process/session/{urllib.parse.quote(session_id, safe='')}/exec",
+            operation="execute session command",
+            json={"command": line, "runAsync": True},
+            idempotent=False,
+        )
+        command_id = _document(response, "execute session command").get("cmdId")
+        if not isinstance(command_id, str) or not command_id:
+            raise ProtocolError("execute session command: the toolbox answered no cmdId")
+        return command_id
+
+    async def delete_session(self, session_id: str) -> None:
+        """``DELETE /process/session/{id}`` (its shell ends); gone already is success."""
+        await self.client.request(
+            "DELETE",
+            f"{self.prefix}/process/session/{urllib.parse.quote(session_id, safe='')}",
+            operation="delete session",
+            expected=(404,),
+            idempotent=True,
+        )
+
     async def home_dir(self) -> str:
         """``GET /user-home-dir``: the sandbox user's home (mango's workspace root)."""
         response = await self.client.request(

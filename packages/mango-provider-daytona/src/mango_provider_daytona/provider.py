@@ -137,8 +137,9 @@ class DaytonaProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """The file API (``file-api``); package setup, mounts and limited network are not built."""
-        return CapabilitySet.of(Capability.FILE_API)
+        """The file API (``file-api``) and background processes (session commands and the kit's
+        supervisor); package setup, mounts and limited network are not built."""
+        return CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES)
 
     @property
     def ownership(self) -> Ownership:

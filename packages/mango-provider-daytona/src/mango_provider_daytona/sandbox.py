@@ -28,6 +28,7 @@ from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import RemoteSandbox
+from mango.provider.shellprocesses import ShellProcesses
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.execution import TEARDOWN_SETTLE_SECONDS, run_command
 from mango_provider_daytona.files import classified, file_part
@@ -40,7 +41,13 @@ from mango_provider_daytona.scripts import (
     unlink_line,
 )
 
-__all__ = ["DaytonaSandbox"]
+__all__ = ["PROCESS_ROOT", "SESSION_PREFIX", "DaytonaSandbox"]
+
+PROCESS_ROOT = "/tmp/.mango-processes"  # noqa: S108 - the sandbox's own /tmp
+"""The background-process table: the sandbox user (not root) may write there, as the exec
+wrapper's control files do."""
+SESSION_PREFIX = "mango-"
+"""A background process runs in the session ``mango-<process id>``."""
 
 STAT_BATCH = 200
 """Paths per stat line at most."""
@@ -50,11 +57,15 @@ argument, which Linux caps at 128 KiB."""
 
 
 @attrs.define(kw_only=True, eq=False, on_setattr=attrs.setters.frozen)
-class DaytonaSandbox(RemoteSandbox, RemoteFileSystem):
+class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     """One Daytona sandbox, obtained from :class:`~mango_provider_daytona.DaytonaProvider`.
 
     Commands run through the toolbox (see :mod:`mango_provider_daytona.execution`);
-    output arrives when the command ends. ``command.cwd`` is entered below
+    output arrives when the command ends. Background processes run in a
+    session of their own (create session, execute with ``runAsync``; the
+    session is deleted after a kill) under the kit's supervisor
+    (:mod:`mango.provider.shellprocesses`), whose table lives in
+    :data:`PROCESS_ROOT`. ``command.cwd`` is entered below
     :attr:`root` (missing directories created, symlinks refused). Files are
     the kit's :class:`~mango.provider.files.RemoteFiles` over the toolbox (see
     :mod:`mango_provider_daytona.files`). The sandbox keeps the spec it was
@@ -106,6 +117,17 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem):
         if not result.cancelled:
             self._seen[0] = time.monotonic()
         return result
+
+    _process_root = PROCESS_ROOT
+
+    async def _launch(self, line: str, process_id: str) -> str | None:
+        session = SESSION_PREFIX + process_id
+        await self._toolbox.create_session(session)
+        await self._toolbox.execute_async(session, line)
+        return None
+
+    async def _forget(self, process_id: str) -> None:
+        await self._toolbox.delete_session(SESSION_PREFIX + process_id)
 
     async def keep_alive(self) -> None:
         """Start the sandbox if Daytona paused, stopped or archived it, and restart its idle clock.

@@ -197,14 +197,14 @@ def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet.of(Capability.FILE_API),
+    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_daytona_provider,
     description="one Daytona sandbox per Session (API and toolbox over httpx)",
     quirks=QUIRKS,
 )
-"""``daytona``: core contract only, output at the end of each command."""
+"""``daytona``: the core contract and background processes; output at the end of each command."""
 
 
 def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DaytonaProvider]:

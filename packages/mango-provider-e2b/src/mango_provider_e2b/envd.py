@@ -226,6 +226,12 @@ def _entry(value: object) -> Entry:
     return native_entry(info, "envd stat").entry
 
 
+async def _no_envelopes() -> AsyncIterator[Envelope]:
+    # A plain 404 (an envd without the route, or a proxy that lost the sandbox).
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
 async def _mapped(
     envelopes: AsyncIterator[Envelope], operation: str, secrets: tuple[str, ...]
 ) -> AsyncIterator[Envelope]:
@@ -481,6 +487,56 @@ class Envd:
             idempotent=True,
         )
         return response.status_code != 404
+
+    @contextlib.asynccontextmanager
+    async def connect(self, tag: str) -> AsyncIterator[AsyncIterator[Envelope]]:
+        """``process.Process/Connect`` to the running process started with ``tag``.
+
+        A server stream like :meth:`start`'s: a ``start`` event, then the output
+        written *from now on* (envd replays nothing), then ``end``. A process
+        that is no longer running is a ``not_found`` end-of-stream error (older
+        envd) or a ``start`` and a retained ``end`` (newer envd). Read-only, so
+        opening it may be retried.
+        """
+        operation = f"{self.provider}: envd connect to process"
+        headers = {
+            "Content-Type": CONNECT_CONTENT_TYPE,
+            "Connect-Protocol-Version": "1",
+            "Connect-Content-Encoding": "identity",
+            "Connect-Accept-Encoding": "identity",
+            "Keepalive-Ping-Interval": "50",
+        }
+        async with self.api.stream(
+            "POST",
+            self._url("/process.Process/Connect"),
+            operation=operation,
+            idempotent=True,
+            expected=(404,),
+            content=encode_envelope({"process": {"tag": tag}}),
+            headers=self._headers(headers),
+            timeout=_STREAM_TIMEOUT,
+        ) as response:
+            secrets = (*self.api.secrets, *self.address.headers.values())
+            if response.status_code == 404:
+                yield _no_envelopes()
+                return
+            yield _mapped(decode_envelopes(response.aiter_raw()), operation, secrets)
+
+    async def running(self) -> dict[str, int]:
+        """``List``: the tag and pid of every running process envd started with a tag."""
+        response = await self._unary("process.Process/List", {}, idempotent=True)
+        if response.status_code == 404:
+            raise RemoteUnavailable(f"{self.provider}: envd List: HTTP 404")
+        answer = json_answer(response, operation=f"{self.provider}: envd List", shape=dict)
+        processes = answer.get("processes", [])
+        found: dict[str, int] = {}
+        for process in processes if isinstance(processes, list) else []:
+            if not isinstance(process, dict):
+                continue
+            tag, pid = process.get("tag"), process.get("pid")
+            if isinstance(tag, str) and isinstance(pid, int) and not isinstance(pid, bool):
+                found[tag] = pid
+        return found
 
     async def pid_of(self, tag: str) -> int | None:
         """The pid of the running process started with ``tag`` (``List``), or ``None``."""

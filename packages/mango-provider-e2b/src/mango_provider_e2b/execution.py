@@ -63,6 +63,7 @@ __all__ = [
     "SHELL",
     "STDIN_CHUNK_BYTES",
     "CommandHost",
+    "event_of",
     "kill_tree",
     "run_command",
     "unreachable",
@@ -112,7 +113,8 @@ def unreachable(error: MangoError) -> bool:
     return isinstance(error, RemoteUnavailable) and error.status == 502
 
 
-def _event(envelope: Envelope) -> tuple[str, dict[str, Any]]:
+def event_of(envelope: Envelope) -> tuple[str, dict[str, Any]]:
+    """The kind of a process-stream event (``start``, ``data``, ``end``, ...) and its body."""
     event = envelope.payload.get("event")
     if isinstance(event, dict):
         for kind in ("start", "data", "end", "keepalive"):
@@ -212,7 +214,7 @@ async def kill_tree(envd: Envd, pid: int | None, tag: str) -> None:
                 timeout_ms=int(KILL_SECONDS * 1000),
             ) as envelopes:
                 async for envelope in envelopes:
-                    if _event(envelope)[0] == "end":
+                    if event_of(envelope)[0] == "end":
                         return
         except MangoError:
             await envd.kill(target)
@@ -264,7 +266,7 @@ class _Run:
         """Feed the channel until ``end``; return (exit code or None, server timed out)."""
         async with asyncio.timeout_at(until):
             async for envelope in envelopes:
-                kind, value = _event(envelope)
+                kind, value = event_of(envelope)
                 if kind == "data":
                     chunk = _chunk(value)
                     if chunk is not None:

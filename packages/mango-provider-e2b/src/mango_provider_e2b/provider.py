@@ -121,8 +121,9 @@ class E2BProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """The file API (``file-api``: envd's ``Filesystem``), for E2B and Cube alike."""
-        return CapabilitySet.of(Capability.FILE_API)
+        """The file API (``file-api``: envd's ``Filesystem``) and background processes (envd's
+        process service and the kit's supervisor), for E2B and Cube alike."""
+        return CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES)
 
     @property
     def control(self) -> ControlPlane:

@@ -9,6 +9,8 @@ the file API (``file-api``) is envd's ``ListDir``, ``Stat``, ``Move``,
 overwrites and its ``Remove`` is always recursive: the kit checks the
 destination and a directory's emptiness first (the window it leaves is in
 that module's docstring).
+Background processes (``background-processes``) are envd's process service
+under the kit's supervisor (:mod:`mango_provider_e2b.processes`).
 
 The data plane's answer for a sandbox it cannot reach is a 502 from the
 proxy; only the control plane can say whether that sandbox is gone
@@ -49,6 +51,7 @@ from mango.provider.remote import RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo
 from mango_provider_e2b.envd import LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
+from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
 
 __all__ = ["ROOT", "E2BSandbox", "Remote"]
@@ -60,7 +63,7 @@ KEEP_MARGIN_SECONDS = 30.0
 
 
 @attrs.define(eq=False)
-class E2BSandbox(RemoteSandbox, RemoteFileSystem):
+class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
     """A client for one E2B or Cube sandbox (see the module docstring)."""
 
     _provider: Remote = attrs.field(repr=False)

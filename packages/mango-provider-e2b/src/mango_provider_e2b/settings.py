@@ -163,13 +163,14 @@ def open_e2b_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="e2b",
-    capabilities=CapabilitySet.of(Capability.FILE_API),
+    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_e2b_provider,
     description="one E2B Firecracker microVM per Session, paused when idle (httpx, no SDK)",
 )
-"""``e2b``: the core contract and the file API (``file-api``, through envd's ``Filesystem``)."""
+"""``e2b``: the core contract, the file API (``file-api``, through envd's ``Filesystem``)
+and background processes (envd's process service)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider="e2b",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -41,6 +42,7 @@ from mango.provider.http import ApiClient, RetryPolicy, json_answer, transfer_de
 from mango.provider.jsonstream import json_array_items
 from mango.provider.remote import ProviderView
 from mango_provider_opensandbox.lifecycle import Endpoint
+from mango_provider_opensandbox.wire import bounded_lines, sse_events
 
 __all__ = ["LIST_DEPTH_ALL", "DataPlane", "Egress", "Execd", "native_entry"]
 
@@ -370,6 +372,45 @@ class Execd:
             idempotent=False,
         ) as response:
             yield response
+
+    async def start_background(self, line: str, *, cwd: str, timeout: float) -> str:
+        """``POST /command`` with ``background``: execd starts ``line`` detached and answers
+        ``init`` (the command's id), then ``execution_complete``; the id is returned at once
+        (the command does not hang on this request: execd runs it on its own context)."""
+        body = {"command": line, "cwd": cwd, "background": True}
+        async with self.command(body, timeout=timeout) as response:
+            async for event in sse_events(bounded_lines(response.aiter_bytes())):
+                if event.get("type") == "init" and isinstance(event.get("text"), str):
+                    return str(event["text"])
+                if event.get("type") == "error":
+                    raise ProviderUnavailable(
+                        f"execd could not start the background command: {str(event)[:200]}"
+                    )
+        raise ProviderUnavailable("run background command: execd sent no init event")
+
+    async def command_logs(self, command_id: str, cursor: int, max_bytes: int) -> tuple[bytes, int]:
+        """``GET /command/{id}/logs?cursor=``: at most ``max_bytes`` from byte ``cursor`` of the
+        background command's combined output, and its end (``EXECD-COMMANDS-TAIL-CURSOR``).
+
+        execd seeks the output file to the cursor (a byte offset, whatever the
+        spec's "line" says) and answers the rest of it: the body is read only up
+        to ``max_bytes`` and the response is closed there.
+        """
+        operation = "get background command logs"
+        async with self.plane.stream(
+            "GET",
+            f"/command/{urllib.parse.quote(command_id, safe='')}/logs",
+            operation=operation,
+            params={"cursor": str(cursor)},
+        ) as response:
+            tail = response.headers.get("EXECD-COMMANDS-TAIL-CURSOR", "")
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk[: max_bytes - len(data)]
+                if len(data) >= max_bytes:
+                    break
+        end = int(tail) if tail.strip().isdigit() else cursor + len(data)
+        return bytes(data), end
 
     async def interrupt(self, command_id: str) -> None:
         """``DELETE /command?id=``: stop a running command (best effort by the caller)."""

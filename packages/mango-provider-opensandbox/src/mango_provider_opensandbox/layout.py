@@ -28,9 +28,13 @@ PROVIDER_NAME = "opensandbox"
 DEFAULT_IMAGE = "python:3.12-slim"
 """Image of sandboxes whose spec names none (``OPEN_SANDBOX_IMAGE``)."""
 CAPABILITIES = CapabilitySet.of(
-    Capability.PACKAGE_SETUP, Capability.LIMITED_NETWORK, Capability.FILE_API
+    Capability.PACKAGE_SETUP,
+    Capability.LIMITED_NETWORK,
+    Capability.FILE_API,
+    Capability.BACKGROUND_PROCESSES,
 )
-"""Package setup (through exec), limited network (the egress sidecar) and the file API (execd)."""
+"""Package setup (through exec), limited network (the egress sidecar), the file API (execd)
+and background processes (execd's background commands under the kit's supervisor)."""
 API_PREFIX = "/v1"
 """The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"

@@ -15,6 +15,7 @@ from mango.provider import (
     Entry,
     EntryKind,
     ExecResult,
+    MangoError,
     NetworkMode,
     PathPolicy,
     PermanentError,
@@ -28,8 +29,10 @@ from mango.provider.files import Download
 from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
+from mango.provider.processes import ProcessRecord
 from mango.provider.remote import RemoteSandbox
-from mango.provider.shell import MAX_INLINE_LINE_BYTES, plan_command
+from mango.provider.shell import MAX_INLINE_LINE_BYTES, kill_tree_line, plan_command
+from mango.provider.shellprocesses import ShellProcesses
 from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import LIST_DEPTH_ALL, Egress, Execd
 from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
@@ -70,7 +73,7 @@ class _Run:
 
 
 @attrs.define(kw_only=True, eq=False)
-class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem):
+class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     """One OpenSandbox sandbox, from :class:`~mango_provider_opensandbox.OpenSandboxProvider`.
 
     Commands run through execd as an event stream; their output is framed by
@@ -85,6 +88,13 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem):
     overwritten) and follows a link as its source (a dangling one is "not
     found"); the kit checks the destination first. The egress allowlist goes
     through the sidecar.
+
+    Background processes are execd's background commands under the kit's
+    supervisor (:mod:`mango.provider.shellprocesses`): execd starts the
+    supervisor as a process-group leader and keeps its output (read by byte
+    cursor), ``interrupt`` ends the group; the supervisor adds what execd
+    lacks (a listing, stdin through a FIFO, the exit status and the kill
+    marker any worker reads, ``command.timeout`` as a kill).
 
     A command whose sandbox is deleted while it runs ends with
     ``cancelled=True`` and exit code -1, whoever deleted it: this client's
@@ -210,6 +220,39 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem):
         with contextlib.suppress(Exception):
             async with asyncio.timeout(INTERRUPT_SECONDS):
                 await self._execd.delete_file(path)
+
+    # ---------------------------------------------------------------- background processes
+
+    _launch_detach = False
+    _launch_new_session = False  # execd starts its command with Setpgid: a group leader
+    _vendor_log = True
+
+    async def _launch(self, line: str, process_id: str) -> str | None:  # noqa: ARG002 - execd names it
+        return await self._execd.start_background(
+            line, cwd=ROOT, timeout=self._provider.request_timeout
+        )
+
+    async def _read_log(
+        self, record: ProcessRecord, since: int, limit: int
+    ) -> tuple[bytes, int, int]:
+        if record.vendor is None:
+            return b"", 0, 0  # started but never handed to execd: nothing was written
+        # execd keeps the whole log (nothing dropped): its own file, its own disk.
+        data, end = await self._execd.command_logs(record.vendor, since, limit)
+        return data, end, 0
+
+    async def _kill_tree(self, record: ProcessRecord, marker: str) -> None:
+        await self._run(marker)
+        if record.vendor is not None:
+            try:
+                # SIGTERM, then SIGKILL, to the group execd started: the supervisor and its tree.
+                await self._execd.interrupt(record.vendor)
+            except MangoError:
+                pass  # execd saw it end, or lost it: the kit's own group kill below
+            else:
+                return
+        if record.pid is not None:
+            await self._run(kill_tree_line(record.pid))
 
     # ---------------------------------------------------------------- files (the kit's RemoteFiles)
 

@@ -29,7 +29,8 @@ its URL (``run_standalone`` is a fake's whole ``__main__``), and
 Shared by every vendor fake besides: :mod:`mango.fakes.wire` (RFC 3339
 times, label maps, a connection cut as when a daemon dies mid-answer) and
 :mod:`mango.fakes.beacons` (a test awaits the moment a command in a fake
-sandbox gets somewhere, with no polling).
+sandbox gets somewhere, with no polling) and :mod:`mango.fakes.reaper` (the
+processes a fake sandbox started, marked, die with it even after ``setsid``).
 
 Where it stands: above the adapters (its sandboxes are the local
 provider's) and below :mod:`mango.plugins`, so it is not part of the
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 from mango.fakes.beacons import Beacon, open_beacon
 from mango.fakes.faults import Faults, Hostile, RecordedRequest
+from mango.fakes.reaper import SANDBOX_MARK, kill_marked, mark
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
     MAX_REQUEST_BYTES,
@@ -60,6 +62,7 @@ from mango.fakes.wire import cut_connection, is_string_map, rfc3339
 
 __all__ = [
     "MAX_REQUEST_BYTES",
+    "SANDBOX_MARK",
     "SERVICE_KEY",
     "UNCAPPED_OUTPUT",
     "Announce",
@@ -76,6 +79,8 @@ __all__ = [
     "Servable",
     "cut_connection",
     "is_string_map",
+    "kill_marked",
+    "mark",
     "open_beacon",
     "rfc3339",
     "run_standalone",

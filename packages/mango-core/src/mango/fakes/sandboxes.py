@@ -38,6 +38,7 @@ from mango.domain.values import (
     SandboxSpec,
 )
 from mango.fakes.beacons import Beacon, open_beacon
+from mango.fakes.reaper import kill_marked
 from mango.local import LocalProvider
 from mango.local.sandbox import LocalSandbox
 
@@ -212,6 +213,8 @@ class FakeSandboxes:
             return False
         record.state = SandboxState.DELETED
         await record.local.destroy()
+        # The processes that left their group (setsid) die with the sandbox too.
+        kill_marked(sandbox_id)
         return True
 
     async def exec(self, sandbox_id: str, command: Command) -> ExecResult:

@@ -13,6 +13,7 @@ from aiohttp import web
 from mango.fakes import FakeService
 from mango.provider import SandboxSpec
 from mango_provider_daytona.fake.api import ApiRoutes
+from mango_provider_daytona.fake.sessions import SessionRoutes
 from mango_provider_daytona.fake.state import FAKE_API_KEY, FAKE_MAX_OUTPUT_BYTES, error
 from mango_provider_daytona.fake.toolbox import ToolboxRoutes
 
@@ -20,7 +21,7 @@ __all__ = ["DaytonaFake", "open_fake_daytona", "routes"]
 
 
 @attrs.define(eq=False)
-class DaytonaFake(ApiRoutes, ToolboxRoutes):
+class DaytonaFake(ApiRoutes, ToolboxRoutes, SessionRoutes):
     """The state of one fake Daytona deployment and its routes."""
 
     def _authorized(self, request: web.Request) -> bool:
@@ -40,6 +41,7 @@ class DaytonaFake(ApiRoutes, ToolboxRoutes):
             return wrapper
 
         toolbox = "/toolbox/{id}"
+        session = toolbox + "/process/session/{session}"
         return [
             web.get("/sandbox", guarded(self.list_sandboxes)),
             web.post("/sandbox", guarded(self.create_sandbox)),
@@ -54,6 +56,13 @@ class DaytonaFake(ApiRoutes, ToolboxRoutes):
             web.get(f"{toolbox}/project-dir", guarded(self.home_dir)),
             web.get(f"{toolbox}/work-dir", guarded(self.home_dir)),
             web.post(f"{toolbox}/process/execute", guarded(self.execute)),
+            web.post(f"{toolbox}/process/session", guarded(self.create_session)),
+            web.get(f"{toolbox}/process/session", guarded(self.list_sessions)),
+            web.get(f"{session}", guarded(self.get_session)),
+            web.delete(f"{session}", guarded(self.delete_session)),
+            web.post(f"{session}/exec", guarded(self.session_execute)),
+            web.get(f"{session}/command/{{command}}", guarded(self.session_command)),
+            web.get(f"{session}/command/{{command}}/logs", guarded(self.session_command_logs)),
             web.post(f"{toolbox}/files/folder", guarded(self.make_folder)),
             web.get(f"{toolbox}/files/info", guarded(self.file_info)),
             web.delete(f"{toolbox}/files", guarded(self.delete_file)),
@@ -82,5 +91,8 @@ async def open_fake_daytona(
         spec=SandboxSpec(),
         max_output_bytes=FAKE_MAX_OUTPUT_BYTES,
     )
-    async with service:
-        yield service, fake
+    try:
+        async with service:
+            yield service, fake
+    finally:
+        await fake.reap()  # the sessions' shells, killed with their sandboxes, are waited for

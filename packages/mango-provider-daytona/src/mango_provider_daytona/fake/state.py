@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from http import HTTPStatus
 
@@ -49,6 +50,8 @@ class DaytonaState:
     executions: list[asyncio.Future[ExecResult]] = attrs.field(factory=list, init=False)
     """Every ``/process/execute`` command started, in order (each runs detached from its
     request, as the daemon's does: a cut request does not stop it)."""
+    shells: list[asyncio.subprocess.Process] = attrs.field(factory=list, init=False)
+    """Every session's shell, for :meth:`reap` when the fake stops."""
     service: FakeService | None = attrs.field(default=None, init=False)
     _names: dict[str, str] = attrs.field(factory=dict, init=False)
     _pending_polls: dict[str, int] = attrs.field(factory=dict, init=False)
@@ -75,10 +78,24 @@ class DaytonaState:
             return "destroyed"
         return str(record.extra.get("state", "started"))
 
+    async def reap(self) -> None:
+        """Kill and wait for every session shell (the fake stops: none outlives it)."""
+        for shell in self.shells:
+            if shell.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    shell.kill()
+            await shell.wait()
+        self.shells.clear()
+
+    def end_sessions(self, record: FakeSandbox) -> None:
+        """The sandbox stopped: end its sessions and their processes (the sessions' part)."""
+
     def set_state(self, sandbox_id: str, state: str) -> None:
         """Put a sandbox in ``state`` behind the client's back (``stopped``, ``archived``, ...)."""
         record = self._service.sandboxes.get(sandbox_id)
         record.extra["state"] = state
+        if state in ("stopped", "archived"):
+            self.end_sessions(record)  # the container stops: every process in it dies
         if state == "started":
             self._service.sandboxes.resume(sandbox_id)
         else:

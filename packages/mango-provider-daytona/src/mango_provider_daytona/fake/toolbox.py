@@ -19,7 +19,7 @@ from mango.fakes import FakeSandbox
 from mango.provider import Command
 from mango_provider_daytona.fake.state import DaytonaState, error
 
-__all__ = ["ToolboxRoutes"]
+__all__ = ["PROCESSES_PREFIX", "ToolboxRoutes"]
 
 _DOWNLOAD_BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 _SHELL_EXEC = ("/bin/sh", "-c", "exec /bin/sh 2>&1")
@@ -31,6 +31,8 @@ _CONTROL_PREFIX = "/tmp/.mango-exec"  # noqa: S108
 # Staged stdin: commands read it at this literal path, so it stays on the host's
 # /tmp (each file has a fresh random name).
 _STDIN_PREFIX = "/tmp/.mango-stdin"  # noqa: S108
+PROCESSES_PREFIX = "/tmp/.mango-processes"  # noqa: S108
+"""mango's background-process table; moved into the private TMPDIR in every command line."""
 
 
 def _under(target: str, prefix: str) -> bool:
@@ -84,6 +86,8 @@ class ToolboxRoutes(DaytonaState):
         timeout = body.get("timeout")
         tmp = _private_tmp(record)
         tmp.mkdir(mode=0o700, exist_ok=True)
+        # The background-process table's literal /tmp path: the sandbox's own /tmp.
+        line = line.replace(PROCESSES_PREFIX, str(tmp / ".mango-processes"))
         command = Command(
             argv=_SHELL_EXEC,
             stdin=line.encode(),

@@ -13,8 +13,14 @@ disagree, the SDK decides. Sandboxes are the scaffold's (:mod:`mango.fakes`: rea
 local process sandboxes): the workspace ``/workspace`` is a host directory,
 commands are real processes (:mod:`mango_provider_e2b.fake.processes`), and
 absolute paths under ``/workspace`` in a command's arguments, its cwd or a
-file call are mapped onto that directory (the only part of a sandbox's file
-system the fake has).
+file call are mapped onto that directory; those under ``/var/lib/mango``
+(where mango keeps its background processes' files) onto a private
+directory beside it. That is all of a sandbox's file system the fake has.
+Processes: ``Start`` (with a ``tag``), ``Connect`` by pid or tag (the output
+from then on; envd replays nothing), ``List``, ``SendInput``, ``CloseStdin``,
+``SendSignal``; a process runs on when its stream's client leaves, and
+``FakeConfig.connect_deadline`` cuts ``Connect`` streams that outlive it, as
+E2B's edge does (a reconnect that fails after two minutes).
 
 Routing of envd calls: by the ``E2b-Sandbox-Id`` header (the SDK with one
 ``sandbox_url``; mango with ``E2B_SANDBOX_URL``) or by the virtual host

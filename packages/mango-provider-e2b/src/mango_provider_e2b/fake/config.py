@@ -11,6 +11,7 @@ __all__ = [
     "CUBE_MODE",
     "CUBE_REPORTED_ENVD_VERSION",
     "E2B_MODE",
+    "STATE_DIR",
     "WORKSPACE",
     "FakeConfig",
     "mango_settings",
@@ -19,7 +20,10 @@ __all__ = [
 E2B_MODE = "e2b"
 CUBE_MODE = "cube"
 WORKSPACE = "/workspace"
-"""The one directory of a fake sandbox's file system."""
+"""The user's directory of a fake sandbox's file system."""
+STATE_DIR = "/var/lib/mango"
+"""The other directory a fake sandbox has: mango's own (background processes keep their
+files there); paths below it in a command line are moved as ``/workspace`` is."""
 
 
 CUBE_REPORTED_ENVD_VERSION = "0.2.0"
@@ -37,6 +41,9 @@ class FakeConfig:
     ``limit`` counts nodes, as CubeMaster's does). ``kill_resets_streams``:
     a killed sandbox's process streams are reset at once (``False``: they
     hang, as a connection to a vanished VM can, until the fake stops).
+    ``connect_deadline``: seconds after which the edge cuts a ``Connect``
+    stream (``None``: never), as E2B's does: a reconnect failing after two
+    minutes is a known peer defect; the process runs on.
     """
 
     mode: str = E2B_MODE
@@ -47,6 +54,7 @@ class FakeConfig:
     default_timeout: int = 300
     cube_nodes: int = 1
     kill_resets_streams: bool = True
+    connect_deadline: float | None = None
 
     @property
     def reported_envd_version(self) -> str:

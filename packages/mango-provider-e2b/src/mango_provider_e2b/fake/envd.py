@@ -11,6 +11,7 @@ import signal
 import stat as stat_module
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,9 +19,16 @@ from aiohttp import web
 
 from mango.fakes import FakeSandbox, cut_connection, rfc3339
 from mango_provider_e2b.connect import ConnectError, decode_envelopes, encode_envelope, end_stream
-from mango_provider_e2b.fake.common import Routes, api_error, as_object, connect_error, replying
-from mango_provider_e2b.fake.config import WORKSPACE
-from mango_provider_e2b.fake.processes import FakeProcess, go_status
+from mango_provider_e2b.fake.common import (
+    Reply,
+    Routes,
+    api_error,
+    as_object,
+    connect_error,
+    replying,
+)
+from mango_provider_e2b.fake.config import STATE_DIR, WORKSPACE
+from mango_provider_e2b.fake.processes import FakeProcess, Listener, go_status
 
 __all__ = ["Envd"]
 
@@ -34,6 +42,7 @@ class Envd(Routes):
         wrap = replying
         return [
             web.post("/process.Process/Start", wrap(self.start)),
+            web.post("/process.Process/Connect", wrap(self.connect)),
             web.post("/process.Process/{method}", wrap(self.process_unary)),
             web.post("/filesystem.Filesystem/{method}", wrap(self.filesystem)),
             web.get("/files", wrap(self.read_file)),
@@ -44,6 +53,18 @@ class Envd(Routes):
     def _workspace(record: FakeSandbox) -> str:
         return str(record.local.root)
 
+    @staticmethod
+    def _state(record: FakeSandbox) -> str:
+        # Beside the workspace, private to the sandbox: the fake's /var/lib/mango.
+        state = Path(record.local.root).parent / "fsroot-var-lib-mango"
+        state.mkdir(exist_ok=True)
+        return str(state)
+
+    def _rewrite(self, record: FakeSandbox, arg: str) -> str:
+        # Commands run as host processes: the two absolute prefixes mango uses are moved.
+        arg = arg.replace(WORKSPACE, self._workspace(record))
+        return arg.replace(STATE_DIR, self._state(record)) if STATE_DIR in arg else arg
+
     def _host_path(self, record: FakeSandbox, path: str, *, cwd: bool = False) -> str:
         if not path:
             return self._workspace(record)
@@ -52,6 +73,8 @@ class Envd(Routes):
         path = posixpath.normpath(path)
         if path == WORKSPACE or path.startswith(WORKSPACE + "/"):
             return self._workspace(record) + path[len(WORKSPACE) :]
+        if path == STATE_DIR or path.startswith(STATE_DIR + "/"):
+            return self._state(record) + path[len(STATE_DIR) :]
         if cwd and path == "/":
             return self._workspace(record)
         raise connect_error("permission_denied", f"the fake sandbox has only {WORKSPACE}: {path}")
@@ -66,15 +89,40 @@ class Envd(Routes):
         process = await self._spawn(request, record)
         self.service.processes(record.id)[process.pid] = process
         self.service.notify_change()
-        return await self._stream(request, process)
+        return await self._stream(request, process, process.first, start=True)
 
-    async def _spawn(self, request: web.Request, record: FakeSandbox) -> FakeProcess:
+    async def connect(self, request: web.Request) -> web.StreamResponse:
+        """``Connect``: a new stream on a running process (by pid or tag), from now on.
+
+        A process that is not running is a ``not_found`` error at the end of
+        an otherwise empty stream (envd before its retained exits: the
+        behaviour clients must handle anyway). ``Connect-Timeout-Ms`` bounds
+        the stream (``deadline_exceeded``), never the process.
+        """
+        record = self.envd_record(request)
+        body = await self._stream_request(request)
+        try:
+            process = self._process(record, body)
+        except Reply:
+            selector = as_object(body.get("process"))
+            response = web.StreamResponse(headers={"Content-Type": "application/connect+json"})
+            await response.prepare(request)
+            message = f"process with {'tag' if 'tag' in selector else 'pid'} not found"
+            await response.write(end_stream(ConnectError("not_found", message)))
+            await response.write_eof()
+            return response
+        return await self._stream(request, process, process.listen(), start=False)
+
+    async def _stream_request(self, request: web.Request) -> dict[str, Any]:
         if request.headers.get("Content-Type", "").split(";")[0] != "application/connect+json":
             raise connect_error("invalid_argument", "expected application/connect+json")
         envelopes = [envelope async for envelope in decode_envelopes(_once(await request.read()))]
         if len(envelopes) != 1:
             raise connect_error("invalid_argument", "expected exactly one request envelope")
-        body = envelopes[0].payload
+        return envelopes[0].payload
+
+    async def _spawn(self, request: web.Request, record: FakeSandbox) -> FakeProcess:
+        body = await self._stream_request(request)
         config = as_object(body.get("process"))
         cmd = config.get("cmd")
         args = config.get("args") or []
@@ -97,7 +145,7 @@ class Envd(Routes):
         try:
             process = await FakeProcess.start(
                 cmd,
-                [str(arg).replace(WORKSPACE, workspace) for arg in args],
+                [self._rewrite(record, str(arg)) for arg in args],
                 cwd=cwd,
                 env=env,
                 stdin=stdin,
@@ -108,11 +156,14 @@ class Envd(Routes):
             raise connect_error("invalid_argument", f"error starting process: {exc}") from None
         return process
 
-    async def _stream(self, request: web.Request, process: FakeProcess) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, process: FakeProcess, listener: Listener, *, start: bool
+    ) -> web.StreamResponse:
         timer = None
         timed_out = asyncio.Event()
         timeout_ms = request.headers.get("Connect-Timeout-Ms", "")
-        if timeout_ms.isdigit():
+        watch = None if start or not timeout_ms.isdigit() else int(timeout_ms) / 1000
+        if start and timeout_ms.isdigit():
 
             def expire() -> None:
                 timed_out.set()
@@ -123,16 +174,26 @@ class Envd(Routes):
         try:
             await response.prepare(request)
             await response.write(encode_envelope({"event": {"start": {"pid": process.pid}}}))
-            ended = 0
-            while ended < 2:
-                event = await process.next_event()
-                if event is None:
-                    ended += 1
-                    continue
-                name, chunk = event
-                data = {name: base64.b64encode(chunk).decode("ascii")}
-                await response.write(encode_envelope({"event": {"data": data}}))
-            returncode = await process.wait()
+            try:
+                edge = None if start else self.config.connect_deadline
+                async with asyncio.timeout(edge):
+                    async with asyncio.timeout(watch) as watched:
+                        await self._relay(response, listener)
+                        returncode = await process.wait()
+            except TimeoutError:
+                process.stop_listening(listener)
+                if watch is not None and watched.expired():
+                    # The client's own deadline on a Connect stream: the process runs on.
+                    await response.write(
+                        end_stream(ConnectError("deadline_exceeded", "context deadline exceeded"))
+                    )
+                    await response.write_eof()
+                    return response
+                # The edge ends a Connect stream that outlived its deadline; the process runs on.
+                self.service.cut_streams += 1
+                self.service.notify_change()
+                cut_connection(request)
+                return response
             if process.torn_down and not self.config.kill_resets_streams:
                 # The VM is gone but nothing resets the connection: it hangs.
                 await self.service.stopping.wait()
@@ -151,14 +212,26 @@ class Envd(Routes):
             await response.write_eof()
         except ConnectionResetError:
             # The client left: envd lets the process run on and drops its output.
-            process.stop_listening()
+            process.stop_listening(listener)
         except asyncio.CancelledError:
-            process.stop_listening()
+            process.stop_listening(listener)
             raise
         finally:
             if timer is not None and process.process.returncode is not None:
                 timer.cancel()
         return response
+
+    @staticmethod
+    async def _relay(response: web.StreamResponse, listener: Listener) -> None:
+        ended = 0
+        while ended < 2:
+            event = await listener.get()
+            if event is None:
+                ended += 1
+                continue
+            name, chunk = event
+            data = {name: base64.b64encode(chunk).decode("ascii")}
+            await response.write(encode_envelope({"event": {"data": data}}))
 
     def _process(self, record: FakeSandbox, body: dict[str, Any]) -> FakeProcess:
         selector = as_object(body.get("process"))

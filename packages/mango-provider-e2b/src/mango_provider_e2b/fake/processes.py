@@ -7,6 +7,8 @@ Go's words (``exit status 3``, ``signal: killed``). Also like envd it does
 **not** kill a process whose stream the client left, and ``SendSignal``
 reaches the pid alone: killing the rest of a process tree is the client's
 job. A ``Connect-Timeout-Ms`` deadline kills the pid, as envd's does.
+``Connect`` (by pid or tag) opens another stream on a running process that
+carries the output written from then on: envd keeps no past output.
 A process killed because its sandbox was deleted (:meth:`FakeProcess.kill_tree`)
 gets no ``end`` event: envd dies with the sandbox, so its stream is cut.
 """
@@ -18,10 +20,11 @@ import contextlib
 import os
 import signal
 from collections.abc import Mapping
+from typing import TypeAlias
 
 import attrs
 
-__all__ = ["CHUNK_BYTES", "FakeProcess", "go_status"]
+__all__ = ["CHUNK_BYTES", "FakeProcess", "Listener", "go_status"]
 
 CHUNK_BYTES = 32 * 1024
 """Bytes per read of a process's output (one ``data`` event at most this large)."""
@@ -58,21 +61,32 @@ def go_status(returncode: int) -> dict[str, object]:
     return {"exitCode": -1, "status": f"signal: {name}", "error": f"signal: {name}"}
 
 
+Listener: TypeAlias = asyncio.Queue[tuple[str, bytes] | None]
+"""One stream's queue of output events (``None`` marks the end of stdout or stderr)."""
+
+
 @attrs.define(eq=False)
 class FakeProcess:
-    """One started process and the queue of its output events."""
+    """One started process and the queues of the streams listening to its output.
+
+    ``Start``'s stream is the first listener; each ``Connect`` adds one that
+    gets the output written from then on (envd replays nothing). Output no
+    one listens to is read and dropped, as envd does.
+    """
 
     process: asyncio.subprocess.Process
     tag: str | None
     config: Mapping[str, object]
-    events: asyncio.Queue[tuple[str, bytes] | None] = attrs.field(
-        factory=lambda: asyncio.Queue(_QUEUE_EVENTS)
-    )
-    listening: bool = True
-    """False once the stream's client left: output is then read and dropped, as envd does."""
     torn_down: bool = False
     """True once the process was killed with its sandbox: its stream is cut, not ended."""
+    _listeners: list[Listener] = attrs.field(factory=list)
+    _ended_streams: int = 0
     _readers: list[asyncio.Task[None]] = attrs.field(factory=list)
+    first: Listener = attrs.field(init=False)
+    """The listener of the ``Start`` stream (subscribed before any output is read)."""
+
+    def __attrs_post_init__(self) -> None:
+        self.first = self.listen()
 
     @property
     def pid(self) -> int:
@@ -115,20 +129,26 @@ class FakeProcess:
             chunk = await stream.read(CHUNK_BYTES)
             if not chunk:
                 break
-            if self.listening:
-                await self.events.put((name, chunk))
-        if self.listening:
-            await self.events.put(None)
+            for listener in list(self._listeners):
+                await listener.put((name, chunk))
+        self._ended_streams += 1
+        for listener in list(self._listeners):
+            await listener.put(None)
 
-    async def next_event(self) -> tuple[str, bytes] | None:
-        """The next output event; ``None`` marks one stream's end."""
-        return await self.events.get()
+    def listen(self) -> Listener:
+        """A new listener: the output from now on (and the ends of streams already ended)."""
+        listener: Listener = asyncio.Queue(_QUEUE_EVENTS)
+        for _ in range(self._ended_streams):
+            listener.put_nowait(None)
+        self._listeners.append(listener)
+        return listener
 
-    def stop_listening(self) -> None:
-        """The client left: drop output from now on (the process runs on)."""
-        self.listening = False
-        while not self.events.empty():
-            self.events.get_nowait()
+    def stop_listening(self, listener: Listener) -> None:
+        """That stream's client left: its output is dropped from now on (the process runs on)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+        while not listener.empty():
+            listener.get_nowait()
 
     async def wait(self) -> int:
         """Wait for both readers and the process; return its return code."""

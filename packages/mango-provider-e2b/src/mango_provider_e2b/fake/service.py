@@ -34,6 +34,8 @@ class E2BFakeService(FakeService):
     _changed: asyncio.Condition = attrs.field(factory=asyncio.Condition, init=False, repr=False)
     stopping: asyncio.Event = attrs.field(factory=asyncio.Event, init=False, repr=False)
     """Set when the service stops (a hung stream ends then)."""
+    cut_streams: int = attrs.field(default=0, init=False)
+    """How many ``Connect`` streams the edge cut at ``config.connect_deadline`` (for tests)."""
 
     @classmethod
     def create(

@@ -19,7 +19,10 @@ from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
   ``error`` with the exit code or ``execution_complete``, then a grace
   period before the stream ends; a command whose sandbox is deleted gets its
   stream cut mid-body with no final event, since execd dies with the
-  container), ``DELETE /command?id=`` (interrupt),
+  container), ``DELETE /command?id=`` (interrupt), background commands
+  (``"background": true``: started detached in their own process group, with
+  ``GET /command/status/{id}`` and ``GET /command/{id}/logs?cursor=``; see
+  :mod:`.background`),
   ``files/info`` (links not followed), ``files/upload`` (multipart
   metadata + file, chunked bodies accepted), ``files/download``,
   ``directories``, ``DELETE /files``; ``FILE_NOT_FOUND`` on a missing path;

@@ -21,6 +21,7 @@ from aiohttp import BodyPartReader, web
 
 from mango.fakes import FakeSandbox, FakeService, cut_connection, rfc3339
 from mango.provider import Command, ExecResult, OutputChunk, SandboxNotRunning
+from mango_provider_opensandbox.fake.background import BackgroundCommand, BackgroundRoutes
 from mango_provider_opensandbox.fake.common import error, now_ms
 from mango_provider_opensandbox.layout import ROOT
 
@@ -78,7 +79,7 @@ class LineSplitter:
         return [text]
 
 
-class ExecdRoutes:
+class ExecdRoutes(BackgroundRoutes):
     """execd's routes; mixed into the fake server, which provides the attributes below."""
 
     service: FakeService
@@ -86,6 +87,7 @@ class ExecdRoutes:
     ping_seconds: float
     shell: str
     _commands: dict[str, asyncio.Future[Any]]
+    _background: dict[str, BackgroundCommand]
     _command_env: Callable[[FakeSandbox], dict[str, str]]
 
     async def _execd(
@@ -105,6 +107,8 @@ class ExecdRoutes:
             ("POST", "files/mv"): self._rename_files,
         }
         handler = handlers.get((request.method, tail))
+        if handler is None and request.method == "GET":
+            handler = self._background_route(tail)
         if handler is None:
             return web.Response(status=404, text="404 page not found")
         response: web.StreamResponse = await handler(request, record)
@@ -340,10 +344,42 @@ class ExecdRoutes:
         return web.FileResponse(target, headers={"Content-Type": "application/octet-stream"})
 
     async def _interrupt(self, request: web.Request, _record: FakeSandbox) -> web.Response:
-        run = self._commands.get(request.query.get("id", ""))
+        command_id = request.query.get("id", "")
+        background = self._background.get(command_id)
+        if background is not None:
+            if not background.running:
+                return error(500, "RUNTIME_ERROR", f"command session {command_id} is not running")
+            background.interrupt()
+            return web.Response(status=200)
+        run = self._commands.get(command_id)
         if run is not None:
             run.cancel()
         return web.Response(status=200)
+
+    # ---------------------------------------------------------------- background commands
+
+    async def _start_background(
+        self, request: web.Request, record: FakeSandbox, command: Command
+    ) -> web.StreamResponse:
+        """execd's ``runBackgroundCommand``: ``init``, start detached, ``execution_complete``."""
+        command_id = secrets.token_hex(8)
+        logs = Path(record.local.root).parent / "execd-logs"
+        logs.mkdir(exist_ok=True)
+        background = await BackgroundCommand.start(
+            command_id,
+            record,
+            command,
+            log=logs / f"{command_id}.log",
+            env={**os.environ, "HOME": str(record.local.root), **command.env_dict},
+        )
+        self._background[command_id] = background
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        events = _EventWriter(response)
+        await events.send({"type": "init", "text": command_id})
+        await events.send({"type": "execution_complete", "execution_time": 0})
+        await asyncio.sleep(self.grace_seconds)
+        return response
 
     def _parse_command(self, body: object, record: FakeSandbox) -> Command | web.Response:
         """The local command for a ``RunCommandRequest``, or the error execd answers."""
@@ -364,13 +400,16 @@ class ExecdRoutes:
         return Command((self.shell, "-c", rewritten), cwd=cwd, timeout=timeout, env=env)
 
     async def _command(self, request: web.Request, record: FakeSandbox) -> web.StreamResponse:
-        command = self._parse_command(await request.json(), record)
+        body = await request.json()
+        command = self._parse_command(body, record)
         if isinstance(command, web.Response):
             return command
         try:
             self.service.sandboxes.require_running(record.id)
         except SandboxNotRunning:
             return web.Response(status=502, text="sandbox is paused")
+        if isinstance(body, dict) and body.get("background") is True:
+            return await self._start_background(request, record, command)
         response = web.StreamResponse(headers=_SSE_HEADERS)
         await response.prepare(request)
         events = _EventWriter(response)

@@ -23,6 +23,7 @@ from mango.fakes import (
     rfc3339,
 )
 from mango.provider import SandboxNotFound
+from mango_provider_opensandbox.fake.background import BackgroundCommand
 from mango_provider_opensandbox.fake.common import error
 from mango_provider_opensandbox.fake.egress import EgressRoutes, rules_of
 from mango_provider_opensandbox.fake.execd import ExecdRoutes
@@ -71,6 +72,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     gateway: EgressGateway = attrs.field(init=False)
     """Where every sandbox's HTTP goes: its egress policy is enforced there."""
     _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
+    _background: dict[str, BackgroundCommand] = attrs.field(init=False, factory=dict)
     direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
     """The API key header of every direct data-plane request (it must never be there)."""
 
