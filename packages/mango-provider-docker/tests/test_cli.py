@@ -129,7 +129,12 @@ async def test_mango_exec_runs_in_a_docker_sandbox(
             state_dir, resources, test_image, "files", "ls", "--session", session, "--json"
         )
         entries = json.loads(listed.stdout)["entries"]
-        assert [(e["path"], e["kind"], e["size"]) for e in entries] == [("n2", "file", 6)]
+        # skills/ is the read-only skills mount point every container has in its workspace.
+        assert [(e["path"], e["kind"]) for e in entries] == [
+            ("n2", "file"),
+            ("skills", "directory"),
+        ]
+        assert entries[0]["size"] == 6
         deleted = _mango(state_dir, resources, test_image, "sessions", "delete", session)
         assert deleted.returncode == 0, deleted.stderr.decode()
         assert await docker_engine.inspect_container(name) is None

@@ -32,12 +32,13 @@ class KeepsItsSetupNetwork(DockerSandbox):
 
 
 class Mutant(DockerProvider):
-    def _sandbox(self, session_key, container_id, spec):
-        made = super()._sandbox(session_key, container_id, spec)
+    def _sandbox(self, session_key, container_id, spec, mounts=None):
+        made = super()._sandbox(session_key, container_id, spec, mounts)
         return KeepsItsSetupNetwork(
             ref=made.ref, spec=spec, host_dir=made.host_dir, engine=self.engine,
             max_output_bytes=self.max_output_bytes, max_read_bytes=self.max_read_bytes,
-            tracker=self._tracker, background=self._background,
+            max_process_log_bytes=self.max_process_log_bytes,
+            tracker=self._tracker, background=self._background, mounts=made._mounts,
         )
 
 
