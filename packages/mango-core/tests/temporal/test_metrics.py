@@ -100,7 +100,9 @@ async def test_scraped_figures_match_the_workload(
             return False
 
     async def scraped() -> str:
-        for _ in range(150):
+        # At most a minute: the drain is every second, but a loaded CI machine (four xdist
+        # workers on two cores) was seen to need more than the 15 s this allowed before.
+        for _ in range(600):
             text = await asyncio.to_thread(_scrape, url)
             if counted(text):
                 return text
