@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from mango.fakes import FakeSandbox, FakeService, SandboxState
+from mango.fakes import FakeSandbox, FakeService, SandboxState, kill_marked
 from mango_provider_e2b.fake.api import ControlPlane
 from mango_provider_e2b.fake.common import PROCESSES
 from mango_provider_e2b.fake.config import FakeConfig
@@ -75,6 +75,9 @@ class E2BFakeService(FakeService):
             record.extra["cold_boot_due"] = True
             for process in self.processes(sandbox_id).values():
                 process.kill_tree()
+            # Every process of the VM dies, also those that left envd's tree (setsid, a
+            # supervisor reparented to init): the ones the fake marked as this sandbox's.
+            kill_marked(sandbox_id)
         self.notify_change()
 
     def resume_sandbox(self, sandbox_id: str) -> None:
