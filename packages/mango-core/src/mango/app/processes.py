@@ -9,6 +9,9 @@ anything is provisioned or started. Nothing is emulated through ``exec``.
 
 from __future__ import annotations
 
+from typing import cast
+
+from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import CapabilityNotSupported
 from mango.domain.ports import ProcessSandbox, Sandbox
@@ -33,8 +36,18 @@ def check_declared(provider: str, declared: CapabilitySet) -> None:
 
 
 def process_sandbox(provider: str, sandbox: Sandbox, session_id: str) -> ProcessSandbox:
-    """``sandbox`` as a :class:`ProcessSandbox`; refused if it does not implement one."""
-    if not isinstance(sandbox, ProcessSandbox):
+    """``sandbox`` as a :class:`ProcessSandbox`; refused if it does not implement one.
+
+    The check looks through :class:`~mango.app.wrappers.SandboxWrapper` layers
+    (SessionManager's client is one): since Python 3.12 a runtime protocol
+    check sees only attributes a class defines, not those its ``__getattr__``
+    delegates, so the wrapper itself never passes it. The wrapper is returned:
+    its delegation reaches the provider's methods.
+    """
+    provided: object = sandbox
+    while isinstance(provided, SandboxWrapper):
+        provided = provided.inner
+    if not isinstance(provided, ProcessSandbox):
         raise CapabilityNotSupported(
             provider,
             [
@@ -45,4 +58,4 @@ def process_sandbox(provider: str, sandbox: Sandbox, session_id: str) -> Process
             ],
             hint=PROCESSES_HINT,
         )
-    return sandbox
+    return cast("ProcessSandbox", sandbox)
