@@ -57,7 +57,10 @@ __all__ = [
     "LOCK_TIMEOUT_SECONDS",
     "HostFileResources",
     "ImportStep",
+    "fsync_dir",
     "observe_imports",
+    "resource_lock",
+    "write_all",
 ]
 
 FILE_MODE = 0o444
@@ -94,7 +97,8 @@ def _marker_body(mount: FileResourceMount) -> bytes:
     return f"{mount.identity}\n{mount.size}\n{mount.sha256}\n".encode()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the entries of the directory ``path`` durable (its own fsync)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -123,10 +127,23 @@ async def _read_ahead(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
             pending.exception()  # retrieved: a failure the caller no longer waits for
 
 
-def _write_all(fd: int, chunk: bytes) -> None:
+def write_all(fd: int, chunk: bytes) -> None:
+    """Write all of ``chunk`` to ``fd`` (``os.write`` may write less)."""
     view = memoryview(chunk)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def resource_lock(
+    state_root: Path, *, exclusive: bool, timeout: float = LOCK_TIMEOUT_SECONDS
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """The resource lock of a sandbox's host directory: ``<state>/.lock``, shared by every kind."""
+    return file_lock_async(
+        state_root / ".lock",
+        exclusive=exclusive,
+        timeout=timeout,
+        what="importing or exporting a sandbox's resources",
+    )
 
 
 @attrs.frozen
@@ -139,12 +156,7 @@ class HostFileResources:
 
     def lock(self, *, exclusive: bool) -> contextlib.AbstractAsyncContextManager[None]:
         """The resource lock of the directory (``<state>/.lock``)."""
-        return file_lock_async(
-            self.state_root / ".lock",
-            exclusive=exclusive,
-            timeout=self.lock_timeout,
-            what="importing or exporting a sandbox's resources",
-        )
+        return resource_lock(self.state_root, exclusive=exclusive, timeout=self.lock_timeout)
 
     def _target(self, runtime_path: str) -> Path:
         return self.files_root / check_mount_path(runtime_path).split("/", 4)[4]
@@ -199,7 +211,7 @@ class HostFileResources:
                     # next chunk is read meanwhile: the copy goes at about disk speed.
                     await asyncio.gather(
                         asyncio.to_thread(check.update, chunk),
-                        asyncio.to_thread(_write_all, fd, chunk),
+                        asyncio.to_thread(write_all, fd, chunk),
                     )
                 check.finish()
                 await asyncio.to_thread(self._publish, fd, temp, target)
@@ -253,19 +265,19 @@ class HostFileResources:
                     f"cannot mount a file at {target}: a directory of other resources is there",
                     hint="two resources may not be nested; remove the other ones first",
                 ) from None
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         _notify("renamed", target)
 
     def _write_marker(self, mount: FileResourceMount) -> None:
         with self._host_errors("recording a file resource"):
             fd, name = tempfile.mkstemp(dir=self.state_root, prefix=_MARKER_TEMP)
             try:
-                _write_all(fd, _marker_body(mount))
+                write_all(fd, _marker_body(mount))
                 os.fsync(fd)
             finally:
                 os.close(fd)
             Path(name).replace(self._marker(mount.runtime_path))
-            _fsync_dir(self.state_root)
+            fsync_dir(self.state_root)
 
     # ------------------------------------------------------------------ remove
 
@@ -292,7 +304,7 @@ class HostFileResources:
                     target.unlink()
             marker.unlink(missing_ok=True)
             self._prune(target.parent)
-            _fsync_dir(self.files_root)
+            fsync_dir(self.files_root)
 
     def _prune(self, directory: Path) -> None:
         """Remove empty directories from ``directory`` up to (not including) the files root."""

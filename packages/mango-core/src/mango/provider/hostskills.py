@@ -57,7 +57,7 @@ from mango.domain.files import ContentCheck
 from mango.domain.skill_archives import SKILL_FILE, SkillEntry, check_archive_tail, skill_entries
 from mango.domain.skills import SkillMount
 from mango.provider.hostdirs import remove_dir
-from mango.provider.locks import file_lock_async
+from mango.provider.hostfiles import fsync_dir, resource_lock, write_all
 
 __all__ = [
     "ARCHIVE_PREFIX",
@@ -97,20 +97,6 @@ def _notify(step: SkillImportStep, path: Path) -> None:
         observer(step, path)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, chunk: bytes) -> None:
-    view = memoryview(chunk)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 @attrs.frozen
 class HostSkillBundles:
     """Skill trees below ``skills_root`` (mounted read-only); markers and lock in ``state_root``."""
@@ -121,12 +107,7 @@ class HostSkillBundles:
 
     def lock(self, *, exclusive: bool) -> contextlib.AbstractAsyncContextManager[None]:
         """The resource lock (``<state>/.lock``, the one the File Resources use)."""
-        return file_lock_async(
-            self.state_root / ".lock",
-            exclusive=exclusive,
-            timeout=self.lock_timeout,
-            what="importing or exporting a sandbox's resources",
-        )
+        return resource_lock(self.state_root, exclusive=exclusive, timeout=self.lock_timeout)
 
     def _target(self, mount: SkillMount) -> Path:
         return self.skills_root / mount.name
@@ -230,7 +211,7 @@ class HostSkillBundles:
                 )
                 async for chunk in chunks:
                     check.update(chunk)
-                    await asyncio.to_thread(_write_all, fd, chunk)
+                    await asyncio.to_thread(write_all, fd, chunk)
                 check.finish()
                 await asyncio.to_thread(os.fsync, fd)
                 await asyncio.to_thread(self._extract_and_publish, mount, fd)
@@ -323,7 +304,7 @@ class HostSkillBundles:
                                 f"skill archive entry {entry.info.filename!r} inflates past "
                                 "its size or the skill's"
                             )
-                        _write_all(out, chunk)
+                        write_all(out, chunk)
             except (zipfile.BadZipFile, EOFError) as exc:
                 raise UnsafeArchiveError(
                     f"skill archive entry {entry.info.filename!r} is damaged: {exc}"
@@ -341,13 +322,13 @@ class HostSkillBundles:
 
     def _publish(self, staging: Path, target: Path) -> None:
         for directory, _dirs, _files in os.walk(staging, topdown=False):
-            _fsync_dir(Path(directory))
+            fsync_dir(Path(directory))
         old: Path | None = None
         if os.path.lexists(target):
             old = self.state_root / f"{STAGING_PREFIX}old-{target.name}-{os.urandom(4).hex()}"
             target.rename(old)
         staging.rename(target)
-        _fsync_dir(self.skills_root)
+        fsync_dir(self.skills_root)
         if old is not None:
             remove_dir(old)
 
@@ -355,9 +336,9 @@ class HostSkillBundles:
         with self._host_errors("recording a skill"):
             fd, name = tempfile.mkstemp(dir=self.state_root, prefix=_MARKER_TEMP)
             try:
-                _write_all(fd, mount.marker())
+                write_all(fd, mount.marker())
                 os.fsync(fd)
             finally:
                 os.close(fd)
             Path(name).replace(self._marker(mount))
-            _fsync_dir(self.state_root)
+            fsync_dir(self.state_root)
