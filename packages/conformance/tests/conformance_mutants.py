@@ -1222,11 +1222,29 @@ class PortUrlWrong(DockerWrapped):
     sandbox_class = OffByOnePortSandbox
 
 
+class RememberingPortSandbox(DockerWrappedSandbox):
+    """``expose_port`` answers from a cache: a destroyed sandbox's port still has a URL."""
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        # A plain subclass of the slotted wrapper: its instances have a __dict__.
+        remembered: dict[int, ExposedPort] = vars(self).setdefault("remembered", {})
+        if port not in remembered:
+            remembered[port] = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        return remembered[port]
+
+
+class PortOutlivesSandbox(DockerWrapped):
+    """A gone sandbox's port is not ``SandboxNotFound``."""
+
+    sandbox_class = RememberingPortSandbox
+
+
 PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
     "pause-is-a-flag": PauseIsAFlag,
     "resume-not-idempotent": ResumeNotIdempotent,
     "resume-loses-workspace": ResumeLosesWorkspace,
     "port-url-wrong": PortUrlWrong,
+    "port-outlives-sandbox": PortOutlivesSandbox,
 }
 """The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
 
