@@ -62,6 +62,7 @@ from mango.domain.errors import (
     InvalidTransition,
     MangoError,
     PreconditionFailed,
+    ProtocolError,
     SandboxNotFound,
     SessionDeleting,
 )
@@ -459,7 +460,19 @@ class SessionManager:
                 self.provider.name, [f"{self.provider.name} sandboxes expose no ports"]
             )
         with deadline_scope(deadline):
-            return await raw.expose_port(port)
+            exposed: object = await raw.expose_port(port)
+        # A plugin written before ExposedPort answers a bare URL: it keeps working.
+        if isinstance(exposed, str):
+            try:
+                return ExposedPort(exposed)
+            except ValueError as exc:
+                raise ProtocolError(f"{self.provider.name}: expose_port: {exc}") from exc
+        if not isinstance(exposed, ExposedPort):
+            raise ProtocolError(
+                f"{self.provider.name}: expose_port answered {type(exposed).__name__}, "
+                "not an ExposedPort"
+            )
+        return exposed
 
     # ------------------------------------------------------------------ resources
 
