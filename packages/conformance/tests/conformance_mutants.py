@@ -41,7 +41,13 @@ from mango.domain.memories import MemoryFile, MemorySnapshot, MemoryStoreMount
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
-from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
+from mango.domain.sandbox_ports import (
+    ExposedPort,
+    ProcessHandle,
+    ProcessInfo,
+    ProcessOutput,
+    ProcessState,
+)
 from mango.domain.skills import SkillMount
 from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import (
@@ -840,7 +846,7 @@ class DockerWrappedSandbox(WrappedSandbox):
     async def is_paused(self) -> bool:
         return await self.inner.is_paused()  # type: ignore[attr-defined, no-any-return]
 
-    async def expose_port(self, port: int) -> str:
+    async def expose_port(self, port: int) -> ExposedPort:
         return await self.inner.expose_port(port)  # type: ignore[attr-defined, no-any-return]
 
     def host_target(self, runtime_path: str) -> Path:
@@ -1204,10 +1210,10 @@ class ResumeLosesWorkspace(DockerWrapped):
 class OffByOnePortSandbox(DockerWrappedSandbox):
     """``expose_port`` answers with the URL of the next host port."""
 
-    async def expose_port(self, port: int) -> str:
-        url = await self.inner.expose_port(port)  # type: ignore[attr-defined]
-        base, host_port = str(url).rsplit(":", 1)
-        return f"{base}:{int(host_port) + 1}"
+    async def expose_port(self, port: int) -> ExposedPort:
+        exposed = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        base, host_port = exposed.url.rsplit(":", 1)
+        return attrs.evolve(exposed, url=f"{base}:{int(host_port) + 1}")
 
 
 class PortUrlWrong(DockerWrapped):
@@ -1216,11 +1222,29 @@ class PortUrlWrong(DockerWrapped):
     sandbox_class = OffByOnePortSandbox
 
 
+class RememberingPortSandbox(DockerWrappedSandbox):
+    """``expose_port`` answers from a cache: a destroyed sandbox's port still has a URL."""
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        # A plain subclass of the slotted wrapper: its instances have a __dict__.
+        remembered: dict[int, ExposedPort] = vars(self).setdefault("remembered", {})
+        if port not in remembered:
+            remembered[port] = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        return remembered[port]
+
+
+class PortOutlivesSandbox(DockerWrapped):
+    """A gone sandbox's port is not ``SandboxNotFound``."""
+
+    sandbox_class = RememberingPortSandbox
+
+
 PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
     "pause-is-a-flag": PauseIsAFlag,
     "resume-not-idempotent": ResumeNotIdempotent,
     "resume-loses-workspace": ResumeLosesWorkspace,
     "port-url-wrong": PortUrlWrong,
+    "port-outlives-sandbox": PortOutlivesSandbox,
 }
 """The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
 

@@ -248,6 +248,7 @@ PAUSE_CAUGHT_BY: dict[str, set[str]] = {
     "resume-not-idempotent": {IDEMPOTENT},
     "resume-loses-workspace": {KEEPS},
     "port-url-wrong": {REACHED},
+    "port-outlives-sandbox": {REACHED},
 }
 """The pause and exposed-ports mutants (Docker) and the checks that must fail on each."""
 

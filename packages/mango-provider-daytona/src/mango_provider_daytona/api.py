@@ -180,6 +180,24 @@ class DaytonaApi:
                 return items
         raise ProtocolError("list sandboxes: the Daytona API kept returning more pages")
 
+    async def preview_url(self, sandbox_id: str, port: int) -> tuple[str, str]:
+        """``GET /sandbox/{id}/ports/{port}/preview-url``: the preview link and its token.
+
+        :class:`SandboxNotFound` for a sandbox that is gone;
+        :class:`ProtocolError` unless the answer has a string ``url`` and ``token``.
+        """
+        response = await self.client.request(
+            "GET",
+            f"/sandbox/{_segment(sandbox_id)}/ports/{port}/preview-url",
+            operation="get preview url",
+            sandbox_id=sandbox_id,
+        )
+        body = _document(response, "get preview url")
+        url, token = body.get("url"), body.get("token")
+        if not isinstance(url, str) or not url or not isinstance(token, str):
+            raise ProtocolError("get preview url: the Daytona API's answer has no url and token")
+        return url, token
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.client.aclose()

@@ -12,15 +12,18 @@ from mango.provider import (
     Command,
     EntryKind,
     ExecResult,
+    ExposedPort,
     Location,
     MangoError,
     PathExists,
     PathPolicy,
+    ProtocolError,
     ResolvedPath,
     ResourceConflict,
     SandboxRef,
     SandboxSpec,
     StatCallback,
+    check_port,
     file_not_found,
 )
 from mango.provider.files import Download
@@ -32,6 +35,7 @@ from mango.provider.shellprocesses import ShellProcesses
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.execution import TEARDOWN_SETTLE_SECONDS, run_command
 from mango_provider_daytona.files import classified, file_part
+from mango_provider_daytona.layout import PREVIEW_TOKEN_HEADER
 from mango_provider_daytona.remote import DaytonaRemote
 from mango_provider_daytona.scripts import (
     classify_line,
@@ -91,6 +95,26 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     def path_policy(self) -> PathPolicy:
         """Workspace-relative paths under :attr:`root`; the wrapper's directories unreachable."""
         return self._path_policy
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        """Daytona's preview link for ``port``, with its token in ``X-Daytona-Preview-Token``.
+
+        ``GET /sandbox/{id}/ports/{port}/preview-url`` answers the URL (Daytona's
+        proxy, ``https://{port}-{id}.<proxy domain>``) and the sandbox's preview
+        token; mango's sandboxes are private, so a request to the URL needs the
+        token (else 401). The URL itself carries none, so it may be logged;
+        the token is only in :attr:`ExposedPort.headers`. A sandbox that is
+        gone is :class:`SandboxNotFound`.
+        """
+        check_port(port)
+        url, token = await self._provider.api.preview_url(self.sandbox_id, port)
+        try:
+            return ExposedPort(url, {PREVIEW_TOKEN_HEADER: token} if token else {})
+        except ValueError as exc:
+            raise ProtocolError(
+                f"get preview url: Daytona's preview link for port {port} is not a plain "
+                "http(s) URL"
+            ) from exc
 
     async def _lost(self, error: MangoError) -> MangoError:
         """What a failed toolbox call means (gone, stopped, or the call failed)."""

@@ -17,9 +17,9 @@ from mango.provider import (
     Command,
     ExecFileSystem,
     ExecResult,
+    ExposedPort,
     ExtraRoot,
     FileResourceMount,
-    InvalidInput,
     MemoryFile,
     MemorySnapshot,
     MemoryStoreMount,
@@ -33,6 +33,7 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     SkillMount,
+    check_port,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
 from mango.provider.files import file_bytes
@@ -68,13 +69,6 @@ from mango_provider_docker.processes import ContainerProcesses
 __all__ = ["DockerSandbox", "ensure_running"]
 
 _PORTS_KEY = "NetworkSettings"
-
-
-def check_port(port: object) -> int:
-    """``port`` if it is a TCP port number (1 to 65535), else :class:`InvalidInput`."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise InvalidInput(f"a port is a number from 1 to 65535, got {port!r}")
-    return port
 
 
 def published_port(inspect: Mapping[str, Any], port: int) -> str | None:
@@ -274,7 +268,7 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         """The Engine's word: is the container paused now?"""
         return bool(((await self._inspect()).get("State") or {}).get("Paused"))
 
-    async def expose_port(self, port: int) -> str:
+    async def expose_port(self, port: int) -> ExposedPort:
         """``http://127.0.0.1:<host port>``: the Engine's binding of ``port`` on 127.0.0.1.
 
         Docker publishes ports only when it creates a container, so only the
@@ -291,7 +285,7 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
                 f"MANGO_SANDBOX_PORTS to include {port} and use network 'bridge' for "
                 "a new Session",
             )
-        return f"http://127.0.0.1:{binding}"
+        return ExposedPort(f"http://127.0.0.1:{binding}")
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.

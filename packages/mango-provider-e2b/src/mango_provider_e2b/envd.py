@@ -59,6 +59,7 @@ __all__ = [
     "LSTAT_SINCE",
     "OCTET_STREAM_SINCE",
     "ROOT_USER_AUTH",
+    "TRAFFIC_TOKEN_HEADER",
     "Envd",
     "EnvdAddress",
     "at_least",
@@ -67,6 +68,9 @@ __all__ = [
 
 ENVD_PORT = 49983
 """envd's port inside every sandbox (the ``49983-`` of its host name)."""
+TRAFFIC_TOKEN_HEADER = "E2B-Traffic-Access-Token"  # noqa: S105 - a header name, not a secret
+"""The header of a sandbox's traffic access token (a sandbox created with restricted public
+traffic wants it on every request to its ports)."""
 ROOT_USER_AUTH = "Basic " + base64.b64encode(b"root:").decode()
 """envd runs processes and file operations as the user named here (``root``)."""
 _UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
@@ -139,7 +143,7 @@ class EnvdAddress:
         if access_token:
             headers["X-Access-Token"] = access_token
         if traffic_token:
-            headers["E2B-Traffic-Access-Token"] = traffic_token
+            headers[TRAFFIC_TOKEN_HEADER] = traffic_token
         if api_key_header:
             headers["X-API-Key"] = api_key_header
         if shared_url:

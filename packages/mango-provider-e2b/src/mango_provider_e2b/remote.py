@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
+from mango.provider import ExposedPort
 from mango.provider.http import ApiClient
 from mango.provider.remote import Presence, ProviderView
 from mango_provider_e2b.control import ControlPlane, SandboxInfo, SandboxState
@@ -21,13 +22,15 @@ class Remote(ProviderView):
     ``control`` is the control-plane client, ``data`` the one pool every
     sandbox's envd is reached through, ``address`` where a sandbox record's
     envd answers, ``idle_timeout`` the seconds an idle sandbox lives before
-    it pauses.
+    it pauses, ``port_address`` where its other ports answer (E2B only).
     """
 
     control: ControlPlane
     data: ApiClient
     address: Callable[[SandboxInfo], EnvdAddress]
     idle_timeout: float
+    port_address: Callable[[SandboxInfo, int], ExposedPort] | None = None
+    """Where a sandbox's port is reached by any client (``None``: the service offers none)."""
 
     def envd(self, info: SandboxInfo) -> Envd:
         """The envd client of the sandbox ``info`` describes (its current token and domain)."""

@@ -35,21 +35,26 @@ from mango.provider import (
     ConfigurationError,
     Entry,
     ExecResult,
+    ExposedPort,
+    InvalidInput,
     MangoError,
     PathPolicy,
+    PermanentError,
     ResolvedPath,
+    SandboxNotFound,
     SandboxNotRunning,
     SandboxRef,
     SandboxSpec,
+    check_port,
     file_not_found,
 )
 from mango.provider.files import Download
 from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
-from mango.provider.remote import RemoteSandbox
+from mango.provider.remote import Presence, RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo
-from mango_provider_e2b.envd import LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
+from mango_provider_e2b.envd import ENVD_PORT, LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
@@ -128,6 +133,34 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
                 raise meaning from None
             self._refresh(await control.connect(self.sandbox_id, timeout=lifetime))
         self._alive_until = started + lifetime
+
+    # ------------------------------------------------------------ ports
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        """Where ``port`` in the sandbox answers through E2B's client-proxy.
+
+        The shared sandbox URL (``E2B_SANDBOX_URL``) with the routing headers
+        ``E2b-Sandbox-Id`` and ``E2b-Sandbox-Port``, or the host URL
+        ``https://<port>-<id>.<domain>`` that E2B documents (the address the
+        SDK's ``get_host`` computes); the traffic access token, if the
+        service issued one, as a header. The URL is computed, so the sandbox
+        is asked for first: gone is :class:`SandboxNotFound`. envd's port is
+        mango's control plane (:class:`InvalidInput`); Cube offers no such
+        address (:class:`PermanentError`; the capability is not declared).
+        """
+        check_port(port)
+        if self._provider.port_address is None:
+            raise PermanentError(
+                f"{self._provider.name} does not declare exposed-ports: its proxy gives no "
+                "address another client can use"
+            )
+        if port == ENVD_PORT:
+            raise InvalidInput(
+                f"port {port} is envd's, which mango does not expose", hint="serve on another port"
+            )
+        if await self._provider.presence(self.sandbox_id) is Presence.GONE:
+            raise SandboxNotFound(f"{self._provider.name} sandbox {self.sandbox_id!r} is gone")
+        return self._provider.port_address(self._info, port)
 
     # ------------------------------------------------------------ data-plane errors
 

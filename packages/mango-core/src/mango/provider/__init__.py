@@ -148,6 +148,7 @@ from mango.domain.sandbox_ports import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     DirectoryListing,
+    ExposedPort,
     FileInfo,
     FileKind,
     FileSystemSandbox,
@@ -159,6 +160,7 @@ from mango.domain.sandbox_ports import (
     ProcessOutput,
     ProcessSandbox,
     ProcessState,
+    check_port,
 )
 from mango.domain.skills import SKILLS_ROOT, SkillMount
 from mango.domain.testbed import (
@@ -242,6 +244,7 @@ __all__ = [
     "ExecEvent",
     "ExecFileSystem",
     "ExecResult",
+    "ExposedPort",
     "ExtraRoot",
     "FileInfo",
     "FileKind",
@@ -315,6 +318,7 @@ __all__ = [
     "check_directory",
     "check_files",
     "check_list_limit",
+    "check_port",
     "check_regular",
     "file_not_found",
     "hookimpl",
