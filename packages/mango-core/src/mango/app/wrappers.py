@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -56,6 +56,10 @@ class SandboxWrapper:
     async def write_file(self, path: str, data: bytes) -> None:
         """Write to the wrapped sandbox."""
         await self.inner.write_file(path, data)
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Stream a file into the wrapped sandbox."""
+        await self.inner.write_stream(path, chunks)
 
     async def destroy(self) -> None:
         """Destroy the wrapped sandbox."""
