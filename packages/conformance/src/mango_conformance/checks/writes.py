@@ -15,6 +15,7 @@ midway leaves the old file as it was and no temporary behind.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -78,6 +79,37 @@ async def _broken(prefix: int) -> AsyncIterator[bytes]:
     async for chunk in generated(prefix):
         yield chunk
     raise RuntimeError("the source broke midway (injected by the check)")
+
+
+async def _cancelled_midway(sandbox: Sandbox, path: str, prefix: int) -> BaseException | None:
+    """Start ``write_stream``, cancel it once the source has yielded ``prefix`` bytes and waits.
+
+    No clock: the source itself says when it has handed over its prefix and
+    is blocked. Returns what the cancelled task ended with (``None``: it
+    finished without noticing the cancellation).
+    """
+    waiting = asyncio.Event()
+    never = asyncio.Event()
+
+    async def source() -> AsyncIterator[bytes]:
+        async for chunk in generated(prefix):
+            yield chunk
+        waiting.set()
+        await never.wait()
+        yield b"never sent"
+
+    task = asyncio.ensure_future(sandbox.write_stream(path, source()))
+    waiter = asyncio.ensure_future(waiting.wait())
+    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if task in done:
+        return task.exception() if not task.cancelled() else asyncio.CancelledError()
+    task.cancel()
+    try:
+        await task
+    except BaseException as exc:  # noqa: BLE001 - the check inspects what it was
+        return exc
+    return None
 
 
 class _Untouched:
@@ -159,6 +191,23 @@ class WriteStreamChecks:
             conformance.run(sandbox.write_stream("keep/fresh.bin", _broken(STREAM_CHUNK)))
         assert self._listing(conformance, sandbox, "keep") == ["data.bin"], (
             "a failed write of a new file left a file (or its temporary) behind"
+        )
+
+    def test_cancelled_write_stream_keeps_the_old_file(self, conformance: Harness) -> None:
+        """Cancelling a write whose source waits after megabytes keeps the old file, no leftover."""
+        sandbox = conformance.create()
+        conformance.run(sandbox.write_file("cancel/data.bin", b"the old file"))
+        ended = conformance.run(
+            _cancelled_midway(sandbox, "cancel/data.bin", 2 * STREAM_CHUNK), "cancel midway"
+        )
+        assert isinstance(ended, asyncio.CancelledError), (
+            f"a cancelled write_stream must end cancelled, it ended with {ended!r}"
+        )
+        assert conformance.run(sandbox.read_file("cancel/data.bin")) == b"the old file", (
+            "a cancelled write changed the file under its final name"
+        )
+        assert self._listing(conformance, sandbox, "cancel") == ["data.bin"], (
+            "a cancelled streamed write left its temporary behind"
         )
 
     def test_write_stream_refuses_what_write_file_refuses(self, conformance: Harness) -> None:
