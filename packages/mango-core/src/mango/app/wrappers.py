@@ -8,10 +8,31 @@ from typing import Any
 
 import attrs
 
+from mango.domain.errors import InvalidInput
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef
 
-__all__ = ["SandboxWrapper"]
+__all__ = ["SandboxWrapper", "stream_into"]
+
+
+async def stream_into(sandbox: Sandbox, path: str, chunks: AsyncIterable[bytes]) -> None:
+    """``sandbox.write_stream(path, chunks)``, or for a sandbox from before it, a buffered write.
+
+    A provider plugin written before ``write_stream`` joined the port keeps
+    working: its sandbox gets the chunks joined and written with
+    ``write_file``, which holds the whole file in memory as every write did
+    then (every built-in provider streams).
+    """
+    streamed = getattr(sandbox, "write_stream", None)
+    if streamed is not None:
+        await streamed(path, chunks)
+        return
+    parts: list[bytes] = []
+    async for chunk in chunks:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise InvalidInput(f"write_stream() takes chunks of bytes, got {type(chunk).__name__}")
+        parts.append(bytes(chunk))
+    await sandbox.write_file(path, b"".join(parts))
 
 
 @attrs.define
@@ -58,8 +79,8 @@ class SandboxWrapper:
         await self.inner.write_file(path, data)
 
     async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
-        """Stream a file into the wrapped sandbox."""
-        await self.inner.write_stream(path, chunks)
+        """Stream a file into the wrapped sandbox (see :func:`stream_into`)."""
+        await stream_into(self.inner, path, chunks)
 
     async def destroy(self) -> None:
         """Destroy the wrapped sandbox."""

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from mango.app.wrappers import SandboxWrapper
+from mango.app.wrappers import SandboxWrapper, stream_into
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import CapabilityNotSupported, SandboxNotFound
 from mango.domain.ports import KeepAliveSandbox, Sandbox
@@ -182,7 +182,7 @@ class SessionSandbox(SandboxWrapper):
     async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
         """Stream ``chunks`` into ``path`` (atomic); a vanished resource is recorded as lost."""
         try:
-            await self.inner.write_stream(path, chunks)
+            await stream_into(self.inner, path, chunks)
         except SandboxNotFound as exc:
             await self.on_lost(exc)
             raise
