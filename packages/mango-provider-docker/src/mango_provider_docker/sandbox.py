@@ -369,8 +369,8 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
                 )
                 await self._replace_file(path, resolved.location, temporary)
             except BaseException:
-                # Shielded: a cancelled write still removes what it left.
-                with contextlib.suppress(MangoError, asyncio.CancelledError):
+                # Shielded: a write cancelled (again) while it cleans up still removes it.
+                with contextlib.suppress(MangoError):
                     await asyncio.shield(self._remove_file(path, resolved.location, temporary))
                 raise
 

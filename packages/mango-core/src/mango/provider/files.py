@@ -285,6 +285,7 @@ class RemoteFiles:
 
 async def _discard_quietly(files: RemoteFiles, path: str) -> None:
     """Remove a failed write's temporary; the write's own error is the one to report."""
-    # Shielded: a cancelled write still removes what it left.
-    with contextlib.suppress(MangoError, asyncio.CancelledError):
+    # Shielded: a write cancelled (again) while it cleans up still removes what it left,
+    # and that cancellation propagates.
+    with contextlib.suppress(MangoError):
         await asyncio.shield(files._discard(path))
