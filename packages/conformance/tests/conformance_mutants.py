@@ -385,6 +385,57 @@ class UnboundedRead(WrappedProvider):
     sandbox_class = UnboundedReadSandbox
 
 
+class BufferingWriteSandbox(WrappedSandbox):
+    """``write_stream`` joins every chunk in memory, then writes the whole (the old CLI)."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.write_file(path, b"".join([bytes(chunk) async for chunk in chunks]))
+
+
+class BufferedWriteStream(WrappedProvider):
+    """A streamed write holds the whole stream in memory."""
+
+    sandbox_class = BufferingWriteSandbox
+
+
+class InPlaceWriteSandbox(WrappedSandbox):
+    """``write_stream`` truncates the target and appends each chunk to it, no temporary."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.write_file(path, b"")
+        target = Path(self.inner.root, path)
+        async for chunk in chunks:
+            with target.open("ab") as handle:  # noqa: ASYNC230 - a mutant, not a provider
+                handle.write(bytes(chunk))
+
+
+class NonAtomicWriteStream(WrappedProvider):
+    """A streamed write that fails midway leaves a half file under the final name."""
+
+    sandbox_class = InPlaceWriteSandbox
+
+
+class EagerWriteSandbox(WrappedSandbox):
+    """``write_stream`` takes the first chunk before it checks the path."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        iterator = aiter(chunks)
+        first = await anext(iterator, b"")
+
+        async def rest() -> AsyncIterator[bytes]:
+            yield first
+            async for chunk in iterator:
+                yield chunk
+
+        await self.inner.write_stream(path, rest())
+
+
+class WriteStreamChecksLate(WrappedProvider):
+    """A refused streamed write has already consumed its source."""
+
+    sandbox_class = EagerWriteSandbox
+
+
 @attrs.define
 class AliasedProcessesSandbox(WrappedSandbox):
     """Hands out ids that only this client knows (a per-instance map, as if kept in memory)."""
@@ -575,6 +626,9 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "cancellation-ignored": CancellationIgnored,
     "unbounded-output": _unbounded,
     "unbounded-read": UnboundedRead,
+    "buffered-write-stream": BufferedWriteStream,
+    "non-atomic-write-stream": NonAtomicWriteStream,
+    "write-stream-checks-late": WriteStreamChecksLate,
     "write-does-not-truncate": WriteDoesNotTruncate,
     "escape-allowed": EscapeAllowed,
     "stderr-merged": StderrMerged,

@@ -17,6 +17,7 @@ from mango.provider import (
     MangoError,
     PathExists,
     PathPolicy,
+    PermanentError,
     ProtocolError,
     ResolvedPath,
     ResourceConflict,
@@ -41,6 +42,7 @@ from mango_provider_daytona.scripts import (
     classify_line,
     parse_classification,
     parse_stats,
+    replace_line,
     stat_line,
     unlink_line,
 )
@@ -189,6 +191,18 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
 
     async def _upload(self, path: str, data: bytes) -> None:
         await self._toolbox.upload(path, data)
+
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        await self._toolbox.upload_stream(path, chunks)
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # The daemon's move refuses an existing destination: one rename in the shell.
+        code, text = await self._toolbox.execute(replace_line(source, destination), timeout=60)
+        if code != 0:
+            raise PermanentError(f"replacing {destination!r} failed in the sandbox: {text[:200]}")
+
+    async def _discard(self, path: str) -> None:
+        await self._toolbox.delete(path, recursive=False)
 
     # ------------------------------------------------------------------ the file API (the kit's)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +22,7 @@ from mango.provider import (
     ExposedPort,
     ExtraRoot,
     FileResourceMount,
+    MangoError,
     MemoryFile,
     MemorySnapshot,
     MemoryStoreMount,
@@ -36,7 +39,7 @@ from mango.provider import (
     check_port,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
-from mango.provider.files import file_bytes
+from mango.provider.files import checked_chunks, file_bytes, staging_name
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
 from mango.provider.hostmemory import HostMemoryStores
@@ -50,8 +53,11 @@ from mango_provider_docker.files import (
     MOUNTS_POLICY,
     PRE_SKILLS_POLICY,
     WORKSPACE_POLICY,
+    container_stat,
     open_workspace_file,
     read_workspace_file,
+    spool_chunks,
+    upload_spooled,
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
@@ -327,6 +333,40 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         await write_workspace_file(
             self._engine, self.container_id, path, payload, policy=self._policy
         )
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` with what ``chunks`` yields, atomically (memory O(chunk)).
+
+        The checks of :meth:`write_file` first; the chunks are spooled to an
+        unlinked host file (a tar member's size comes before its bytes), the
+        archive streamed from it with the file under a temporary name beside
+        ``path``, which one ``mv -f -T`` in the container renames over
+        ``path`` (see :mod:`mango_provider_docker.files`). A failure midway,
+        cancellation included, removes the temporary: the old file stays.
+        """
+        self._policy.locate(path, write=True)
+        await asyncio.sleep(0)
+        resolved = await self._policy.resolve_write(
+            path, container_stat(self._engine, self.container_id)
+        )
+        temporary = staging_name(resolved.location.parts[-1])
+        with tempfile.TemporaryFile(prefix="mango-write-") as spool:
+            size = await spool_chunks(checked_chunks(chunks), spool)
+            try:
+                await upload_spooled(
+                    self._engine,
+                    self.container_id,
+                    resolved,
+                    temporary=temporary,
+                    spool=spool,
+                    size=size,
+                )
+                await self._replace_file(path, resolved.location, temporary)
+            except BaseException:
+                # Shielded: a write cancelled (again) while it cleans up still removes it.
+                with contextlib.suppress(MangoError):
+                    await asyncio.shield(self._remove_file(path, resolved.location, temporary))
+                raise
 
     async def begin_package_setup(self) -> None:
         """Connect a ``network="none"`` sandbox with packages to the bridge for its setup.

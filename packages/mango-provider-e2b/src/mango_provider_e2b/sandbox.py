@@ -234,6 +234,25 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
     async def _upload(self, path: str, data: bytes) -> None:
         await self._data_call(lambda: self._envd.upload(path, data))
 
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        # Not through _data_call: a stream cannot be sent twice. A paused sandbox
+        # was resumed by the stat that checked the path a moment ago; a failure
+        # still says what it means (gone, paused), never resumed and resent.
+        try:
+            await self._envd.upload_stream(path, chunks)
+        except RemoteUnavailable as exc:
+            if not unreachable(exc):
+                raise
+            await self._confirm(exc, resume=False)
+            raise
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # envd's Move is os.Rename: it replaces the destination in one step.
+        await self._data_call(lambda: self._envd.move(source, destination))
+
+    async def _discard(self, path: str) -> None:
+        await self._data_call(lambda: self._envd.remove(path))
+
     async def _make_dir(self, path: str) -> None:
         """Create the absolute directory ``path`` and its parents (an existing one is fine)."""
         await self._data_call(lambda: self._envd.make_dir(path))

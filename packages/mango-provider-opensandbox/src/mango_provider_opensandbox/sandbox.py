@@ -274,6 +274,18 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     async def _upload(self, path: str, data: bytes) -> None:
         await self._execd.upload(path, data, mode=0o644)
 
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        await self._execd.upload_stream(path, chunks, mode=0o644)
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # execd's mv refuses an existing destination: the old file goes first. Between
+        # the two calls the name is missing for a moment; it never holds a half file.
+        await self._execd.delete_file(destination)
+        await self._execd.move(source, destination)
+
+    async def _discard(self, path: str) -> None:
+        await self._execd.delete_file(path)
+
     # ---------------------------------------------------------------- the file API
 
     sorted_listing = True  # execd reads each directory with os.ReadDir: in name order

@@ -24,8 +24,10 @@ Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
 size check, a bounded collector),
-:mod:`mango.provider.files` (``read_file``, ``open_file`` and ``write_file``
-over a file API's stat, download, mkdir and upload; the write's bytes check),
+:mod:`mango.provider.files` (``read_file``, ``open_file``, ``write_file`` and
+``write_stream`` over a file API's stat, download, mkdir and uploads; the
+writes' bytes checks), :mod:`mango.provider.multipart` (a multipart form
+built as it is sent),
 :mod:`mango.provider.remote` (a remote sandbox's view of its provider, the one
 "is the sandbox gone?" rule for files and exec, the remote sandbox base),
 :mod:`mango.provider.execution` (exec tracking, the timeout rule, streams),
