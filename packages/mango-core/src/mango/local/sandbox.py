@@ -29,7 +29,7 @@ from mango.local.files import (
     read_workspace_file,
     write_workspace_file,
 )
-from mango.local.layout import remove_session, workspace_root
+from mango.local.layout import remove_session, step_records_dir, workspace_root
 from mango.local.processes import (
     kill_process,
     list_processes,
@@ -64,6 +64,7 @@ from mango.provider import (
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
+from mango.provider.steps import StepRecords
 
 __all__ = ["DESTROY_WAIT_SECONDS", "WAIT_POLL_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -131,6 +132,12 @@ class LocalSandbox(StreamedExec):
     def spec(self) -> SandboxSpec:
         """The spec this client was created or attached with."""
         return self._spec
+
+    @property
+    def step_records(self) -> StepRecords:
+        """``<base>/.steps/<name>``, beside the run log (:mod:`mango.provider.steps`)."""
+        directory = step_records_dir(self._session_dir.parent, self._session_dir.name)
+        return StepRecords(str(directory), self._max_output_bytes)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
