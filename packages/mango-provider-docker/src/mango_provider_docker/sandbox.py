@@ -43,7 +43,7 @@ from mango.provider.hostskills import HostSkillBundles
 from mango.provider.locks import try_exclusive_lock_async
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
-from mango.provider.steps import StepRecords
+from mango.provider.steps import StepKey, StepRecords, exec_once
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
@@ -178,6 +178,12 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
     def step_records(self) -> StepRecords:
         """``/tmp/.mango-steps`` in the container (:mod:`mango.provider.steps`)."""
         return StepRecords(STEPS_ROOT, self._max_output_bytes)
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (:class:`~mango.domain.ports.StepSandbox`)."""
+        return await exec_once(self, self.step_records, key, command, timeout=timeout)
 
     @property
     def container_id(self) -> str:

@@ -35,13 +35,15 @@ renamed onto (:class:`~mango.domain.errors.InvalidPathError`).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from mango.domain.values import Command, SandboxRef
+from mango.domain.errors import InvalidInput
+from mango.domain.values import Command, ExecResult, SandboxRef
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -58,12 +60,15 @@ __all__ = [
     "ProcessOutput",
     "ProcessSandbox",
     "ProcessState",
+    "StepKey",
+    "StepSandbox",
 ]
 
 DEFAULT_LIST_LIMIT = 1000
 """How many entries :meth:`FileSystemSandbox.list_dir` returns when no limit is given."""
 MAX_LIST_LIMIT = 100_000
 """The largest ``limit`` a listing accepts (memory stays O(limit), whatever the directory)."""
+_STEP = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 
 
 def _aware(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -352,5 +357,52 @@ class PortSandbox(Protocol):
         preview or host URL. The URL carries no credential: a backend that
         needs a token for it says so in its documentation, and the token stays
         in the process configuration.
+        """
+        ...
+
+
+def _check_step(_instance: object, _attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not _STEP.match(value):
+        raise InvalidInput(f"a step key must be 1 to 64 of [a-z0-9-], got {value!r}")
+
+
+@attrs.frozen
+class StepKey:
+    """One command of one durable step: the step's key, and the command's number in it.
+
+    ``step`` is the same on every attempt of the step (derived from the
+    workflow and the step's place in it, never from the attempt) and differs
+    between steps; ``index`` counts the commands the step ran before this one.
+    """
+
+    step: str = attrs.field(validator=_check_step)
+    index: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """The command's number within the step (0 for the first)."""
+
+    @property
+    def name(self) -> str:
+        """``<step>.<index>``: the command's name among the sandbox's step records."""
+        return f"{self.step}.{self.index}"
+
+
+@runtime_checkable
+class StepSandbox(Protocol):
+    """A sandbox that runs a step's command once across the step's attempts.
+
+    Not a capability a Session asks for: the Temporal activities use it where
+    the sandbox offers it (local and Docker, through the kit's
+    :mod:`mango.provider.steps`), and a provider without it declares the quirk
+    ``steps-at-least-once``.
+    """
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key``: as :meth:`~mango.domain.ports.Sandbox.exec` does
+        the first time; a later call with the same key (a retried attempt, in any worker
+        process) never starts it again, but waits for the first run (at most until
+        ``timeout`` seconds after it started, then kills it: ``timed_out``) and returns its
+        result. ``timeout`` is the command's effective timeout (None: unbounded).
+        Cancelling the call kills the command's process tree, whichever call started it.
         """
         ...

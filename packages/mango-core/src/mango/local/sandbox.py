@@ -64,7 +64,7 @@ from mango.provider import (
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
-from mango.provider.steps import StepRecords
+from mango.provider.steps import StepKey, StepRecords, exec_once
 
 __all__ = ["DESTROY_WAIT_SECONDS", "WAIT_POLL_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -138,6 +138,12 @@ class LocalSandbox(StreamedExec):
         """``<base>/.steps/<name>``, beside the run log (:mod:`mango.provider.steps`)."""
         directory = step_records_dir(self._session_dir.parent, self._session_dir.name)
         return StepRecords(str(directory), self._max_output_bytes)
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (:class:`~mango.domain.ports.StepSandbox`)."""
+        return await exec_once(self, self.step_records, key, command, timeout=timeout)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None

@@ -4,9 +4,13 @@ Temporal retries an activity whose worker died; a plain ``exec`` in the
 retry starts the command again, and on local and Docker the dead worker's
 command keeps running beside it (a local command leads its own process
 group; a Docker exec outlives its attach stream). :func:`exec_once` runs a
-command under a *step key* instead, deterministic across the retries of one
-step, and keeps what the step needs in the sandbox, in a provider-owned
-directory (:attr:`StepRecords.directory`), one directory per command::
+command under a :class:`~mango.domain.sandbox_ports.StepKey` instead
+(deterministic across the retries of one step) over the sandbox's own
+``exec``, and keeps what the step needs in the sandbox, in a provider-owned
+directory (:attr:`StepRecords.directory`), one directory per command. A
+provider offers it as
+:meth:`~mango.domain.sandbox_ports.StepSandbox.exec_step` (local and Docker:
+``exec_once(self, self.step_records, ...)``)::
 
     <directory>/<step>.<n>/
         start     when it started (``date +%s``)
@@ -51,18 +55,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
-from typing import Protocol, runtime_checkable
 
 import attrs
 
-from mango.domain.errors import InvalidInput, ProviderUnavailable
+from mango.domain.errors import ProviderUnavailable
 from mango.domain.ports import Sandbox
+from mango.domain.sandbox_ports import StepKey, StepSandbox
 from mango.domain.values import Command, ExecResult
 
 __all__ = ["StepKey", "StepRecords", "StepSandbox", "exec_once"]
-
-_STEP = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 
 _ALIVE = (
     'mango_alive() { kill -0 "$1" 2>/dev/null || return 1; '
@@ -202,40 +203,6 @@ class StepRecords:
     """An absolute path in the sandbox, owned by the provider (outside the workspace)."""
     output_cap: int
     """The per-stream cap of the sandbox's exec (the records keep one byte more)."""
-
-
-@runtime_checkable
-class StepSandbox(Protocol):
-    """A sandbox that keeps step records, so that :func:`exec_once` can run a command once."""
-
-    @property
-    def step_records(self) -> StepRecords:
-        """Where this sandbox keeps them (see :class:`StepRecords`)."""
-        ...
-
-
-def _check_step(_instance: object, _attribute: object, value: str) -> None:
-    if not isinstance(value, str) or not _STEP.match(value):
-        raise InvalidInput(f"a step key must be 1 to 64 of [a-z0-9-], got {value!r}")
-
-
-@attrs.frozen
-class StepKey:
-    """One command of one step: the step's key, and the command's number within the step.
-
-    ``step`` must be the same on every attempt of the step (derived from the
-    workflow and the step's place in it, never from the attempt) and differ
-    between steps; ``index`` counts the commands the step ran so far.
-    """
-
-    step: str = attrs.field(validator=_check_step)
-    index: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    """The command's number within the step (0 for the first)."""
-
-    @property
-    def name(self) -> str:
-        """The record's directory name."""
-        return f"{self.step}.{self.index}"
 
 
 def _script(script: str, *args: str, timeout: float = _SETTLE_SECONDS) -> Command:

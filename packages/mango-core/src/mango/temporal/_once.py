@@ -1,25 +1,26 @@
-"""A step's commands run once across the activity's retries (:mod:`mango.provider.steps`).
+"""A step's commands run once across the activity's retries (:class:`StepSandbox`).
 
 The step key comes from the activity's place in its workflow: the workflow
 id, its run id and the activity id (the step's sequence number in the run,
 for a local activity too). Temporal gives a retried attempt, and the replay
-of a local activity after a worker died, the same three; it never enters
-the key. A sandbox that keeps no step records (a provider without
-:class:`~mango.provider.steps.StepSandbox`) runs the command again on a
-retry: at least once, as its quirks say.
+of a local activity after a worker died, the same three; the attempt never
+enters the key. A sandbox that is no :class:`StepSandbox` (a provider that
+declares the quirk ``steps-at-least-once``) runs the command again on a
+retry: at least once.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import cast
 
 import attrs
 from temporalio import activity
 
 from mango.app.wrappers import SandboxWrapper
-from mango.domain.ports import Sandbox
+from mango.domain.ports import Sandbox, StepSandbox
+from mango.domain.sandbox_ports import StepKey
 from mango.domain.values import Command, ExecResult
-from mango.provider.steps import StepKey, StepRecords, exec_once
 
 __all__ = ["OnceSandbox", "once", "step_key"]
 
@@ -33,24 +34,32 @@ def step_key() -> str:
 
 @attrs.define
 class OnceSandbox(SandboxWrapper):
-    """``inner`` whose ``exec`` runs each command of the step once (its n-th under key n)."""
+    """``inner`` whose ``exec`` runs each command of the step once (the n-th under index n)."""
 
-    records: StepRecords = attrs.field(kw_only=True)
     step: str = attrs.field(kw_only=True)
     default_timeout: float | None = attrs.field(kw_only=True)
     _count: int = attrs.field(default=0, init=False)
 
     async def exec(self, command: Command) -> ExecResult:
-        """Run ``command`` once for this step (see :func:`~mango.provider.steps.exec_once`)."""
+        """Run ``command`` once for this step (:meth:`StepSandbox.exec_step`)."""
         key = StepKey(self.step, self._count)
         self._count += 1
         timeout = command.timeout if command.timeout is not None else self.default_timeout
-        return await exec_once(self.inner, self.records, key, command, timeout=timeout)
+        steps = cast("StepSandbox", self.inner)
+        return await steps.exec_step(key, command, timeout=timeout)
 
 
 def once(sandbox: Sandbox, default_timeout: float | None) -> Sandbox:
-    """``sandbox`` with once-per-step commands where it keeps step records, else itself."""
-    records = getattr(sandbox, "step_records", None)
-    if not isinstance(records, StepRecords):
+    """``sandbox`` with once-per-step commands where it is a :class:`StepSandbox`, else itself.
+
+    The check looks through :class:`SandboxWrapper` layers (a runtime protocol
+    check does not see what ``__getattr__`` delegates); the calls go through
+    them, so SessionManager's client records a lost sandbox and the
+    instrumented one counts one exec per command.
+    """
+    provided: object = sandbox
+    while isinstance(provided, SandboxWrapper):
+        provided = provided.inner
+    if not isinstance(provided, StepSandbox):
         return sandbox
-    return OnceSandbox(sandbox, records=records, step=step_key(), default_timeout=default_timeout)
+    return OnceSandbox(sandbox, step=step_key(), default_timeout=default_timeout)
