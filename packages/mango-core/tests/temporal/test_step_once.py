@@ -7,7 +7,7 @@ a second worker takes the step over (Temporal retries the activity). The
 release comes either while the retried attempt runs (the retry must find the
 dead worker's command still running, wait for it and collect its result)
 or before the second worker starts (the retry finds it ended and collects).
-Counted afterwards, on local and Docker: the token once (no duplicated side
+Counted afterwards, on local, Docker and the E2B fake: the token once (no duplicated side
 effect) and ``start, token, end`` in that order (no overlapping run), and
 the step's result is the command's own.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -25,8 +26,9 @@ from mango.domain import Command, Provider, SandboxSpec
 from mango.local import LocalProvider
 from mango.temporal import Orchestrator, ToolCall, session_workflow_id
 
+from .served import ServedFake
 from .support import FAST_POLICY, Harness, WorkerProcess, wait_until
-from .test_crash_matrix import _docker_backend
+from .test_crash_matrix import _docker_backend, _remote_backend, _remote_setup
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres, pytest.mark.slow]
 
@@ -50,11 +52,22 @@ class Target:
 async def target(
     request: pytest.FixtureRequest, harness: Harness, tmp_path: Path
 ) -> AsyncIterator[Target]:
-    """The local provider (the harness's workers) or Docker, in the deployment's namespace."""
+    """The local provider (the harness's workers), Docker or the E2B fake (served in this
+    process, as the vendor's service), in the deployment's namespace."""
     namespace = await harness.store.deployment_namespace()
     if request.param == "local":
         local = LocalProvider(harness.sandbox_dir, namespace=namespace)
         yield Target("local", {}, local)
+        return
+    if request.param == "e2b":
+        setup = _remote_setup("e2b")
+        served: ServedFake[Any] = ServedFake(lambda: setup.open_fake(tmp_path / "e2b-fake"))
+        with served as fake:  # stopped last: it deletes every sandbox
+            remote = _remote_backend("e2b", setup, namespace, served, fake)
+            try:
+                yield Target("e2b", remote.worker_env, remote.provider)
+            finally:
+                await remote.provider.aclose()
         return
     backend = await _docker_backend(namespace, tmp_path / "docker")
     try:
@@ -100,7 +113,7 @@ async def retried(harness: Harness, session_id: str) -> bool:
 CASES = [
     *(
         pytest.param(backend, kind, release, id=f"{backend}-{kind}-{release}")
-        for backend in ("local", "docker")
+        for backend in ("local", "docker", "e2b")
         for kind in ("exec", "tool")
         for release in ("while-retried", "before-retry")
     ),

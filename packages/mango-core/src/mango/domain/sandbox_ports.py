@@ -390,7 +390,7 @@ class StepSandbox(Protocol):
     """A sandbox that runs a step's command once across the step's attempts.
 
     Not a capability a Session asks for: the Temporal activities use it where
-    the sandbox offers it (local and Docker, through the kit's
+    the sandbox offers it (local, Docker, E2B and Cube, through the kit's
     :mod:`mango.provider.steps`), and a provider without it declares the quirk
     ``steps-at-least-once``.
     """

@@ -1,15 +1,16 @@
 """Commands that run once per step, even when the worker running the step dies.
 
 Temporal retries an activity whose worker died; a plain ``exec`` in the
-retry starts the command again, and on local and Docker the dead worker's
-command keeps running beside it (a local command leads its own process
-group; a Docker exec outlives its attach stream). :func:`exec_once` runs a
+retry starts the command again, and the dead worker's command keeps running
+beside it (a local command leads its own process group; a Docker exec
+outlives its attach stream; envd runs a command on when its stream's client
+is gone). :func:`exec_once` runs a
 command under a :class:`~mango.domain.sandbox_ports.StepKey` instead
 (deterministic across the retries of one step) over the sandbox's own
 ``exec``, and keeps what the step needs in the sandbox, in a provider-owned
 directory (:attr:`StepRecords.directory`), one directory per command. A
 provider offers it as
-:meth:`~mango.domain.sandbox_ports.StepSandbox.exec_step` (local and Docker:
+:meth:`~mango.domain.sandbox_ports.StepSandbox.exec_step` (local, Docker, E2B and Cube:
 ``exec_once(self, self.step_records, ...)``)::
 
     <directory>/<step>.<n>/

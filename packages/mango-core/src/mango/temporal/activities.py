@@ -9,8 +9,9 @@ out (:mod:`mango.temporal.failures`): permanent errors and lost sandboxes are
 non-retryable, everything else retries.
 
 A worker that dies mid-step has the step run again on another worker once
-its heartbeat times out. Where the sandbox keeps step records (local,
-Docker: :mod:`mango.provider.steps`), each command of the step runs once: the
+its heartbeat times out. Where the sandbox is a
+:class:`~mango.domain.ports.StepSandbox` (local, Docker, E2B, Cube:
+:mod:`mango.provider.steps`), each command of the step runs once: the
 retry finds the command the dead worker started, waits for it and collects
 its result, keyed by the step's place in the workflow (:mod:`mango.temporal._once`).
 Elsewhere the command runs again (at least once). File writes are replayed

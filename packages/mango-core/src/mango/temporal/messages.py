@@ -103,7 +103,7 @@ class StepPolicy:
     trips, about 10 ms); unbounded or longer ones, and every step when 0, run as
     normal activities, whose heartbeats let the server notice a dead worker. Either
     way a worker that dies mid-step has the step retried elsewhere, which runs each
-    command once where the sandbox keeps step records (local, Docker) and again
+    command once where the sandbox keeps step records (local, Docker, E2B, Cube) and again
     elsewhere (``steps-at-least-once``)."""
 
 
