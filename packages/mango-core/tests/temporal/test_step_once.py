@@ -59,13 +59,14 @@ async def target(
         local = LocalProvider(harness.sandbox_dir, namespace=namespace)
         yield Target("local", {}, local)
         return
-    if request.param == "e2b":
-        setup = _remote_setup("e2b")
-        served: ServedFake[Any] = ServedFake(lambda: setup.open_fake(tmp_path / "e2b-fake"))
+    if request.param != "docker":
+        name: str = request.param
+        setup = _remote_setup(name)
+        served: ServedFake[Any] = ServedFake(lambda: setup.open_fake(tmp_path / f"{name}-fake"))
         with served as fake:  # stopped last: it deletes every sandbox
-            remote = _remote_backend("e2b", setup, namespace, served, fake)
+            remote = _remote_backend(name, setup, namespace, served, fake)
             try:
-                yield Target("e2b", remote.worker_env, remote.provider)
+                yield Target(name, remote.worker_env, remote.provider)
             finally:
                 await remote.provider.aclose()
         return
