@@ -47,6 +47,7 @@ from mango.domain.sandbox_ports import (
     ProcessInfo,
     ProcessOutput,
     ProcessState,
+    StepKey,
 )
 from mango.domain.skills import SkillMount
 from mango.domain.testbed import ConformanceTestbed
@@ -614,6 +615,22 @@ class ProcessesOutliveDestroy(WrappedProvider):
         await super().aclose()
 
 
+class RerunningStepSandbox(WrappedSandbox):
+    """``exec_step`` is a plain exec: a retried step starts its command again."""
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        del key, timeout
+        return await self.inner.exec(command)
+
+
+class StepsRunAgain(WrappedProvider):
+    """Offers once-per-step commands but runs each call (at least once, undeclared)."""
+
+    sandbox_class = RerunningStepSandbox
+
+
 def _unbounded(scratch: Path) -> Provider:
     return LocalProvider(scratch / "sandboxes", max_output_bytes=1 << 40)
 
@@ -643,6 +660,7 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "process-kill-leader-only": ProcessKillLeaderOnly,
     "unknown-process-id-untyped": UnknownProcessIdUntyped,
     "processes-outlive-destroy": ProcessesOutliveDestroy,
+    "steps-run-again": StepsRunAgain,
 }
 """Each mutant's factory, by name."""
 

@@ -86,6 +86,7 @@ CAUGHT_BY: dict[str, set[str]] = {
     "process-kill-leader-only": {TREE},
     "unknown-process-id-untyped": {WAIT},
     "processes-outlive-destroy": {DESTROY},
+    "steps-run-again": {"test_exec_step_runs_a_command_once"},
 }
 """For each mutant, the checks that must fail on it (others may fail too)."""
 

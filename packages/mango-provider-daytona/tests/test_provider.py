@@ -36,13 +36,14 @@ Opener = Callable[..., DaytonaProvider]
 
 
 def test_registration_is_a_preview_with_the_output_at_end_quirk() -> None:
-    """The plugin registers ``daytona`` as preview, declaring only the output-at-end quirk."""
+    """The plugin registers ``daytona`` as preview, declaring the output-at-end quirk and
+    at-least-once steps."""
     from mango.plugins import load_plugins
 
     registration = load_plugins(entry_points=True).providers().get("daytona")
     assert registration is REGISTRATION
     assert registration.support_level is SupportLevel.PREVIEW
-    assert registration.quirks == {Quirk.OUTPUT_AT_END}
+    assert registration.quirks == {Quirk.OUTPUT_AT_END, Quirk.STEPS_AT_LEAST_ONCE}
     assert [setting.env for setting in registration.settings if setting.secret] == [
         "DAYTONA_API_KEY"
     ]

@@ -27,6 +27,7 @@ from mango_conformance.checks.resources import FileResourceChecks
 from mango_conformance.checks.same import SameBehaviourChecks
 from mango_conformance.checks.skills import SkillBundleChecks
 from mango_conformance.checks.stateful import StatefulChecks
+from mango_conformance.checks.steps import StepChecks
 from mango_conformance.checks.streaming import StreamChecks
 from mango_conformance.checks.writes import WriteStreamChecks
 from mango_conformance.config import run_config
@@ -55,6 +56,7 @@ class ProviderSuite(
     PortChecks,
     ProcessChecks,
     SkillBundleChecks,
+    StepChecks,
     StatefulChecks,
 ):
     """Every check of the mango provider contract, in one class.

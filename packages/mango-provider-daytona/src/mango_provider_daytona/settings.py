@@ -101,7 +101,7 @@ SETTINGS = (
 )
 """The settings the Daytona provider reads, as its registration declares them."""
 
-QUIRKS = frozenset({Quirk.OUTPUT_AT_END})
+QUIRKS = frozenset({Quirk.OUTPUT_AT_END, Quirk.STEPS_AT_LEAST_ONCE})
 """The toolbox answers a command when it ends: streaming delivers the output at the end."""
 
 

@@ -47,6 +47,7 @@ from mango.provider.hostskills import HostSkillBundles
 from mango.provider.locks import try_exclusive_lock_async
 from mango.provider.output import ExecChannel
 from mango.provider.reads import read_limit
+from mango.provider.steps import StepKey, StepRecords, exec_once
 from mango_provider_docker.engine import Engine
 from mango_provider_docker.execution import ContainerNotRunning, run_command
 from mango_provider_docker.files import (
@@ -72,7 +73,10 @@ from mango_provider_docker.mounts import (
 from mango_provider_docker.network import begin_setup, end_setup
 from mango_provider_docker.processes import ContainerProcesses
 
-__all__ = ["DockerSandbox", "ensure_running"]
+__all__ = ["STEPS_ROOT", "DockerSandbox", "ensure_running"]
+
+STEPS_ROOT = "/tmp/.mango-steps"  # noqa: S108 - in the container, provider-owned
+"""Where a container keeps its step records (:mod:`mango.provider.steps`)."""
 
 _PORTS_KEY = "NetworkSettings"
 
@@ -169,6 +173,17 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
     def spec(self) -> SandboxSpec:
         """The spec this client was created or attached with."""
         return self._spec
+
+    @property
+    def step_records(self) -> StepRecords:
+        """``/tmp/.mango-steps`` in the container (:mod:`mango.provider.steps`)."""
+        return StepRecords(STEPS_ROOT, self._max_output_bytes)
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (:class:`~mango.domain.ports.StepSandbox`)."""
+        return await exec_once(self, self.step_records, key, command, timeout=timeout)
 
     @property
     def container_id(self) -> str:

@@ -53,13 +53,18 @@ from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import Presence, RemoteSandbox
+from mango.provider.steps import StepKey, StepRecords, exec_once
 from mango_provider_e2b.control import SandboxInfo
 from mango_provider_e2b.envd import ENVD_PORT, LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
 
-__all__ = ["ROOT", "E2BSandbox", "Remote"]
+__all__ = ["ROOT", "STEPS_ROOT", "E2BSandbox", "Remote"]
+
+STEPS_ROOT = "/var/lib/mango/steps"
+"""Where a sandbox keeps its step records (:mod:`mango.provider.steps`), beside the
+background processes' table."""
 
 T = TypeVar("T")
 
@@ -91,6 +96,21 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
             info = attrs.evolve(info, envd_access_token=self._info.envd_access_token)
         self._info = info
         self._envd = self._provider.envd(info)
+
+    # ------------------------------------------------------------ steps
+
+    @property
+    def step_records(self) -> StepRecords:
+        """``/var/lib/mango/steps`` in the sandbox (:mod:`mango.provider.steps`)."""
+        return StepRecords(STEPS_ROOT, self._output_cap())
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (:class:`~mango.domain.ports.StepSandbox`): envd
+        runs a command on when its stream's client (a dead worker) is gone, so a retry
+        finds it and collects its result."""
+        return await exec_once(self, self.step_records, key, command, timeout=timeout)
 
     # ------------------------------------------------------------ keep-alive
 

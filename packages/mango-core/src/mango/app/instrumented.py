@@ -6,15 +6,16 @@ exactly the optional operations the wrapped provider offers (``purge``,
 ``destroy_owned``), so ``isinstance`` checks against
 :class:`~mango.domain.ports.PurgingProvider` and
 :class:`~mango.domain.fleet.SweepableProvider` answer as for the provider
-itself. Sandboxes it returns time their ``exec`` and ``destroy`` and count
-output truncations; every other sandbox operation (and the optional
+itself. Sandboxes it returns time their ``exec`` (and ``exec_step``, one exec
+however many calls it makes inside) and ``destroy`` and count output
+truncations; every other sandbox operation (and the optional
 capability operations) passes through untouched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -22,7 +23,8 @@ from mango.app import telemetry
 from mango.app.wrappers import SandboxWrapper
 from mango.domain.capabilities import CapabilitySet
 from mango.domain.fleet import SweepableProvider
-from mango.domain.ports import Provider, PurgingProvider, Sandbox
+from mango.domain.ports import Provider, PurgingProvider, Sandbox, StepSandbox
+from mango.domain.sandbox_ports import StepKey
 from mango.domain.values import Command, ExecResult, OwnedResource, SandboxRef, SandboxSpec
 
 __all__ = ["InstrumentedProvider", "InstrumentedSandbox", "instrument"]
@@ -38,6 +40,16 @@ class InstrumentedSandbox(SandboxWrapper):
         """Run ``command``; its latency and any output truncation are recorded."""
         async with telemetry.provider_call(self.provider, "exec"):
             result = await self.inner.exec(command)
+        telemetry.record_exec(self.provider, result)
+        return result
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (the wrapped sandbox must offer it): one exec,
+        timed and counted as exec is."""
+        async with telemetry.provider_call(self.provider, "exec"):
+            result = await cast("StepSandbox", self.inner).exec_step(key, command, timeout=timeout)
         telemetry.record_exec(self.provider, result)
         return result
 

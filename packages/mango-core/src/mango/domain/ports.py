@@ -29,6 +29,7 @@ from mango.domain.sandbox_ports import (
     PausableSandbox,
     PortSandbox,
     ProcessSandbox,
+    StepSandbox,
 )
 from mango.domain.values import (
     Binding,
@@ -61,6 +62,7 @@ __all__ = [
     "Sandbox",
     "SessionOutputSandbox",
     "SkillBundleSandbox",
+    "StepSandbox",
 ]
 
 

@@ -90,6 +90,10 @@ class Quirk(enum.StrEnum):
     """The backend returns output only when the command ends; streaming delivers one chunk."""
     TIMEOUT_ENDS_SANDBOX = "timeout-ends-sandbox"
     """An exec timeout ends the whole sandbox; later operations raise ``SandboxNotFound``."""
+    STEPS_AT_LEAST_ONCE = "steps-at-least-once"
+    """A Temporal step whose worker dies runs its commands again on the retry (at least
+    once): the sandbox keeps no step records (:mod:`mango.provider.steps`), so the retry
+    cannot reattach to the dead worker's command, which may still run beside it."""
 
 
 def validate_namespace(value: object) -> str:

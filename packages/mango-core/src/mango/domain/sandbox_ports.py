@@ -36,6 +36,7 @@ renamed onto (:class:`~mango.domain.errors.InvalidPathError`).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
@@ -45,7 +46,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from mango.domain.errors import InvalidInput
-from mango.domain.values import Command, SandboxRef
+from mango.domain.values import Command, ExecResult, SandboxRef
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -63,6 +64,8 @@ __all__ = [
     "ProcessOutput",
     "ProcessSandbox",
     "ProcessState",
+    "StepKey",
+    "StepSandbox",
     "check_port",
 ]
 
@@ -70,6 +73,7 @@ DEFAULT_LIST_LIMIT = 1000
 """How many entries :meth:`FileSystemSandbox.list_dir` returns when no limit is given."""
 MAX_LIST_LIMIT = 100_000
 """The largest ``limit`` a listing accepts (memory stays O(limit), whatever the directory)."""
+_STEP = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 
 
 def _aware(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -407,5 +411,52 @@ class PortSandbox(Protocol):
         :attr:`ExposedPort.headers`. A sandbox that is gone is
         :class:`~mango.domain.errors.SandboxNotFound`. A backend may answer
         before anything listens: the URL then fails until a server does.
+        """
+        ...
+
+
+def _check_step(_instance: object, _attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not _STEP.match(value):
+        raise InvalidInput(f"a step key must be 1 to 64 of [a-z0-9-], got {value!r}")
+
+
+@attrs.frozen
+class StepKey:
+    """One command of one durable step: the step's key, and the command's number in it.
+
+    ``step`` is the same on every attempt of the step (derived from the
+    workflow and the step's place in it, never from the attempt) and differs
+    between steps; ``index`` counts the commands the step ran before this one.
+    """
+
+    step: str = attrs.field(validator=_check_step)
+    index: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """The command's number within the step (0 for the first)."""
+
+    @property
+    def name(self) -> str:
+        """``<step>.<index>``: the command's name among the sandbox's step records."""
+        return f"{self.step}.{self.index}"
+
+
+@runtime_checkable
+class StepSandbox(Protocol):
+    """A sandbox that runs a step's command once across the step's attempts.
+
+    Not a capability a Session asks for: the Temporal activities use it where
+    the sandbox offers it (local, Docker, E2B and Cube, through the kit's
+    :mod:`mango.provider.steps`), and a provider without it declares the quirk
+    ``steps-at-least-once``.
+    """
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key``: as :meth:`~mango.domain.ports.Sandbox.exec` does
+        the first time; a later call with the same key (a retried attempt, in any worker
+        process) never starts it again, but waits for the first run (at most until
+        ``timeout`` seconds after it started, then kills it: ``timed_out``) and returns its
+        result. ``timeout`` is the command's effective timeout (None: unbounded).
+        Cancelling the call kills the command's process tree, whichever call started it.
         """
         ...

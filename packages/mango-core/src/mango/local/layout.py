@@ -8,6 +8,7 @@ directory::
     <base>/.owners/mango-<32 hex>.json      owner record (labels), read-only
     <base>/.runs/mango-<32 hex>             started commands (see mango.local.runs)
     <base>/.procs/mango-<32 hex>/           background processes (see mango.local.processes)
+    <base>/.steps/mango-<32 hex>/           step records (see mango.provider.steps)
 
 The directory name is the deterministic name of
 :class:`~mango.provider.ownership.Ownership`, so it has a fixed length, never
@@ -77,6 +78,7 @@ __all__ = [
     "PROVIDER_NAME",
     "RUNS_DIR",
     "SANDBOX_DIR_ENV",
+    "STEPS_DIR",
     "WORKSPACE_NAME",
     "canonical_path",
     "check_base_dir",
@@ -89,6 +91,7 @@ __all__ = [
     "owned_session_dir",
     "owner_record_path",
     "remove_session",
+    "step_records_dir",
     "verify_session_dir",
     "workspace_root",
 ]
@@ -97,6 +100,8 @@ PROVIDER_NAME = "local"
 SANDBOX_DIR_ENV = "MANGO_LOCAL_SANDBOX_DIR"
 OWNERS_DIR = ".owners"
 """Directory under the base directory holding one owner record per sandbox."""
+STEPS_DIR = ".steps"
+"""Directory under the base directory holding the step records of each sandbox."""
 LEGACY_MARKER_NAME = "owner.json"
 """Format 2 kept the owner record here, inside the session directory."""
 WORKSPACE_NAME = "workspace"
@@ -279,6 +284,11 @@ def check_removal(session_dir: Path, ownership: Ownership, session_key: str) -> 
         ownership.check(labels, session_key, what=f"local sandbox {session_dir}")
 
 
+def step_records_dir(base: Path, name: str) -> Path:
+    """Where the sandbox ``name`` keeps its step records (:mod:`mango.provider.steps`)."""
+    return base / STEPS_DIR / name
+
+
 def remove_session(session_dir: Path) -> None:
     """Remove everything of ``session_dir``, owner record last; idempotent.
 
@@ -293,6 +303,7 @@ def remove_session(session_dir: Path) -> None:
         _retire(session_dir)
         kill_logged_runs(base, session_dir.name)
         remove_processes(base, session_dir.name)
+        remove_tree(step_records_dir(base, session_dir.name))
         # Never through a mount point, past a pinned file or along a link
         # (mango.local.removal); whatever blocks stays for the next removal.
         purge_leftovers(session_dir, remove=remove_tree)

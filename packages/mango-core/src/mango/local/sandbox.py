@@ -31,7 +31,7 @@ from mango.local.files import (
     stage_workspace_file,
     write_workspace_file,
 )
-from mango.local.layout import remove_session, workspace_root
+from mango.local.layout import remove_session, step_records_dir, workspace_root
 from mango.local.processes import (
     kill_process,
     list_processes,
@@ -67,6 +67,7 @@ from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, chec
 from mango.provider.files import checked_chunks
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
+from mango.provider.steps import StepKey, StepRecords, exec_once
 
 __all__ = ["DESTROY_WAIT_SECONDS", "WAIT_POLL_SECONDS", "LocalSandbox", "checkpoint"]
 
@@ -134,6 +135,18 @@ class LocalSandbox(StreamedExec):
     def spec(self) -> SandboxSpec:
         """The spec this client was created or attached with."""
         return self._spec
+
+    @property
+    def step_records(self) -> StepRecords:
+        """``<base>/.steps/<name>``, beside the run log (:mod:`mango.provider.steps`)."""
+        directory = step_records_dir(self._session_dir.parent, self._session_dir.name)
+        return StepRecords(str(directory), self._max_output_bytes)
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (:class:`~mango.domain.ports.StepSandbox`)."""
+        return await exec_once(self, self.step_records, key, command, timeout=timeout)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None

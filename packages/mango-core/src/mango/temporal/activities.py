@@ -8,9 +8,15 @@ validates it at this boundary, and translates mango errors once, on the way
 out (:mod:`mango.temporal.failures`): permanent errors and lost sandboxes are
 non-retryable, everything else retries.
 
-A tool step runs at least once: if a worker dies mid-step, Temporal runs
-the step again on another worker once its heartbeat times out (tools like
-``edit`` then see the first attempt's effects and may fail accordingly).
+A worker that dies mid-step has the step run again on another worker once
+its heartbeat times out. Where the sandbox is a
+:class:`~mango.domain.ports.StepSandbox` (local, Docker, E2B, Cube:
+:mod:`mango.provider.steps`), each command of the step runs once: the
+retry finds the command the dead worker started, waits for it and collects
+its result, keyed by the step's place in the workflow (:mod:`mango.temporal._once`).
+Elsewhere the command runs again (at least once). File writes are replayed
+as they are (a write is idempotent; ``edit`` then sees the first attempt's
+effects and may fail accordingly).
 
 Long activities heartbeat every ``heartbeat_interval`` seconds while they
 work. When the workflow cancels one, Temporal delivers the cancellation
@@ -46,6 +52,7 @@ from mango.domain.ports import BindingStore, Sandbox
 from mango.domain.registry import ProviderRegistration
 from mango.domain.values import ExecResult, SandboxSpec, validate_session_id
 from mango.temporal._attempts import activity_deadline, boundary, heartbeating
+from mango.temporal._once import once
 from mango.temporal._payload_limit import (
     DEFAULT_BLOB_LIMIT,
     PAYLOAD_MARGIN,
@@ -186,7 +193,7 @@ class MangoActivities(ResourceActivities):
             async with self.manager.tool_step(
                 request.session_id, request.spec, deadline=activity_deadline()
             ) as step:
-                result = await self.tools.run(sandbox, request.call)
+                result = await self.tools.run(once(sandbox, request.spec.timeout), request.call)
             if step.failure is None:
                 return result
             return attrs.evolve(
@@ -211,7 +218,7 @@ class MangoActivities(ResourceActivities):
             async with self.manager.tool_step(
                 request.session_id, request.spec, deadline=activity_deadline()
             ) as step:
-                result = await sandbox.exec(request.command)
+                result = await once(sandbox, request.spec.timeout).exec(request.command)
             if step.failure is not None:
                 result = attrs.evolve(result, memory_writeback_error=step.failure)
             return await self._fit(result)

@@ -101,8 +101,10 @@ class StepPolicy:
     """Exec steps whose command has a timeout of at most this many seconds run as local
     activities (in the worker that runs the workflow task: two fewer server round
     trips, about 10 ms); unbounded or longer ones, and every step when 0, run as
-    normal activities, whose heartbeats let the server notice a dead worker. Both are
-    at least once: a worker that dies mid-step has the step run again elsewhere."""
+    normal activities, whose heartbeats let the server notice a dead worker. Either
+    way a worker that dies mid-step has the step retried elsewhere, which runs each
+    command once where the sandbox keeps step records (local, Docker, E2B, Cube) and again
+    elsewhere (``steps-at-least-once``)."""
 
 
 # ---------------------------------------------------------------- activities

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import attrs
 
@@ -26,6 +26,8 @@ from mango.domain.sandbox_ports import (
     DirectoryListing,
     FileInfo,
     FileSystemSandbox,
+    StepKey,
+    StepSandbox,
 )
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef, SessionRecord
 
@@ -140,6 +142,14 @@ class SessionSandbox(SandboxWrapper):
         except SandboxNotFound as exc:
             await self.on_lost(exc)
             raise
+
+    async def exec_step(
+        self, key: StepKey, command: Command, *, timeout: float | None
+    ) -> ExecResult:
+        """Run ``command`` once for ``key`` (the wrapped sandbox must offer it: StepSandbox);
+        a vanished resource is recorded as lost."""
+        inner = cast("StepSandbox", self.inner)
+        return await self._watch(inner.exec_step(key, command, timeout=timeout))
 
     @asynccontextmanager
     async def exec_stream(self, command: Command) -> AsyncIterator[AsyncIterator[ExecEvent]]:
