@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+# Imported here, before any in-process pytester run: pytester removes the modules a
+# run imported when it ends, and httpx (imported already) loads httpcore lazily and
+# keeps a map of *that* httpcore's exception classes. A run that imported httpcore
+# first left every later test of the worker with a new httpcore whose errors httpx
+# no longer mapped (raw httpcore.ConnectError instead of httpx.ConnectError).
+import httpcore  # noqa: F401
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
