@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from mango.fakes.beacons import Beacon, open_beacon
 from mango.fakes.faults import Faults, Hostile, RecordedRequest
-from mango.fakes.reaper import SANDBOX_MARK, kill_marked, mark
+from mango.fakes.reaper import SANDBOX_MARK, continue_marked, kill_marked, mark, stop_marked
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
     MAX_REQUEST_BYTES,
@@ -77,6 +77,7 @@ __all__ = [
     "SandboxPaused",
     "SandboxState",
     "Servable",
+    "continue_marked",
     "cut_connection",
     "is_string_map",
     "kill_marked",
@@ -85,4 +86,5 @@ __all__ = [
     "rfc3339",
     "run_standalone",
     "serve",
+    "stop_marked",
 ]
