@@ -43,7 +43,7 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 def test_registration_is_preview_with_limited_network() -> None:
     """``opensandbox`` registers through the entry point: preview, packages, limited network,
-    the file API and background processes."""
+    the file API, background processes and pause."""
     host = load_plugins()
     registration = host.providers().get("opensandbox")
     assert registration.support_level is SupportLevel.PREVIEW
@@ -52,6 +52,7 @@ def test_registration_is_preview_with_limited_network() -> None:
         Capability.LIMITED_NETWORK,
         Capability.FILE_API,
         Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
     )
     assert {setting.env for setting in registration.settings} >= {
         "OPEN_SANDBOX_DOMAIN",

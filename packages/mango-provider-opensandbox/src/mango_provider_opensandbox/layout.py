@@ -32,9 +32,11 @@ CAPABILITIES = CapabilitySet.of(
     Capability.LIMITED_NETWORK,
     Capability.FILE_API,
     Capability.BACKGROUND_PROCESSES,
+    Capability.PAUSE,
 )
-"""Package setup (through exec), limited network (the egress sidecar), the file API (execd)
-and background processes (execd's background commands under the kit's supervisor)."""
+"""Package setup (through exec), limited network (the egress sidecar), the file API (execd),
+background processes (execd's background commands under the kit's supervisor) and pause (the
+lifecycle API's pause and resume)."""
 API_PREFIX = "/v1"
 """The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
