@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import Command, OwnershipError, SandboxNotFound, SandboxRef, SandboxSpec
 from mango_provider_opensandbox import OpenSandboxProvider
 from mango_provider_opensandbox.fake import FakeOpenSandbox
+from mango_provider_opensandbox.settings import REGISTRATION
 
 WAIT = "echo up > started; while [ ! -e go ]; do sleep 0.01; done; touch seen; echo done"
 BOUND = 30.0
@@ -98,3 +100,34 @@ async def test_a_request_held_by_a_pause_sees_the_delete(
     await fake.delete(sandbox.ref.external_id)
     with pytest.raises(SandboxNotFound):
         await asyncio.wait_for(held, BOUND)
+
+
+async def test_session_manager_pauses_and_an_acquire_resumes(
+    fake: FakeOpenSandbox, make_provider: Callable[..., OpenSandboxProvider]
+) -> None:
+    """``SessionManager.pause`` marks the Session paused and pauses the sandbox; a fresh
+    worker's acquire resumes it with its workspace, and the mark goes."""
+    store = InMemoryBindingStore()
+    spec = SandboxSpec(timeout=30)
+
+    def manager() -> SessionManager:
+        return SessionManager(
+            make_provider(), store, REGISTRATION.capabilities, REGISTRATION.quirks
+        )
+
+    first = manager()
+    await first.ensure_session("paused-session")
+    sandbox = await first.acquire("paused-session", spec)
+    await sandbox.write_file("kept.txt", b"kept")
+    await first.pause("paused-session")
+    record = await store.get_session("paused-session")
+    assert record is not None
+    assert record.paused
+    assert fake.phase(fake.sandbox(sandbox.ref.external_id)) == "Paused"
+    again = await manager().acquire("paused-session", spec)
+    assert again.ref == sandbox.ref
+    assert fake.phase(fake.sandbox(sandbox.ref.external_id)) == "Running"
+    assert await again.read_file("kept.txt") == b"kept"
+    record = await store.get_session("paused-session")
+    assert record is not None
+    assert not record.paused
