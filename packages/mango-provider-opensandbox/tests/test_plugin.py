@@ -139,6 +139,7 @@ def test_factory_is_lazy_and_takes_the_namespace() -> None:
         Capability.LIMITED_NETWORK,
         Capability.FILE_API,
         Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
     )
 
 
