@@ -163,7 +163,9 @@ def open_e2b_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="e2b",
-    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
+    capabilities=CapabilitySet.of(
+        Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.PAUSE
+    ),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_e2b_provider,
