@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import Command, OwnershipError, SandboxNotFound, SandboxNotRunning
 from mango_provider_e2b import E2BSandbox
 from mango_provider_e2b.fake import E2BFakeService
+from mango_provider_e2b.settings import REGISTRATION as E2B_REGISTRATION
 
 from .conftest import SPEC, make_provider
 
@@ -58,7 +60,12 @@ async def test_a_paused_command_is_frozen_and_taken_up_after_the_resume(
             if process.process.returncode is None
         ]
         assert pids
-        assert {_state(pid) for pid in pids} == {b"T"}, "a paused sandbox's process runs"
+        # One still in the kernel (state D) stops on its way out: wait for that, bounded.
+        for _ in range(int(BOUND * 100)):
+            if {_state(pid) for pid in pids} <= {b"T", b""}:
+                break
+            await asyncio.sleep(0.01)
+        assert {_state(pid) for pid in pids} <= {b"T", b""}, "a paused sandbox's process runs"
         with pytest.raises(SandboxNotRunning):
             await sandbox.read_file("started")
         assert service.state(sandbox.sandbox_id) == "paused", "a data call undid the pause"
@@ -108,3 +115,38 @@ async def test_pause_by_reference_checks_the_owner_and_attach_keeps_it_paused(
     finally:
         await provider.aclose()
         await fresh.aclose()
+
+
+async def test_session_manager_pauses_and_an_acquire_resumes(service: E2BFakeService) -> None:
+    """``SessionManager.pause`` marks the Session paused and pauses the sandbox, freezing a
+    running command; the next acquire resumes it, the command takes its stream up and ends
+    with its output, and the mark goes."""
+    registration = E2B_REGISTRATION  # Cube's declares the same capabilities
+    store = InMemoryBindingStore()
+    provider = make_provider(service)
+    manager = SessionManager(provider, store, registration.capabilities, registration.quirks)
+    try:
+        await manager.ensure_session("paused-session")
+        sandbox = await manager.acquire("paused-session", SPEC)
+        record = service.sandboxes.get(sandbox.ref.external_id)
+        async with record.beacon("started") as started:
+            frozen = asyncio.create_task(sandbox.exec(Command(("sh", "-c", WAIT))))
+            await started.wait(BOUND)
+        await manager.pause("paused-session")
+        session = await store.get_session("paused-session")
+        assert session is not None
+        assert session.paused
+        assert service.state(sandbox.ref.external_id) == "paused"
+        assert not frozen.done()
+        again = await manager.acquire("paused-session", SPEC)
+        assert again.ref == sandbox.ref
+        assert service.state(sandbox.ref.external_id) == "running"
+        await again.write_file("go", b"")
+        result = await asyncio.wait_for(frozen, BOUND)
+        assert (result.exit_code, result.stdout) == (0, b"done\n")
+        session = await store.get_session("paused-session")
+        assert session is not None
+        assert not session.paused
+        await manager.release("paused-session")
+    finally:
+        await provider.aclose()

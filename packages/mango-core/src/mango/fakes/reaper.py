@@ -64,14 +64,35 @@ def kill_marked(sandbox_id: str) -> int:
     return killed
 
 
+_STOP_BIT = 1 << (signal.SIGSTOP - 1)
+
+
 def _stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (state ``T``) or gone."""
+    """Whether ``pid`` is stopped (state ``T``), gone, or bound to stop.
+
+    A process in the kernel (state ``D``: a page fault, an ``exec``) takes
+    its pending ``SIGSTOP`` on the way out, before it runs any more of its
+    own code: it counts as stopped.
+    """
     try:
-        status = (_PROC / str(pid) / "stat").read_bytes()
+        stat = (_PROC / str(pid) / "stat").read_bytes()
     except OSError:
         return True
     # "pid (comm) S ...": the state follows the last ")" (comm may hold one).
-    return status.rsplit(b")", 1)[-1].split()[:1] in ([b"T"], [b"t"], [b"Z"], [b"X"])
+    state = stat.rsplit(b")", 1)[-1].split()[:1]
+    if state in ([b"T"], [b"t"], [b"Z"], [b"X"]):
+        return True
+    if state != [b"D"]:
+        return False
+    try:
+        status = (_PROC / str(pid) / "status").read_text()
+    except OSError:
+        return True
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return bool(pending & _STOP_BIT)
 
 
 def stop_marked(sandbox_id: str) -> int:
