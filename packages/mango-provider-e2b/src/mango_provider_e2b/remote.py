@@ -41,6 +41,10 @@ class Remote(ProviderView):
     pauses: dict[str, int] = attrs.field(factory=dict)
     """How many pauses of each sandbox went through this instance (a command cut by one that
     was resumed before it looked knows it from this)."""
+    resumes: dict[str, int] = attrs.field(factory=dict)
+    """How many resumes of each sandbox went through this instance (a data call that failed
+    while a concurrent one resumed the sandbox repeats itself instead of failing)."""
+    _confirming: dict[str, asyncio.Lock] = attrs.field(factory=dict, repr=False)
     _resumed: dict[str, asyncio.Event] = attrs.field(factory=dict, repr=False)
     _taking_up: dict[str, list[asyncio.Future[None]]] = attrs.field(factory=dict, repr=False)
 
@@ -70,6 +74,15 @@ class Remote(ProviderView):
     async def remove(self, sandbox_id: str) -> None:
         """``DELETE /sandboxes/{id}`` (gone already is success)."""
         await self.control.kill(sandbox_id)
+        self.held.discard(sandbox_id)
+        self.pauses.pop(sandbox_id, None)
+        self.resumes.pop(sandbox_id, None)
+        self._confirming.pop(sandbox_id, None)
+
+    def confirming(self, sandbox_id: str) -> asyncio.Lock:
+        """Held while a failed data call asks the control plane and perhaps resumes: the
+        calls that failed alongside it wait, then see the resume (:attr:`resumes`)."""
+        return self._confirming.setdefault(sandbox_id, asyncio.Lock())
 
     # ------------------------------------------------------------ pause (capability ``pause``)
 
@@ -94,6 +107,7 @@ class Remote(ProviderView):
         streams before returning (bounded by :data:`TAKE_UP_SECONDS`)."""
         lifetime = self.idle_timeout if timeout is None else timeout
         info = await self.control.connect(sandbox_id, timeout=lifetime)
+        self.resumes[sandbox_id] = self.resumes.get(sandbox_id, 0) + 1
         self.held.discard(sandbox_id)
         event = self._resumed.pop(sandbox_id, None)
         if event is not None:

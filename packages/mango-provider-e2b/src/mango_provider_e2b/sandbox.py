@@ -186,12 +186,17 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
         raise meaning from error
 
     async def _data_call(self, call: Callable[[], Awaitable[T]]) -> T:
+        resumes = self._provider.resumes.get(self.sandbox_id, 0)
         try:
             return await call()
         except RemoteUnavailable as exc:
             if not unreachable(exc):
                 raise
-            await self._confirm(exc, resume=True)
+            async with self._provider.confirming(self.sandbox_id):
+                if self._provider.resumes.get(self.sandbox_id, 0) == resumes:
+                    await self._confirm(exc, resume=True)
+                # else a concurrent call resumed the sandbox meanwhile: this one never
+                # reached envd (the proxy's 502), so it is repeated.
         return await call()
 
     # ------------------------------------------------------------ exec
