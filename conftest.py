@@ -16,6 +16,11 @@ traceback, or into no stop at all:
   ``KeyError`` traceback at the end of the run.
 
 ``tests/test_interrupts.py`` sends SIGINT to runs of ``tests/interrupts/cases.py``.
+
+The tests marked ``slow`` run first: pytest-xdist hands out tests in
+collection order, and the longest ones (under ``tests/``, collected last)
+otherwise started when the other workers were nearly done, leaving a tail
+of one or two busy workers on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -71,3 +76,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Give tmp_path's teardown its entry before any fixture runs (makereport fills it)."""
     item.stash.setdefault(tmppath_result_key, {})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests marked ``slow`` to the front (a stable sort: each keeps its order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

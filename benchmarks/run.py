@@ -71,7 +71,7 @@ BENCHMARKS = (
         "bench_opensandbox.py",
         ("--rounds", "8", "--flood-mib", "8", "--sdk-flood-mib", "8"),
     ),
-    Benchmark("reads", "bench_reads.py", ("--size-gib", "0.25")),
+    Benchmark("reads", "bench_reads.py", ("--size-gib", "0.25", "--write-gib", "0.25")),
     Benchmark("skills", "bench_skills.py", ("--rounds", "20"), needs_docker=True),
     Benchmark("import", "bench_import.py", ("--rounds", "5")),
 )

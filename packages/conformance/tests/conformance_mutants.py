@@ -41,7 +41,13 @@ from mango.domain.memories import MemoryFile, MemorySnapshot, MemoryStoreMount
 from mango.domain.ports import Provider, Sandbox
 from mango.domain.registry import ConformanceTarget
 from mango.domain.resources import FileResourceMount
-from mango.domain.sandbox_ports import ProcessHandle, ProcessInfo, ProcessOutput, ProcessState
+from mango.domain.sandbox_ports import (
+    ExposedPort,
+    ProcessHandle,
+    ProcessInfo,
+    ProcessOutput,
+    ProcessState,
+)
 from mango.domain.skills import SkillMount
 from mango.domain.testbed import ConformanceTestbed
 from mango.domain.values import (
@@ -379,6 +385,57 @@ class UnboundedRead(WrappedProvider):
     sandbox_class = UnboundedReadSandbox
 
 
+class BufferingWriteSandbox(WrappedSandbox):
+    """``write_stream`` joins every chunk in memory, then writes the whole (the old CLI)."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.write_file(path, b"".join([bytes(chunk) async for chunk in chunks]))
+
+
+class BufferedWriteStream(WrappedProvider):
+    """A streamed write holds the whole stream in memory."""
+
+    sandbox_class = BufferingWriteSandbox
+
+
+class InPlaceWriteSandbox(WrappedSandbox):
+    """``write_stream`` truncates the target and appends each chunk to it, no temporary."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        await self.inner.write_file(path, b"")
+        target = Path(self.inner.root, path)
+        async for chunk in chunks:
+            with target.open("ab") as handle:  # noqa: ASYNC230 - a mutant, not a provider
+                handle.write(bytes(chunk))
+
+
+class NonAtomicWriteStream(WrappedProvider):
+    """A streamed write that fails midway leaves a half file under the final name."""
+
+    sandbox_class = InPlaceWriteSandbox
+
+
+class EagerWriteSandbox(WrappedSandbox):
+    """``write_stream`` takes the first chunk before it checks the path."""
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        iterator = aiter(chunks)
+        first = await anext(iterator, b"")
+
+        async def rest() -> AsyncIterator[bytes]:
+            yield first
+            async for chunk in iterator:
+                yield chunk
+
+        await self.inner.write_stream(path, rest())
+
+
+class WriteStreamChecksLate(WrappedProvider):
+    """A refused streamed write has already consumed its source."""
+
+    sandbox_class = EagerWriteSandbox
+
+
 @attrs.define
 class AliasedProcessesSandbox(WrappedSandbox):
     """Hands out ids that only this client knows (a per-instance map, as if kept in memory)."""
@@ -569,6 +626,9 @@ MUTANTS: dict[str, Callable[[Path], Provider]] = {
     "cancellation-ignored": CancellationIgnored,
     "unbounded-output": _unbounded,
     "unbounded-read": UnboundedRead,
+    "buffered-write-stream": BufferedWriteStream,
+    "non-atomic-write-stream": NonAtomicWriteStream,
+    "write-stream-checks-late": WriteStreamChecksLate,
     "write-does-not-truncate": WriteDoesNotTruncate,
     "escape-allowed": EscapeAllowed,
     "stderr-merged": StderrMerged,
@@ -840,7 +900,7 @@ class DockerWrappedSandbox(WrappedSandbox):
     async def is_paused(self) -> bool:
         return await self.inner.is_paused()  # type: ignore[attr-defined, no-any-return]
 
-    async def expose_port(self, port: int) -> str:
+    async def expose_port(self, port: int) -> ExposedPort:
         return await self.inner.expose_port(port)  # type: ignore[attr-defined, no-any-return]
 
     def host_target(self, runtime_path: str) -> Path:
@@ -1204,10 +1264,10 @@ class ResumeLosesWorkspace(DockerWrapped):
 class OffByOnePortSandbox(DockerWrappedSandbox):
     """``expose_port`` answers with the URL of the next host port."""
 
-    async def expose_port(self, port: int) -> str:
-        url = await self.inner.expose_port(port)  # type: ignore[attr-defined]
-        base, host_port = str(url).rsplit(":", 1)
-        return f"{base}:{int(host_port) + 1}"
+    async def expose_port(self, port: int) -> ExposedPort:
+        exposed = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        base, host_port = exposed.url.rsplit(":", 1)
+        return attrs.evolve(exposed, url=f"{base}:{int(host_port) + 1}")
 
 
 class PortUrlWrong(DockerWrapped):
@@ -1216,11 +1276,29 @@ class PortUrlWrong(DockerWrapped):
     sandbox_class = OffByOnePortSandbox
 
 
+class RememberingPortSandbox(DockerWrappedSandbox):
+    """``expose_port`` answers from a cache: a destroyed sandbox's port still has a URL."""
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        # A plain subclass of the slotted wrapper: its instances have a __dict__.
+        remembered: dict[int, ExposedPort] = vars(self).setdefault("remembered", {})
+        if port not in remembered:
+            remembered[port] = await self.inner.expose_port(port)  # type: ignore[attr-defined]
+        return remembered[port]
+
+
+class PortOutlivesSandbox(DockerWrapped):
+    """A gone sandbox's port is not ``SandboxNotFound``."""
+
+    sandbox_class = RememberingPortSandbox
+
+
 PAUSE_MUTANTS: dict[str, type[DockerWrapped]] = {
     "pause-is-a-flag": PauseIsAFlag,
     "resume-not-idempotent": ResumeNotIdempotent,
     "resume-loses-workspace": ResumeLosesWorkspace,
     "port-url-wrong": PortUrlWrong,
+    "port-outlives-sandbox": PortOutlivesSandbox,
 }
 """The pause and exposed-ports mutants (run with the Docker target and a port testbed)."""
 

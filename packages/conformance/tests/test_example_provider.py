@@ -20,7 +20,7 @@ def test_example_provider_passes_the_whole_suite(
     result = suite_pytester.runpytest(
         "--mango-profile=offline-ci", "--mango-max-examples=30", "--mango-steps=30"
     )
-    result.assert_outcomes(passed=47, skipped=43)
+    result.assert_outcomes(passed=52, skipped=43)
 
 
 def test_example_plugin_registers_provider_and_target(

@@ -50,6 +50,12 @@ CAUGHT_BY: dict[str, set[str]] = {
         "test_read_bound_is_checked_before_reading",
         "test_read_at_and_past_the_bound",
     },
+    "buffered-write-stream": {"test_write_stream_moves_a_large_stream_exactly"},
+    "non-atomic-write-stream": {
+        "test_failed_write_stream_keeps_the_old_file",
+        "test_cancelled_write_stream_keeps_the_old_file",
+    },
+    "write-stream-checks-late": {"test_write_stream_refuses_what_write_file_refuses"},
     "write-does-not-truncate": {
         "test_overwrite_truncates",
         "test_empty_file_round_trip",
@@ -248,6 +254,7 @@ PAUSE_CAUGHT_BY: dict[str, set[str]] = {
     "resume-not-idempotent": {IDEMPOTENT},
     "resume-loses-workspace": {KEEPS},
     "port-url-wrong": {REACHED},
+    "port-outlives-sandbox": {REACHED},
 }
 """The pause and exposed-ports mutants (Docker) and the checks that must fail on each."""
 

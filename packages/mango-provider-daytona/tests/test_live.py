@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from mango.provider import ConformanceTarget, ProviderContext, SandboxSpec
+from mango.provider import (
+    ConformanceTarget,
+    ConformanceTestbed,
+    NetworkMode,
+    PortTestbed,
+    ProviderContext,
+    SandboxSpec,
+)
 from mango.provider.ownership import derived_namespace
 from mango_conformance import ProviderSuite, SuiteOptions, live_enabled
 from mango_provider_daytona import DaytonaProvider
@@ -34,12 +41,23 @@ async def _live_provider(scratch_dir: Path) -> AsyncIterator[DaytonaProvider]:
         await provider.aclose()
 
 
+LIVE_PORT = 8080
+"""The port the live ``exposed-ports`` check serves on (the vendor routes it; nothing is faked)."""
+
+
+@contextlib.asynccontextmanager
+async def _live_testbed(_scratch_dir: Path) -> AsyncIterator[ConformanceTestbed]:
+    yield ConformanceTestbed(ports=PortTestbed(port=LIVE_PORT, network=NetworkMode.BRIDGE))
+
+
 class TestDaytonaLive(ProviderSuite):
     """The real Daytona API and toolbox (billable; opt-in)."""
 
     @pytest.fixture
     def conformance_target(self) -> ConformanceTarget:
-        return ConformanceTarget(provider="daytona", open=_live_provider, description="live")
+        return ConformanceTarget(
+            provider="daytona", open=_live_provider, testbed=_live_testbed, description="live"
+        )
 
     @pytest.fixture
     def conformance_options(self) -> SuiteOptions:

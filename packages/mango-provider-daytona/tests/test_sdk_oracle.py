@@ -8,13 +8,20 @@ tests use the SDK exactly as a Daytona user would, against the fake on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import secrets
+import socket
+from collections.abc import AsyncIterator, Mapping
 
+import httpx
 import pytest
 from daytona import AsyncDaytona, DaytonaConfig, DaytonaError
 
 from mango.fakes import FakeService
+from mango.provider import Command, InvalidInput, SandboxNotFound, SandboxSpec
 from mango_provider_daytona.fake import FAKE_API_KEY, DaytonaFake
+
+from .conftest import make_provider
 
 
 @pytest.fixture
@@ -225,3 +232,71 @@ async def test_sdk_search_move_and_delete(client: AsyncDaytona) -> None:
     shown = await sandbox.process.exec("ls -A t t/sub")
     assert shown.result.split() == ["t:", "a", "dangling", "sub", "t/sub:", "b2", "deep"]
     await client.delete(sandbox)
+
+
+SERVE_PORT_SCRIPT = 'exec python3 -m http.server "$1" --bind 127.0.0.1'
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _answer(url: str, headers: Mapping[str, str], *, bound: float = 20.0) -> httpx.Response:
+    """GET ``url`` until the sandbox's server answers it (it may not listen yet), at most
+    ``bound`` seconds; the last answer, or the last transport error raised."""
+    deadline = asyncio.get_running_loop().time() + bound
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+        while True:
+            try:
+                response = await http.get(url, headers=dict(headers))
+            except httpx.TransportError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            else:
+                if response.status_code == 200 or asyncio.get_running_loop().time() > deadline:
+                    return response
+            await asyncio.sleep(0.05)  # a bounded poll of the server's start, never asserted
+
+
+async def test_sdk_preview_link_reaches_what_mango_exposes(
+    client: AsyncDaytona, service: FakeService
+) -> None:
+    """get_preview_link answers what expose_port does (URL, token in X-Daytona-Preview-Token),
+    and a server in the sandbox answers through it: with the token, not without it, not with
+    another sandbox's; a deleted sandbox's port is SandboxNotFound."""
+    port = _free_port()
+    provider = make_provider(service)
+    sandbox = await provider.create("preview", SandboxSpec(timeout=60))
+    other = await provider.create("preview-other", SandboxSpec(timeout=60))
+    token = secrets.token_hex(8)
+    await sandbox.write_file("index.html", token.encode())
+    server = asyncio.create_task(
+        sandbox.exec(Command(("sh", "-c", SERVE_PORT_SCRIPT, "sh", str(port))))
+    )
+    try:
+        exposed = await sandbox.expose_port(port)
+        link = await (await client.get(sandbox.ref.external_id)).get_preview_link(port)
+        assert exposed.url == link.url
+        assert dict(exposed.headers) == {"X-Daytona-Preview-Token": link.token}
+        assert link.token not in exposed.url
+        assert link.token not in repr(exposed)
+        answer = await _answer(f"{link.url}/index.html", {"X-Daytona-Preview-Token": link.token})
+        assert (answer.status_code, answer.text) == (200, token)
+        assert (await _answer(f"{link.url}/index.html", {}, bound=0)).status_code == 401
+        stranger = dict((await other.expose_port(port)).headers)
+        assert (await _answer(f"{link.url}/index.html", stranger, bound=0)).status_code == 401
+    finally:
+        server.cancel()
+        with contextlib.suppress(BaseException):
+            await server
+    for made in (sandbox, other):
+        await made.destroy()
+    with pytest.raises(SandboxNotFound):
+        await sandbox.expose_port(port)
+    with pytest.raises(DaytonaError):
+        await (await client.get(sandbox.ref.external_id)).get_preview_link(port)
+    with pytest.raises(InvalidInput):
+        await other.expose_port(0)
+    await provider.aclose()

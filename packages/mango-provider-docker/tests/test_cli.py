@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -352,3 +353,80 @@ async def test_sessions_pause_list_ports_and_delete_of_a_paused_session(
         leftover = await docker_engine.inspect_container(name)
         if leftover is not None:
             await docker_engine.remove_container(str(leftover["Id"]))
+
+
+GENERATOR = """
+import hashlib, sys
+out = sys.stdout.buffer
+for index in range(int(sys.argv[1])):
+    out.write(hashlib.shake_128(index.to_bytes(8, "big")).digest(1 << 20))
+"""
+"""Writes argv[1] MiB of deterministic bytes to stdout, one MiB at a time (never held whole)."""
+
+
+def _streamed_write(
+    env: dict[str, str], session: str, path: str, mebibytes: int
+) -> tuple[int, str, int]:
+    """Pipe the generator into 'mango files write': its exit code, stderr and RSS growth."""
+    # A child's ru_maxrss can start at its parent's: measure against a bare python.
+    baseline = subprocess.Popen([sys.executable, "-c", "pass"])
+    _, _, bare = os.wait4(baseline.pid, 0)
+    baseline.returncode = 0
+    generator = subprocess.Popen(
+        [sys.executable, "-c", GENERATOR, str(mebibytes)], stdout=subprocess.PIPE
+    )
+    assert generator.stdout is not None
+    process = subprocess.Popen(
+        [str(MANGO), "files", "write", "--session", session, path],
+        stdin=generator.stdout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    generator.stdout.close()  # mango holds the pipe's only read end
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert generator.wait(timeout=60) == 0
+    assert process.stderr is not None
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    return process.returncode, stderr, (usage.ru_maxrss - bare.ru_maxrss) * 1024
+
+
+def test_mango_files_write_streams_into_a_container(
+    test_image: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """256 MiB piped into 'files write' arrive exactly; mango's RSS grows far less than that."""
+    session = f"cli-w-{tmp_path.name}"
+    resources = tmp_path / "resources"
+    mebibytes = 256
+    expected = hashlib.sha256()
+    for index in range(mebibytes):
+        expected.update(hashlib.shake_128(index.to_bytes(8, "big")).digest(1 << 20))
+    try:
+        made = _mango(
+            state_dir, resources, test_image, "files", "write", "--session", session, "w/big.bin"
+        )
+        assert made.returncode == 0, made.stderr.decode()
+        env = _environ(state_dir, resources, test_image)
+        code, stderr, grown = _streamed_write(env, session, "w/big.bin", mebibytes)
+        assert code == 0, stderr
+        assert grown < (mebibytes << 20) // 4, f"peak RSS grew by {grown} bytes"
+        summed = _mango(
+            state_dir,
+            resources,
+            test_image,
+            "exec",
+            "--session",
+            session,
+            "--",
+            "sh",
+            "-c",
+            "sha256sum w/big.bin; ls -A w",
+        )
+        assert summed.returncode == 0, summed.stderr.decode()
+        digest, listing = summed.stdout.decode().split("\n", 1)
+        assert digest.split()[0] == expected.hexdigest()
+        assert listing.split() == ["big.bin"], "the write's temporary was left behind"
+    finally:
+        _mango(state_dir, resources, test_image, "sessions", "delete", session)

@@ -98,8 +98,11 @@ async def test_a_published_port_is_reached_through_its_url(
         assert inspect is not None
         bindings = inspect["HostConfig"]["PortBindings"]
         assert bindings == {f"{PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}
-        url = await sandbox.expose_port(PORT)
+        exposed = await sandbox.expose_port(PORT)
+        url = exposed.url
         assert url.startswith("http://127.0.0.1:")
+        assert dict(exposed.headers) == {}
+        assert str(exposed) == url
         await sandbox.write_file("index.html", b"hello from the sandbox")
         server = asyncio.create_task(
             sandbox.exec(Command(("httpd", "-f", "-p", str(PORT), "-h", "/workspace")))

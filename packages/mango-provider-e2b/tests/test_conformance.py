@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from mango.plugins import load_plugins
-from mango.provider import ConformanceTarget, SandboxSpec
+from mango.provider import (
+    ConformanceTarget,
+    ConformanceTestbed,
+    NetworkMode,
+    PortTestbed,
+    SandboxSpec,
+)
 from mango_conformance import ProviderSuite, SuiteOptions, live_enabled, provider_target
 from mango_provider_e2b import E2BProvider, read_e2b_options
 from mango_provider_e2b.settings import CONFORMANCE_TARGET
@@ -22,6 +31,15 @@ and a sandbox directory, so the profile's 100 would cost minutes. The flags win:
 STATE_MACHINE_STEPS = 30
 
 
+LIVE_PORT = 8080
+"""The port the live ``exposed-ports`` check serves on (E2B routes it; nothing is faked)."""
+
+
+@contextlib.asynccontextmanager
+async def _live_testbed(_scratch_dir: Path) -> AsyncIterator[ConformanceTestbed]:
+    yield ConformanceTestbed(ports=PortTestbed(port=LIVE_PORT, network=NetworkMode.BRIDGE))
+
+
 class TestE2BProvider(ProviderSuite):
     """The e2b provider over its fake passes every check; live E2B with MANGO_LIVE_E2B=1."""
 
@@ -31,6 +49,7 @@ class TestE2BProvider(ProviderSuite):
             return provider_target(
                 "e2b",
                 lambda _scratch: E2BProvider(read_e2b_options(os.environ), namespace="conformance"),
+                testbed=_live_testbed,
             )
         return CONFORMANCE_TARGET
 

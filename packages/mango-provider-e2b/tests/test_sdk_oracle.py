@@ -7,14 +7,21 @@ planes go to 127.0.0.1 and envd calls are routed by ``E2b-Sandbox-Id``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import secrets
+import socket
+from collections.abc import Mapping
+
+import httpx
 import pytest
 from e2b import AsyncSandbox, CommandExitException, SandboxQuery
 
-from mango.provider import Command, PermanentError
+from mango.provider import Capability, Command, InvalidInput, PermanentError, SandboxNotFound
 from mango_provider_e2b import E2BProvider
 from mango_provider_e2b.fake import E2BFakeService
 
-from .conftest import SPEC
+from .conftest import SPEC, make_provider
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -259,3 +266,110 @@ async def test_sdk_pauses_and_resumes_the_fake(sdk_env: E2BFakeService) -> None:
         assert await resumed.files.read("/workspace/kept.txt") == "kept"
     finally:
         await AsyncSandbox.kill(sandbox.sandbox_id)
+
+
+SERVE_PORT_SCRIPT = 'cd /workspace && exec python3 -m http.server "$1" --bind 127.0.0.1'
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _answer(url: str, headers: Mapping[str, str], *, bound: float = 20.0) -> httpx.Response:
+    """GET ``url`` until the sandbox's server answers it (it may not listen yet), at most
+    ``bound`` seconds; the last answer, or the last transport error raised."""
+    deadline = asyncio.get_running_loop().time() + bound
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+        while True:
+            try:
+                response = await client.get(url, headers=dict(headers))
+            except httpx.TransportError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            else:
+                if response.status_code == 200 or asyncio.get_running_loop().time() > deadline:
+                    return response
+            await asyncio.sleep(0.05)  # a bounded poll of the server's start, never asserted
+
+
+async def test_a_port_of_an_sdk_sandbox_is_routed_by_the_client_proxy_headers(
+    sdk_env: E2BFakeService,
+) -> None:
+    """A server the SDK starts answers on the shared sandbox URL with E2b-Sandbox-Id and
+    E2b-Sandbox-Port, the headers the SDK itself routes envd with; a killed sandbox's is 502."""
+    port = _free_port()
+    sandbox = await AsyncSandbox.create(template="base")
+    token = secrets.token_hex(8)
+    try:
+        await sandbox.files.write("/workspace/index.html", token)
+        await sandbox.commands.run(f"sh -c '{SERVE_PORT_SCRIPT}' sh {port}", background=True)
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port)}
+        answer = await _answer(f"{sdk_env.url}/index.html", headers)
+        assert (answer.status_code, answer.text) == (200, token)
+        assert sandbox.get_host(port).startswith(f"{port}-{sandbox.sandbox_id}.")
+    finally:
+        assert await sandbox.kill()
+    gone = await _answer(f"{sdk_env.url}/index.html", headers, bound=0)
+    assert gone.status_code == 502
+
+
+async def test_mango_exposes_what_the_sdk_addresses(
+    sdk_env: E2BFakeService,
+    provider: E2BProvider,
+    session_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """expose_port: the shared URL and the routing headers (a server mango started answers);
+    without a shared URL, the SDK's get_host; after a kill, SandboxNotFound; envd's port and
+    port 0 are InvalidInput."""
+    port = _free_port()
+    sandbox = await provider.create(session_key, SPEC)
+    token = secrets.token_hex(8)
+    await sandbox.write_file("index.html", token.encode())
+    server = asyncio.create_task(
+        sandbox.exec(Command(("sh", "-c", SERVE_PORT_SCRIPT, "sh", str(port))))
+    )
+    try:
+        exposed = await sandbox.expose_port(port)
+        assert exposed.url == sdk_env.url
+        assert dict(exposed.headers) == {
+            "E2b-Sandbox-Id": sandbox.ref.external_id,
+            "E2b-Sandbox-Port": str(port),
+        }
+        answer = await _answer(f"{exposed.url}/index.html", exposed.headers)
+        assert (answer.status_code, answer.text) == (200, token)
+        hosted = make_provider(sdk_env, shared_envd_url=None)
+        try:
+            attached = await hosted.attach(session_key, sandbox.ref, SPEC)
+            by_host = await attached.expose_port(port)
+        finally:
+            await hosted.aclose()
+        monkeypatch.setenv("E2B_DOMAIN", sdk_env.config.domain)  # the fake's, as mango's
+        theirs = await AsyncSandbox.connect(sandbox.ref.external_id)
+        assert by_host.url == f"http://{theirs.get_host(port)}"
+        assert dict(by_host.headers) == {}
+        for refused in (0, 65536, 49983):
+            with pytest.raises(InvalidInput):
+                await sandbox.expose_port(refused)
+    finally:
+        server.cancel()
+        with contextlib.suppress(BaseException):
+            await server
+    await sandbox.destroy()
+    with pytest.raises(SandboxNotFound):
+        await sandbox.expose_port(port)
+
+
+async def test_cube_declares_no_exposed_ports(cube_fake: E2BFakeService, session_key: str) -> None:
+    """Cube's proxy is reached by virtual host through a proxy node: no port is exposed."""
+    cube = make_provider(cube_fake)
+    try:
+        assert Capability.EXPOSED_PORTS not in cube.capabilities
+        sandbox = await cube.create(session_key, SPEC)
+        with pytest.raises(PermanentError, match="exposed-ports"):
+            await sandbox.expose_port(8080)
+        await sandbox.destroy()
+    finally:
+        await cube.aclose()

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 import mango_conformance
-from mango.provider import Capability, ConformanceTarget, SandboxSpec
+from mango.provider import (
+    Capability,
+    ConformanceTarget,
+    ConformanceTestbed,
+    NetworkMode,
+    PortTestbed,
+    SandboxSpec,
+)
 from mango.provider.ownership import derived_namespace
 from mango_conformance import ProviderSuite, SuiteOptions
 from mango_provider_opensandbox import OpenSandboxProvider
@@ -44,6 +51,15 @@ async def _live_provider(scratch_dir: Path) -> AsyncIterator[OpenSandboxProvider
         await provider.aclose()
 
 
+LIVE_PORT = 8080
+"""The port the live ``exposed-ports`` check serves on (the vendor routes it; nothing is faked)."""
+
+
+@contextlib.asynccontextmanager
+async def _live_testbed(_scratch_dir: Path) -> AsyncIterator[ConformanceTestbed]:
+    yield ConformanceTestbed(ports=PortTestbed(port=LIVE_PORT, network=NetworkMode.BRIDGE))
+
+
 class TestOpenSandboxLive(ProviderSuite):
     """Skipped unless MANGO_LIVE_OPENSANDBOX=1; then the live-smoke profile."""
 
@@ -52,6 +68,7 @@ class TestOpenSandboxLive(ProviderSuite):
         return ConformanceTarget(
             provider="opensandbox",
             open=_live_provider,
+            testbed=_live_testbed,
             waivers={
                 Capability.LIMITED_NETWORK: "a live server: no hosts this run serves to probe",
                 Capability.PACKAGE_SETUP: "a live image installs from the real registries only",

@@ -2,7 +2,9 @@
 
 Lifecycle (create with metadata, list by metadata, info, kill), commands with
 exit codes and exact output lines, file write/read (chunked uploads in direct
-mode), the egress policy API; both through the server proxy and directly.
+mode), the egress policy API, a port's endpoint (the server mango exposes
+answers through the endpoint the SDK resolves); both through the server proxy
+and directly.
 The SDK is synchronous, so it runs in a worker thread while the fake serves
 on the test's event loop.
 """
@@ -10,16 +12,23 @@ on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+import httpx
+import pytest
 from opensandbox.config.connection_sync import ConnectionConfigSync
 from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter
 from opensandbox.sync.manager import SandboxManagerSync
 from opensandbox.sync.sandbox import SandboxSync
 
-from mango.provider import Command, SandboxSpec
+from mango.provider import Command, InvalidInput, SandboxNotFound, SandboxSpec
+from mango_provider_opensandbox.conformance import free_port
 from mango_provider_opensandbox.fake import FakeOpenSandbox
+from mango_provider_opensandbox.layout import EGRESS_PORT, EXECD_PORT
 
 IMAGE = "python:3.12-slim"
 
@@ -358,3 +367,96 @@ async def test_sdk_pauses_and_resumes_the_fake(fake: FakeOpenSandbox, server_pro
     assert found["runs"] == ["up"]
     assert found["resume_again"] == 409
     assert found["gone"] == (404, 404)
+
+
+SERVE_PORT_SCRIPT = 'cd /workspace && exec python3 -m http.server "$1" --bind 127.0.0.1'
+
+
+async def _answer(url: str, headers: Mapping[str, str], *, bound: float = 20.0) -> httpx.Response:
+    """GET ``url`` until the sandbox's server answers it (it may not listen yet), at most
+    ``bound`` seconds; the last answer, or the last transport error raised."""
+    deadline = asyncio.get_running_loop().time() + bound
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+        while True:
+            try:
+                response = await client.get(url, headers=dict(headers))
+            except httpx.TransportError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            else:
+                if response.status_code == 200 or asyncio.get_running_loop().time() > deadline:
+                    return response
+            await asyncio.sleep(0.05)  # a bounded poll of the server's start, never asserted
+
+
+async def test_sdk_and_mango_agree_on_an_exposed_port(
+    fake: FakeOpenSandbox, server_proxy: bool, make_provider: Any
+) -> None:
+    """The endpoint mango exposes is the SDK's own (URL and headers), and a server the sandbox
+    runs answers through it; the API key is not needed there, and a gone sandbox's port is
+    SandboxNotFound (the SDK sees the same 404)."""
+    from opensandbox.exceptions import SandboxException
+
+    port = free_port()
+    provider = make_provider()
+    sandbox = await provider.create("exposed", SandboxSpec(timeout=60))
+    token = secrets.token_hex(8)
+    await sandbox.write_file("index.html", token.encode())
+    server = asyncio.create_task(
+        sandbox.exec(Command(("sh", "-c", SERVE_PORT_SCRIPT, "sh", str(port))))
+    )
+    try:
+        exposed = await sandbox.expose_port(port)
+        assert fake.api_key not in repr(exposed)
+        assert fake.api_key not in exposed.headers.values()
+
+        def sdk_endpoint() -> tuple[str, dict[str, str]]:
+            connected = SandboxSync.connect(
+                sandbox.ref.external_id, connection_config=_config(fake, server_proxy)
+            )
+            try:
+                endpoint = connected.get_endpoint(port)
+                return endpoint.endpoint, dict(endpoint.headers)
+            finally:
+                connected.close()
+
+        endpoint, headers = await asyncio.to_thread(sdk_endpoint)
+        assert exposed.url == f"http://{endpoint}"
+        assert dict(exposed.headers) == headers
+        # Direct endpoints sit behind execd's token; the server proxy needs nothing.
+        assert bool(headers) is (not server_proxy)
+        answer = await _answer(f"{exposed.url}/index.html", headers)
+        assert (answer.status_code, answer.text) == (200, token)
+        if headers:
+            refused = await _answer(f"{exposed.url}/index.html", {}, bound=0)
+            assert refused.status_code == 401
+    finally:
+        server.cancel()
+        with contextlib.suppress(BaseException):
+            await server
+    await sandbox.destroy()
+    with pytest.raises(SandboxNotFound):
+        await sandbox.expose_port(port)
+
+    def sdk_after_destroy() -> None:
+        connected = SandboxSync.connect(
+            sandbox.ref.external_id,
+            connection_config=_config(fake, server_proxy),
+            skip_health_check=True,
+        )
+        connected.get_endpoint(port)
+
+    with pytest.raises(SandboxException):
+        await asyncio.to_thread(sdk_after_destroy)
+
+
+async def test_a_port_out_of_range_or_of_the_control_plane_is_refused(
+    make_provider: Any,
+) -> None:
+    """Port 0, 65536 and execd's and the egress sidecar's ports are InvalidInput."""
+    provider = make_provider()
+    sandbox = await provider.create("exposed-refused", SandboxSpec(timeout=60))
+    for port in (0, 65536, EXECD_PORT, EGRESS_PORT):
+        with pytest.raises(InvalidInput):
+            await sandbox.expose_port(port)
+    await sandbox.destroy()

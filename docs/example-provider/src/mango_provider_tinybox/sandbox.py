@@ -16,7 +16,7 @@ import contextlib
 import errno
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from mango.provider import (
     check_regular,
 )
 from mango.provider.execution import StreamedExec, torn_down
+from mango.provider.files import checked_chunks, staging_name
 from mango.provider.hostdirs import leftovers, purge_leftovers, retire_dir
 from mango.provider.output import ExecChannel
 from mango.provider.reads import (
@@ -170,6 +171,26 @@ class TinyboxSandbox(StreamedExec):
         resolved = await self._policy.resolve_write(path, self._stat)
         await asyncio.to_thread(_write, resolved, path, bytes(data))
 
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` from ``chunks`` (memory O(chunk)), atomically.
+
+        The chunks go to a temporary beside the target, renamed over it after
+        the last one; any failure removes the temporary and keeps the old file.
+        """
+        resolved = await self._policy.resolve_write(path, self._stat)
+        await asyncio.to_thread(_make_dirs, resolved)
+        temporary = staging_name(resolved.path)
+        fd = await asyncio.to_thread(_create_new, temporary)
+        try:
+            async for chunk in checked_chunks(chunks):
+                await asyncio.to_thread(_write_all, fd, chunk)
+            await asyncio.to_thread(os.close, fd)
+            fd = -1
+            await asyncio.to_thread(os.rename, temporary, resolved.path)
+        except BaseException:
+            _abandon(fd, temporary)  # at once: a cancelled write still cleans up
+            raise
+
     async def destroy(self) -> None:
         """Remove the box and stop its commands; idempotent."""
         await asyncio.to_thread(remove_box, self._box)
@@ -265,3 +286,22 @@ def _write(resolved: ResolvedPath, path: str, data: bytes) -> None:
         raise
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+
+
+def _create_new(target: str) -> int:
+    """A fresh file for a streamed write (never an existing one, never through a link)."""
+    return os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _abandon(fd: int, temporary: str) -> None:
+    """Close (if open) and remove a failed streamed write's temporary."""
+    if fd >= 0:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        Path(temporary).unlink()

@@ -28,6 +28,7 @@ from mango_conformance.checks.same import SameBehaviourChecks
 from mango_conformance.checks.skills import SkillBundleChecks
 from mango_conformance.checks.stateful import StatefulChecks
 from mango_conformance.checks.streaming import StreamChecks
+from mango_conformance.checks.writes import WriteStreamChecks
 from mango_conformance.config import run_config
 from mango_conformance.harness import Harness
 from mango_conformance.options import SuiteOptions, live_enabled, live_env_var
@@ -40,6 +41,7 @@ class ProviderSuite(
     ParityChecks,
     GapChecks,
     ReadChecks,
+    WriteStreamChecks,
     SameBehaviourChecks,
     StreamChecks,
     CapabilityChecks,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -45,10 +47,10 @@ def run(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
             check=False,
         )
 
-    def popen(*args: str):  # type: ignore[no-untyped-def]
+    def popen(*args: str, stdin: int | IO[bytes] = subprocess.DEVNULL):  # type: ignore[no-untyped-def]
         return subprocess.Popen(
             [MANGO, *args],
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -513,6 +515,79 @@ def test_files_read_streams_a_file_past_the_read_cap(run) -> None:  # type: igno
     assert process.returncode == 0, stderr
     grown = (usage.ru_maxrss - bare.ru_maxrss) * 1024
     assert grown < 256 * 1024 * 1024, f"peak RSS {usage.ru_maxrss} KiB, bare {bare.ru_maxrss} KiB"
+
+
+STREAMED_SIZE = 512 * 1024 * 1024
+GENERATOR = """
+import hashlib, sys
+out = sys.stdout.buffer
+for index in range(int(sys.argv[1])):
+    out.write(hashlib.shake_128(index.to_bytes(8, "big")).digest(1 << 20))
+"""
+"""Writes argv[1] MiB of deterministic bytes to stdout, one MiB at a time (never held whole)."""
+
+
+def _generated_sha256(mebibytes: int) -> str:
+    digest = hashlib.sha256()
+    for index in range(mebibytes):
+        digest.update(hashlib.shake_128(index.to_bytes(8, "big")).digest(1 << 20))
+    return digest.hexdigest()
+
+
+def test_files_write_streams_stdin_with_bounded_memory(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """files write streams: 512 MiB piped from a generator cost far less RSS and arrive exactly."""
+    assert run("files", "write", "--session", "w", "old.bin", stdin=b"old").returncode == 0
+    mebibytes = STREAMED_SIZE >> 20
+    # As for files read: measure against a bare python started the same way.
+    baseline = subprocess.Popen([sys.executable, "-c", "pass"])
+    _, _, bare = os.wait4(baseline.pid, 0)
+    baseline.returncode = 0
+    generator = subprocess.Popen(
+        [sys.executable, "-c", GENERATOR, str(mebibytes)], stdout=subprocess.PIPE
+    )
+    assert generator.stdout is not None
+    process = run.popen("files", "write", "--session", "w", "old.bin", stdin=generator.stdout)
+    generator.stdout.close()  # mango holds the pipe's only read end
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert generator.wait(timeout=60) == 0
+    stderr = process.stderr.read()
+    process.stdout.close()
+    process.stderr.close()
+    assert process.returncode == 0, stderr
+    grown = (usage.ru_maxrss - bare.ru_maxrss) * 1024
+    assert grown < STREAMED_SIZE // 4, (
+        f"peak RSS {usage.ru_maxrss} KiB, bare {bare.ru_maxrss} KiB, for {STREAMED_SIZE} bytes"
+    )
+    summed = run("exec", "--session", "w", "--", "sh", "-c", "sha256sum old.bin; ls -A")
+    assert summed.returncode == 0, summed.stderr
+    digest, listing = summed.stdout.decode().split("\n", 1)
+    assert digest.split()[0] == _generated_sha256(mebibytes)
+    assert listing.split() == ["old.bin"], "the write's temporary was left behind"
+
+
+def test_files_write_into_a_directory_as_cp_does(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A PATH ending in '/' takes --from FILE's name; from stdin it is refused, nothing made."""
+    refused = run("files", "write", "--session", "cp", "notes.d/", stdin=b"text")
+    assert (refused.returncode, refused.stderr.decode().splitlines()) == (
+        2,
+        [
+            "error: path 'notes.d/' ends in '/', so it names a directory, not a file",
+            (
+                "hint: give the file's name after it (for example 'notes.d/NAME'), or pass "
+                "--from FILE to write FILE's name into that directory"
+            ),
+        ],
+    )
+    assert json.loads(run("sessions", "list", "--json").stdout) == [], "refused, yet provisioned"
+    source = tmp_path / "report.txt"
+    source.write_bytes(b"quarterly")
+    written = run("files", "write", "--session", "cp", "--from", str(source), "notes.d/")
+    assert written.returncode == 0, written.stderr
+    read = run("files", "read", "--session", "cp", "notes.d/report.txt")
+    assert (read.returncode, read.stdout) == (0, b"quarterly")
+    kinds = run("exec", "--session", "cp", "--", "sh", "-c", "test -d notes.d && echo dir")
+    assert kinds.stdout == b"dir\n", "notes.d must be a directory, not a regular file"
 
 
 def test_deleting_a_session_stops_its_running_command(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -120,7 +120,10 @@ def test_a_trailing_slash_names_a_directory(env: dict[str, str], tmp_path: Path)
     refused = two_lines(mango(env, "files", "write", "--session", "d", "notes.d/", stdin=b"x"))
     assert refused == [
         "error: path 'notes.d/' ends in '/', so it names a directory, not a file",
-        "hint: give the file's name after it (for example 'notes.d/NAME')",
+        (
+            "hint: give the file's name after it (for example 'notes.d/NAME'), or pass "
+            "--from FILE to write FILE's name into that directory"
+        ),
     ]
     listing = mango(env, "exec", "--session", "d", "--", "ls", "-A")
     assert (listing.returncode, listing.stdout) == (0, b"")

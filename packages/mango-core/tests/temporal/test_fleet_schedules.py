@@ -274,3 +274,37 @@ async def test_the_limit_holds_on_the_durable_path(harness: Harness) -> None:
         assert "MANGO_MAX_SANDBOXES=1" in str(refused.value)
         assert await harness.store.get_intent(second) is None
         assert len(session_dirs(harness.sandbox_dir)) == 1
+
+
+async def test_a_worker_stopped_during_start_up_is_never_ready(harness: Harness) -> None:
+    """A stop that comes before the worker is ready (SIGTERM while it starts) ends it unready.
+
+    ``mango worker`` prints its ready line (and writes ``--ready-file``) from
+    ``on_ready``: a worker told to stop while it started must not announce
+    itself to a script that waits for it, nor make its schedules.
+    """
+    store = harness.store
+    assert isinstance(store, PostgresBindingStore)
+    manager = SessionManager(harness.provider, store)
+    activities = MangoActivities(
+        manager, store, harness.client, task_queue_prefix=harness.queue_prefix
+    )
+    fleet = FleetActivities(manager, PostgresSessionClaims(store.pool))
+    stop = asyncio.Event()
+    stop.set()
+    announced: list[str] = []
+    await asyncio.wait_for(
+        serve(
+            harness.client,
+            activities,
+            stop=stop,
+            fleet=fleet,
+            schedules=POLICY,
+            graceful_shutdown=2.0,
+            on_ready=lambda: announced.append("ready"),
+        ),
+        60,
+    )
+    assert announced == []
+    queue = f"{harness.queue_prefix}-local"
+    assert not await _exists(harness.client.get_schedule_handle(sweep_schedule_id(queue)))

@@ -82,6 +82,8 @@ class DirSandbox(RemoteSandbox):
     """Bytes the file gains between the stat and the download (a log being written)."""
     announce: bool = False
     """Whether the download announces the file's size (as a multipart part or a tar header)."""
+    fail_replace: MangoError | None = None
+    discarded: list[str] = attrs.field(factory=list)
 
     async def _exec_body(
         self, command: Command, channel: ExecChannel, timeout: float | None
@@ -127,12 +129,39 @@ class DirSandbox(RemoteSandbox):
         self.uploads.append(path)
         put(path, data)
 
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        self.uploads.append(path)
+        with Path(path).open("xb") as handle:  # noqa: ASYNC230 - a host directory as the API
+            async for chunk in chunks:
+                handle.write(chunk)
+
+    async def _replace(self, source: str, destination: str) -> None:
+        if self.fail_replace is not None:
+            raise self.fail_replace
+        _rename(source, destination)
+
+    async def _discard(self, path: str) -> None:
+        self.discarded.append(path)
+        _unlink(path)
+
     async def _lost(self, error: MangoError) -> MangoError:
         return await self._provider.lost(self.sandbox_id, error)
 
 
 def put(path: str | Path, data: bytes) -> None:
     Path(path).write_bytes(data)
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(entry.name for entry in directory.iterdir())
+
+
+def _rename(source: str, destination: str) -> None:
+    Path(source).replace(destination)
+
+
+def _unlink(path: str) -> None:
+    Path(path).unlink(missing_ok=True)
 
 
 def exists(path: str) -> bool:
@@ -190,6 +219,51 @@ async def test_a_write_of_anything_but_bytes_is_invalid_input_and_sends_nothing(
         await sandbox.write_file("d/x.bin", data)  # type: ignore[arg-type]
     assert (sandbox.uploads, sandbox.made) == ([], [])
     assert not exists(f"{sandbox.root}/d")
+
+
+async def _chunks(*parts: object) -> AsyncIterator[object]:
+    for part in parts:
+        yield part
+
+
+async def test_write_stream_goes_through_a_temporary_renamed_over_the_target(
+    sandbox: DirSandbox,
+) -> None:
+    """Parents made, the chunks uploaded to a dot temporary beside it, then the rename."""
+    root = Path(sandbox.root)
+    await sandbox.write_stream("a/b.bin", _chunks(b"he", b"", bytearray(b"llo")))  # type: ignore[arg-type]
+    assert (root / "a/b.bin").read_bytes() == b"hello"
+    (temporary,) = sandbox.uploads
+    assert Path(temporary).parent == root / "a"
+    assert Path(temporary).name.startswith(".b.bin.mango-")
+    assert names(root / "a") == ["b.bin"]
+    assert sandbox.discarded == []
+
+
+async def test_a_failed_replace_discards_the_temporary_and_means_what_it_means(
+    sandbox: DirSandbox, view: TableView
+) -> None:
+    """The old file stays, the temporary goes; a retryable failure of a gone sandbox is lost."""
+    root = Path(sandbox.root)
+    put(root / "f.txt", b"old")
+    sandbox.fail_replace = PermanentError("the rename was refused")
+    with pytest.raises(PermanentError):
+        await sandbox.write_stream("f.txt", _chunks(b"new"))  # type: ignore[arg-type]
+    assert (root / "f.txt").read_bytes() == b"old"
+    assert sandbox.discarded == sandbox.uploads
+    assert names(root) == ["f.txt"]
+    sandbox.fail_replace = ProviderUnavailable("the daemon went away")
+    del view.table["sb"]
+    with pytest.raises(SandboxNotFound):
+        await sandbox.write_stream("f.txt", _chunks(b"new"))  # type: ignore[arg-type]
+    assert (root / "f.txt").read_bytes() == b"old"
+
+
+async def test_a_non_bytes_chunk_fails_the_stream_and_leaves_nothing(sandbox: DirSandbox) -> None:
+    """InvalidInput for a str chunk mid-stream; the temporary is removed."""
+    with pytest.raises(InvalidInput, match="chunks of bytes"):
+        await sandbox.write_stream("t.txt", _chunks(b"ok", "text"))  # type: ignore[arg-type]
+    assert names(Path(sandbox.root)) == []
 
 
 def test_file_bytes_accepts_bytes_like_values_only() -> None:

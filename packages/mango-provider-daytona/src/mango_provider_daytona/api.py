@@ -35,6 +35,7 @@ from mango.provider.http import (
     transfer_deadline,
 )
 from mango.provider.jsonstream import json_array_items
+from mango.provider.multipart import FormField, multipart_body
 
 __all__ = [
     "API_TIMEOUT",
@@ -180,6 +181,24 @@ class DaytonaApi:
                 return items
         raise ProtocolError("list sandboxes: the Daytona API kept returning more pages")
 
+    async def preview_url(self, sandbox_id: str, port: int) -> tuple[str, str]:
+        """``GET /sandbox/{id}/ports/{port}/preview-url``: the preview link and its token.
+
+        :class:`SandboxNotFound` for a sandbox that is gone;
+        :class:`ProtocolError` unless the answer has a string ``url`` and ``token``.
+        """
+        response = await self.client.request(
+            "GET",
+            f"/sandbox/{_segment(sandbox_id)}/ports/{port}/preview-url",
+            operation="get preview url",
+            sandbox_id=sandbox_id,
+        )
+        body = _document(response, "get preview url")
+        url, token = body.get("url"), body.get("token")
+        if not isinstance(url, str) or not url or not isinstance(token, str):
+            raise ProtocolError("get preview url: the Daytona API's answer has no url and token")
+        return url, token
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self.client.aclose()
@@ -314,12 +333,31 @@ class Toolbox:
             timeout=_LONG,
             deadline=transfer_deadline(len(data)),
         )
-        try:
-            errors = response.json().get("errors")
-        except (ValueError, AttributeError):
-            errors = None
-        if errors:
-            raise ProviderUnavailable(f"upload file: the toolbox reported {str(errors)[:200]}")
+        _check_upload(response)
+
+    async def upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        """:meth:`upload` with the file part sent as ``chunks`` yields it (chunked encoding).
+
+        Never retried (the chunks cannot be replayed); no overall deadline:
+        httpx's write timeout bounds every chunk.
+        """
+        form = multipart_body(
+            (FormField("files[0].path", path.encode()),),
+            file_field="files[0].file",
+            filename=path,
+            chunks=chunks,
+        )
+        response = await self.client.request(
+            "POST",
+            f"{self.prefix}/files/bulk-upload",
+            operation="upload file",
+            content=form.chunks,
+            headers={"Content-Type": form.content_type},
+            idempotent=False,
+            timeout=_LONG,
+            deadline=math.inf,
+        )
+        _check_upload(response)
 
     @asynccontextmanager
     async def search(self, path: str) -> AsyncIterator[AsyncIterator[str]]:
@@ -405,3 +443,13 @@ def check_api_url(url: str, setting: str) -> str:
             f"{setting} must be an http(s) URL such as https://app.daytona.io/api"
         )
     return url.rstrip("/")
+
+
+def _check_upload(response: httpx.Response) -> None:
+    """A bulk upload's answer: the per-file errors it lists are a failure."""
+    try:
+        errors = response.json().get("errors")
+    except (ValueError, AttributeError):
+        errors = None
+    if errors:
+        raise ProviderUnavailable(f"upload file: the toolbox reported {str(errors)[:200]}")

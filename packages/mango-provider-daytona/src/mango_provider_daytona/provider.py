@@ -137,9 +137,12 @@ class DaytonaProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """The file API (``file-api``) and background processes (session commands and the kit's
-        supervisor); package setup, mounts and limited network are not built."""
-        return CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES)
+        """The file API (``file-api``), background processes (session commands and the kit's
+        supervisor) and exposed ports (preview links); package setup, mounts and limited
+        network are not built."""
+        return CapabilitySet.of(
+            Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.EXPOSED_PORTS
+        )
 
     @property
     def ownership(self) -> Ownership:

@@ -12,15 +12,19 @@ from mango.provider import (
     Command,
     EntryKind,
     ExecResult,
+    ExposedPort,
     Location,
     MangoError,
     PathExists,
     PathPolicy,
+    PermanentError,
+    ProtocolError,
     ResolvedPath,
     ResourceConflict,
     SandboxRef,
     SandboxSpec,
     StatCallback,
+    check_port,
     file_not_found,
 )
 from mango.provider.files import Download
@@ -32,11 +36,13 @@ from mango.provider.shellprocesses import ShellProcesses
 from mango_provider_daytona.api import Toolbox
 from mango_provider_daytona.execution import TEARDOWN_SETTLE_SECONDS, run_command
 from mango_provider_daytona.files import classified, file_part
+from mango_provider_daytona.layout import PREVIEW_TOKEN_HEADER
 from mango_provider_daytona.remote import DaytonaRemote
 from mango_provider_daytona.scripts import (
     classify_line,
     parse_classification,
     parse_stats,
+    replace_line,
     stat_line,
     unlink_line,
 )
@@ -91,6 +97,26 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     def path_policy(self) -> PathPolicy:
         """Workspace-relative paths under :attr:`root`; the wrapper's directories unreachable."""
         return self._path_policy
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        """Daytona's preview link for ``port``, with its token in ``X-Daytona-Preview-Token``.
+
+        ``GET /sandbox/{id}/ports/{port}/preview-url`` answers the URL (Daytona's
+        proxy, ``https://{port}-{id}.<proxy domain>``) and the sandbox's preview
+        token; mango's sandboxes are private, so a request to the URL needs the
+        token (else 401). The URL itself carries none, so it may be logged;
+        the token is only in :attr:`ExposedPort.headers`. A sandbox that is
+        gone is :class:`SandboxNotFound`.
+        """
+        check_port(port)
+        url, token = await self._provider.api.preview_url(self.sandbox_id, port)
+        try:
+            return ExposedPort(url, {PREVIEW_TOKEN_HEADER: token} if token else {})
+        except ValueError as exc:
+            raise ProtocolError(
+                f"get preview url: Daytona's preview link for port {port} is not a plain "
+                "http(s) URL"
+            ) from exc
 
     async def _lost(self, error: MangoError) -> MangoError:
         """What a failed toolbox call means (gone, stopped, or the call failed)."""
@@ -165,6 +191,18 @@ class DaytonaSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
 
     async def _upload(self, path: str, data: bytes) -> None:
         await self._toolbox.upload(path, data)
+
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        await self._toolbox.upload_stream(path, chunks)
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # The daemon's move refuses an existing destination: one rename in the shell.
+        code, text = await self._toolbox.execute(replace_line(source, destination), timeout=60)
+        if code != 0:
+            raise PermanentError(f"replacing {destination!r} failed in the sandbox: {text[:200]}")
+
+    async def _discard(self, path: str) -> None:
+        await self._toolbox.delete(path, recursive=False)
 
     # ------------------------------------------------------------------ the file API (the kit's)
 

@@ -62,6 +62,7 @@ __all__ = [
     "parse_classification",
     "parse_result",
     "parse_stats",
+    "replace_line",
     "stat_line",
     "unlink_line",
 ]
@@ -209,6 +210,15 @@ def stat_line(paths: Sequence[str]) -> str:
 def unlink_line(path: str) -> str:
     """The line that removes the link ``path`` itself (``rm -f``: never its target)."""
     return _sh('rm -f -- "$1"', path)
+
+
+def replace_line(source: str, destination: str) -> str:
+    """The line that renames the file ``source`` over ``destination`` in one ``rename``.
+
+    ``-T``: a destination that became a directory is never moved into; a
+    link there is replaced itself, never followed.
+    """
+    return _sh('mv -f -T -- "$1" "$2"', source, destination)
 
 
 def parse_stats(output: str, paths: Sequence[str]) -> list[NativeEntry | None]:

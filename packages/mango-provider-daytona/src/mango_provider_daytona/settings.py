@@ -23,6 +23,7 @@ from mango.provider import (
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
+    ConformanceTestbed,
     ProviderContext,
     ProviderRegistration,
     Quirk,
@@ -197,14 +198,17 @@ def open_daytona_provider(context: ProviderContext) -> DaytonaProvider:
 
 REGISTRATION = ProviderRegistration(
     name=PROVIDER_NAME,
-    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
+    capabilities=CapabilitySet.of(
+        Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.EXPOSED_PORTS
+    ),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_daytona_provider,
     description="one Daytona sandbox per Session (API and toolbox over httpx)",
     quirks=QUIRKS,
 )
-"""``daytona``: the core contract and background processes; output at the end of each command."""
+"""``daytona``: the core contract, the file API, background processes and exposed ports (preview
+links); output at the end of each command."""
 
 
 def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager[DaytonaProvider]:
@@ -214,10 +218,17 @@ def _open_conformance_provider(scratch_dir: Path) -> AbstractAsyncContextManager
     return open_conformance_provider(scratch_dir)
 
 
+def _open_conformance_testbed(scratch_dir: Path) -> AbstractAsyncContextManager[ConformanceTestbed]:
+    from mango_provider_daytona.conformance import open_conformance_testbed
+
+    return open_conformance_testbed(scratch_dir)
+
+
 CONFORMANCE_TARGET = ConformanceTarget(
     provider=PROVIDER_NAME,
     open=_open_conformance_provider,
-    description="a fake Daytona (API and toolbox) on 127.0.0.1",
+    testbed=_open_conformance_testbed,
+    description="a fake Daytona (API, toolbox and preview proxy) on 127.0.0.1",
     cost=TargetCost.SERVICE,
 )
 """The offline target: the fake Daytona, a fresh one per scratch directory."""

@@ -23,7 +23,7 @@ import io
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import aiodocker
@@ -218,7 +218,7 @@ class EngineConnection:
         path: str,
         *,
         params: Mapping[str, str] | None = None,
-        data: bytes | None = None,
+        data: bytes | AsyncIterable[bytes] | None = None,
         headers: Mapping[str, str] | None = None,
         expected: Iterable[int] = (),
     ) -> AsyncIterator[aiohttp.ClientResponse]:
@@ -235,7 +235,8 @@ class EngineConnection:
         prefix = "" if version == "auto" else f"/{version}"
         url = f"{docker.docker_host}{prefix}/{path}"
         # A BytesIO body: aiohttp warns that large raw bytes could stall the loop.
-        body_stream = io.BytesIO(data) if data is not None else None
+        # An async iterable goes as it is: sent chunk by chunk, as it yields.
+        body_stream = io.BytesIO(data) if isinstance(data, bytes) else data
         async with docker.session.request(
             method, url, params=params, data=body_stream, headers=headers
         ) as response:

@@ -19,7 +19,7 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -384,6 +384,24 @@ class Engine(EngineConnection):
                 yield None
             else:
                 yield _ArchiveChunks(response.content.iter_chunked(ARCHIVE_CHUNK_BYTES), what, self)
+
+    async def put_archive_stream(
+        self, container_id: str, path: str, tar_chunks: AsyncIterable[bytes]
+    ) -> None:
+        """:meth:`put_archive` with the tar sent as ``tar_chunks`` yields it (chunked).
+
+        No overall timeout: a large archive takes as long as it takes; the
+        daemon's answer comes once it has extracted the last byte.
+        """
+        with self.errors(f"write below {path} in container {container_id}"):
+            async with self.request(
+                "PUT",
+                f"containers/{container_id}/archive",
+                params={"path": path, "noOverwriteDirNonDir": "1"},
+                data=tar_chunks,
+                headers={"Content-Type": "application/x-tar"},
+            ) as response:
+                await response.read()
 
     async def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
         """``PUT /containers/{id}/archive?path=...``: extract a tar below the directory ``path``.

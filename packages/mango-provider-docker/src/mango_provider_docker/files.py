@@ -22,6 +22,13 @@ including one a command planted (``ln -s /etc leak``) -- is refused with
   directory entry (0755) for each missing parent and the file (0644, owner
   root). Existing directories get no entry, so their modes are untouched;
   ``noOverwriteDirNonDir`` stops the daemon from replacing a directory.
+* **streamed write**: the same archive, its file member a temporary name
+  beside the target, sent as it is built. A tar member's header carries its
+  size, so the chunks are first spooled to an unlinked temporary file on the
+  worker host (disk, not memory: memory stays O(chunk)), then streamed from
+  it; the sandbox then renames the temporary over the target in one ``mv -f
+  -T`` (the kit's exec file API), so a write that fails midway never leaves a
+  half file under the final name.
 
 The daemon extracts and reads inside the container's root filesystem, so
 nothing here can reach the host. A command racing a stat (swapping a checked
@@ -31,12 +38,14 @@ another place inside the same container, which that command can write anyway.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import posixpath
 import tarfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from typing import BinaryIO
 
 from mango.provider import (
     OUTPUTS_ROOT,
@@ -49,6 +58,7 @@ from mango.provider import (
     PathPolicy,
     PermanentError,
     ProviderUnavailable,
+    ResolvedPath,
     SandboxNotFound,
     StatCallback,
     file_not_found,
@@ -67,6 +77,8 @@ __all__ = [
     "container_stat",
     "open_workspace_file",
     "read_workspace_file",
+    "spool_chunks",
+    "upload_spooled",
     "write_workspace_file",
 ]
 
@@ -343,3 +355,64 @@ async def write_workspace_file(
     directories = [posixpath.relpath(directory, anchor) for directory in resolved.missing_dirs]
     payload = _archive(directories, posixpath.relpath(resolved.path, anchor), data)
     await engine.put_archive(container_id, anchor, payload)
+
+
+SPOOL_CHUNK_BYTES = 1024 * 1024
+"""Chunk of a spooled write read back for the archive (one thread hop each)."""
+
+
+async def spool_chunks(chunks: AsyncIterable[bytes], spool: BinaryIO) -> int:
+    """Write ``chunks`` to the host file ``spool`` (off the loop); return how many bytes."""
+    size = 0
+    async for chunk in chunks:
+        await asyncio.to_thread(spool.write, chunk)
+        size += len(chunk)
+    await asyncio.to_thread(spool.flush)
+    return size
+
+
+def _header(name: str, *, size: int = 0, directory: bool = False) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.mtime = time.time()
+    if directory:
+        info.type = tarfile.DIRTYPE
+        info.mode = DIRECTORY_MODE
+    else:
+        info.size = size
+        info.mode = FILE_MODE
+    return info.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+async def _spooled_archive(
+    directories: list[str], name: str, spool: BinaryIO, size: int
+) -> AsyncIterator[bytes]:
+    """A tar of ``directories`` and the member ``name`` with the spooled bytes, as it is built."""
+    yield b"".join(_header(directory, directory=True) for directory in directories)
+    yield _header(name, size=size)
+    await asyncio.to_thread(spool.seek, 0)
+    left = size
+    while left > 0:
+        chunk = await asyncio.to_thread(spool.read, min(SPOOL_CHUNK_BYTES, left))
+        if not chunk:
+            raise ProviderUnavailable(f"the spooled write of {name!r} ended early")
+        left -= len(chunk)
+        yield chunk
+    # The member padded to a whole block, then the end-of-archive marker (two zero blocks).
+    yield b"\0" * (_padded(size) - size) + b"\0" * (2 * tarfile.BLOCKSIZE)
+
+
+async def upload_spooled(
+    engine: Engine,
+    container_id: str,
+    resolved: ResolvedPath,
+    *,
+    temporary: str,
+    spool: BinaryIO,
+    size: int,
+) -> None:
+    """Extract the missing parents and ``temporary`` (a name beside the target) from ``spool``."""
+    anchor = resolved.anchor
+    directories = [posixpath.relpath(directory, anchor) for directory in resolved.missing_dirs]
+    member = posixpath.join(posixpath.dirname(posixpath.relpath(resolved.path, anchor)), temporary)
+    archive = _spooled_archive(directories, member, spool, size)
+    await engine.put_archive_stream(container_id, anchor, archive)

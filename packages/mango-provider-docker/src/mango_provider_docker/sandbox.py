@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,9 +19,10 @@ from mango.provider import (
     Command,
     ExecFileSystem,
     ExecResult,
+    ExposedPort,
     ExtraRoot,
     FileResourceMount,
-    InvalidInput,
+    MangoError,
     MemoryFile,
     MemorySnapshot,
     MemoryStoreMount,
@@ -33,9 +36,10 @@ from mango.provider import (
     SandboxRef,
     SandboxSpec,
     SkillMount,
+    check_port,
 )
 from mango.provider.execution import ExecTracker, StreamedExec
-from mango.provider.files import file_bytes
+from mango.provider.files import checked_chunks, file_bytes, staging_name
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
 from mango.provider.hostmemory import HostMemoryStores
@@ -49,8 +53,11 @@ from mango_provider_docker.files import (
     MOUNTS_POLICY,
     PRE_SKILLS_POLICY,
     WORKSPACE_POLICY,
+    container_stat,
     open_workspace_file,
     read_workspace_file,
+    spool_chunks,
+    upload_spooled,
     write_workspace_file,
 )
 from mango_provider_docker.layout import WORKSPACE
@@ -68,13 +75,6 @@ from mango_provider_docker.processes import ContainerProcesses
 __all__ = ["DockerSandbox", "ensure_running"]
 
 _PORTS_KEY = "NetworkSettings"
-
-
-def check_port(port: object) -> int:
-    """``port`` if it is a TCP port number (1 to 65535), else :class:`InvalidInput`."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise InvalidInput(f"a port is a number from 1 to 65535, got {port!r}")
-    return port
 
 
 def published_port(inspect: Mapping[str, Any], port: int) -> str | None:
@@ -274,7 +274,7 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         """The Engine's word: is the container paused now?"""
         return bool(((await self._inspect()).get("State") or {}).get("Paused"))
 
-    async def expose_port(self, port: int) -> str:
+    async def expose_port(self, port: int) -> ExposedPort:
         """``http://127.0.0.1:<host port>``: the Engine's binding of ``port`` on 127.0.0.1.
 
         Docker publishes ports only when it creates a container, so only the
@@ -291,7 +291,7 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
                 f"MANGO_SANDBOX_PORTS to include {port} and use network 'bridge' for "
                 "a new Session",
             )
-        return f"http://127.0.0.1:{binding}"
+        return ExposedPort(f"http://127.0.0.1:{binding}")
 
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """Return the bytes of the regular file ``path`` under ``WORKSPACE_POLICY``.
@@ -333,6 +333,40 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         await write_workspace_file(
             self._engine, self.container_id, path, payload, policy=self._policy
         )
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` with what ``chunks`` yields, atomically (memory O(chunk)).
+
+        The checks of :meth:`write_file` first; the chunks are spooled to an
+        unlinked host file (a tar member's size comes before its bytes), the
+        archive streamed from it with the file under a temporary name beside
+        ``path``, which one ``mv -f -T`` in the container renames over
+        ``path`` (see :mod:`mango_provider_docker.files`). A failure midway,
+        cancellation included, removes the temporary: the old file stays.
+        """
+        self._policy.locate(path, write=True)
+        await asyncio.sleep(0)
+        resolved = await self._policy.resolve_write(
+            path, container_stat(self._engine, self.container_id)
+        )
+        temporary = staging_name(resolved.location.parts[-1])
+        with tempfile.TemporaryFile(prefix="mango-write-") as spool:
+            size = await spool_chunks(checked_chunks(chunks), spool)
+            try:
+                await upload_spooled(
+                    self._engine,
+                    self.container_id,
+                    resolved,
+                    temporary=temporary,
+                    spool=spool,
+                    size=size,
+                )
+                await self._replace_file(path, resolved.location, temporary)
+            except BaseException:
+                # Shielded: a write cancelled (again) while it cleans up still removes it.
+                with contextlib.suppress(MangoError):
+                    await asyncio.shield(self._remove_file(path, resolved.location, temporary))
+                raise
 
     async def begin_package_setup(self) -> None:
         """Connect a ``network="none"`` sandbox with packages to the bridge for its setup.

@@ -5,7 +5,10 @@ that sees what earlier entries made (a simulated worker restart). The fake
 service is the shared deployment: the first entry for a scratch directory
 starts one, later entries reuse it, and the last exit stops it (deleting its
 sandboxes and killing their processes). The namespace is derived from the
-scratch directory, so every entry is the same deployment.
+scratch directory, so every entry is the same deployment. The E2B target's
+testbed names a free host port for the ``exposed-ports`` check (the fake's
+sandboxes are host processes; its client-proxy routing sends a port's
+requests to ``127.0.0.1:{port}``).
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import attrs
 
+from mango.provider import ConformanceTestbed, PortTestbed
 from mango.provider.ownership import derived_namespace
 from mango_provider_e2b.control import CUBE, E2B
 from mango_provider_e2b.fake import CUBE_MODE, E2BFakeService, FakeConfig
@@ -30,8 +35,10 @@ __all__ = [
     "FakeDeployment",
     "cube_fake_options",
     "e2b_fake_options",
+    "free_port",
     "open_cube_conformance_provider",
     "open_e2b_conformance_provider",
+    "open_e2b_conformance_testbed",
     "shared_fake",
 ]
 
@@ -128,3 +135,16 @@ open_cube_conformance_provider = _opener(
     FakeConfig(mode=CUBE_MODE, api_key="cube_fake_key", domain="cube.local"), cube_fake_options
 )
 """Yield a fresh ``cube`` provider over the fake service of ``scratch_dir`` in Cube mode."""
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def open_e2b_conformance_testbed(_scratch_dir: Path) -> AsyncIterator[ConformanceTestbed]:
+    """A free host port for the ``exposed-ports`` check (nothing else is offered)."""
+    yield ConformanceTestbed(ports=PortTestbed(port=free_port()))

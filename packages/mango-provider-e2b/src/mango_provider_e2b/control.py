@@ -98,6 +98,11 @@ class Dialect:
     ``/timeout`` to extend it). Cube keeps none: its sandboxes live until deleted."""
     paged_list: bool
     """``GET /v2/sandboxes`` pages with ``X-Next-Token`` (E2B); Cube answers one list."""
+    exposes_ports: bool = False
+    """``exposed-ports``: the service's proxy routes any port of a sandbox for any client (E2B:
+    ``{port}-{id}.{domain}``, or the shared sandbox URL with ``E2b-Sandbox-Id`` and
+    ``E2b-Sandbox-Port``). Cube's is reached through a proxy node by virtual host, which
+    mango dials itself (``CUBE_PROXY_NODE_IP``): no URL another client can use."""
     envd_version: str | None = None
     """The envd version to assume instead of the service's ``envdVersion`` (Cube reports a
     constant ``0.2.0``; CubeSandbox's base image builds envd 0.5.13, from e2b-dev/infra
@@ -111,7 +116,12 @@ class Dialect:
 
 
 E2B = Dialect(
-    provider="e2b", bearer=False, data_plane_api_key=False, lifetime=True, paged_list=True
+    provider="e2b",
+    bearer=False,
+    data_plane_api_key=False,
+    lifetime=True,
+    paged_list=True,
+    exposes_ports=True,
 )
 """E2B's managed service."""
 CUBE = Dialect(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import math
 import re
 import signal as signals
 from collections.abc import AsyncIterator, Mapping
@@ -46,6 +47,7 @@ from mango.provider.http import (
     transfer_deadline,
 )
 from mango.provider.jsonstream import json_array_items
+from mango.provider.multipart import multipart_body
 from mango_provider_e2b.connect import (
     CONNECT_CONTENT_TYPE,
     Envelope,
@@ -59,6 +61,7 @@ __all__ = [
     "LSTAT_SINCE",
     "OCTET_STREAM_SINCE",
     "ROOT_USER_AUTH",
+    "TRAFFIC_TOKEN_HEADER",
     "Envd",
     "EnvdAddress",
     "at_least",
@@ -67,6 +70,9 @@ __all__ = [
 
 ENVD_PORT = 49983
 """envd's port inside every sandbox (the ``49983-`` of its host name)."""
+TRAFFIC_TOKEN_HEADER = "E2B-Traffic-Access-Token"  # noqa: S105 - a header name, not a secret
+"""The header of a sandbox's traffic access token (a sandbox created with restricted public
+traffic wants it on every request to its ports)."""
 ROOT_USER_AUTH = "Basic " + base64.b64encode(b"root:").decode()
 """envd runs processes and file operations as the user named here (``root``)."""
 _UNARY_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
@@ -139,7 +145,7 @@ class EnvdAddress:
         if access_token:
             headers["X-Access-Token"] = access_token
         if traffic_token:
-            headers["E2B-Traffic-Access-Token"] = traffic_token
+            headers[TRAFFIC_TOKEN_HEADER] = traffic_token
         if api_key_header:
             headers["X-API-Key"] = api_key_header
         if shared_url:
@@ -413,6 +419,32 @@ class Envd:
             timeout=_FILE_TIMEOUT,
             deadline=transfer_deadline(len(data)),
             **body,
+        )
+
+    async def upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        """``POST /files?path=`` with the body sent as ``chunks`` yields it (chunked encoding).
+
+        The same two forms as :meth:`upload` (the raw stream from envd 0.5.7,
+        a streamed multipart part ``file`` before); never retried (the chunks
+        cannot be replayed), and no overall deadline: httpx's write and read
+        timeouts bound every chunk and the answer.
+        """
+        headers: dict[str, str]
+        if at_least(self.version, OCTET_STREAM_SINCE):
+            content, headers = chunks, {"Content-Type": "application/octet-stream"}
+        else:
+            form = multipart_body((), file_field="file", filename=path, chunks=chunks)
+            content, headers = form.chunks, {"Content-Type": form.content_type}
+        await self.api.request(
+            "POST",
+            self._url("/files"),
+            operation=f"{self.provider}: envd write file",
+            idempotent=False,
+            params={"path": path, "username": "root"},
+            timeout=_FILE_TIMEOUT,
+            deadline=math.inf,
+            content=content,
+            headers=self._headers(headers),
         )
 
     @contextlib.asynccontextmanager

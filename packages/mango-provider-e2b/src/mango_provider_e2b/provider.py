@@ -34,6 +34,7 @@ import httpx
 from mango.provider import (
     Capability,
     CapabilitySet,
+    ExposedPort,
     NetworkMode,
     OwnedResource,
     ProviderUnavailable,
@@ -46,7 +47,7 @@ from mango.provider.execution import checkpoint
 from mango.provider.http import ApiClient, PinnedTransport, RetryPolicy, retrying
 from mango.provider.ownership import Ownership, namespace_field
 from mango_provider_e2b.control import ControlPlane, SandboxInfo, SandboxState
-from mango_provider_e2b.envd import EnvdAddress
+from mango_provider_e2b.envd import TRAFFIC_TOKEN_HEADER, EnvdAddress
 from mango_provider_e2b.options import EnvdOptions
 from mango_provider_e2b.remote import Remote
 from mango_provider_e2b.sandbox import ROOT, E2BSandbox
@@ -104,6 +105,7 @@ class E2BProvider:
             data=data_api,
             address=self._address,
             idle_timeout=options.idle_timeout,
+            port_address=self._port_address if options.dialect.exposes_ports else None,
             max_output_bytes=options.max_output_bytes,
             max_read_bytes=options.max_read_bytes,
         )
@@ -120,6 +122,27 @@ class E2BProvider:
             api_key_header=options.api_key if options.dialect.data_plane_api_key else None,
         )
 
+    def _port_address(self, info: SandboxInfo, port: int) -> ExposedPort:
+        """E2B's address of ``port`` in the sandbox ``info`` describes.
+
+        With one shared sandbox URL (``E2B_SANDBOX_URL``, a client-proxy
+        reached by IP address or ``sandbox.<domain>``), that URL and the
+        client-proxy's routing headers ``E2b-Sandbox-Id`` and
+        ``E2b-Sandbox-Port``; else the host URL E2B documents,
+        ``<scheme>://<port>-<id>.<domain>``. The traffic access token, where
+        the service issued one, goes in a header, never in the URL.
+        """
+        options = self.options
+        headers = {}
+        if info.traffic_access_token:
+            headers[TRAFFIC_TOKEN_HEADER] = info.traffic_access_token
+        if options.shared_envd_url:
+            headers["E2b-Sandbox-Id"] = info.sandbox_id
+            headers["E2b-Sandbox-Port"] = str(port)
+            return ExposedPort(options.shared_envd_url.rstrip("/"), headers)
+        domain = info.domain or options.domain
+        return ExposedPort(f"{options.envd_scheme}://{port}-{info.sandbox_id}.{domain}", headers)
+
     @property
     def name(self) -> str:
         """``e2b`` or ``cube``."""
@@ -128,7 +151,15 @@ class E2BProvider:
     @property
     def capabilities(self) -> CapabilitySet:
         """The file API (``file-api``: envd's ``Filesystem``), background processes (envd's
-        process service and the kit's supervisor) and pause, for E2B and Cube alike."""
+        process service and the kit's supervisor) and pause, for E2B and Cube alike; exposed
+        ports (``exposed-ports``) for E2B only (see :attr:`Dialect.exposes_ports`)."""
+        if self.options.dialect.exposes_ports:
+            return CapabilitySet.of(
+                Capability.FILE_API,
+                Capability.BACKGROUND_PROCESSES,
+                Capability.PAUSE,
+                Capability.EXPOSED_PORTS,
+            )
         return CapabilitySet.of(
             Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.PAUSE
         )

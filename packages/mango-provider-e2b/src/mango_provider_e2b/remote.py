@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import attrs
 
+from mango.provider import ExposedPort
 from mango.provider.http import ApiClient
 from mango.provider.remote import Presence, ProviderView
 from mango_provider_e2b.control import ControlPlane, SandboxInfo, SandboxState
@@ -28,7 +29,7 @@ class Remote(ProviderView):
     ``control`` is the control-plane client, ``data`` the one pool every
     sandbox's envd is reached through, ``address`` where a sandbox record's
     envd answers, ``idle_timeout`` the seconds an idle sandbox lives before
-    it pauses.
+    it pauses, ``port_address`` where its other ports answer (E2B only).
     """
 
     control: ControlPlane
@@ -47,6 +48,8 @@ class Remote(ProviderView):
     _confirming: dict[str, asyncio.Lock] = attrs.field(factory=dict, repr=False)
     _resumed: dict[str, asyncio.Event] = attrs.field(factory=dict, repr=False)
     _taking_up: dict[str, list[asyncio.Future[None]]] = attrs.field(factory=dict, repr=False)
+    port_address: Callable[[SandboxInfo, int], ExposedPort] | None = None
+    """Where a sandbox's port is reached by any client (``None``: the service offers none)."""
 
     def envd(self, info: SandboxInfo) -> Envd:
         """The envd client of the sandbox ``info`` describes (its current token and domain)."""

@@ -37,21 +37,26 @@ from mango.provider import (
     ConfigurationError,
     Entry,
     ExecResult,
+    ExposedPort,
+    InvalidInput,
     MangoError,
     PathPolicy,
+    PermanentError,
     ResolvedPath,
+    SandboxNotFound,
     SandboxNotRunning,
     SandboxRef,
     SandboxSpec,
+    check_port,
     file_not_found,
 )
 from mango.provider.files import Download
 from mango.provider.filesystem import NativeEntry, RemoteFileSystem
 from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
-from mango.provider.remote import RemoteSandbox
+from mango.provider.remote import Presence, RemoteSandbox
 from mango_provider_e2b.control import SandboxInfo, SandboxState
-from mango_provider_e2b.envd import LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
+from mango_provider_e2b.envd import ENVD_PORT, LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.processes import ProcessMethods
 from mango_provider_e2b.remote import Remote
@@ -158,6 +163,34 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
             self._refresh(await control.connect(self.sandbox_id, timeout=lifetime))
         self._alive_until = started + lifetime
 
+    # ------------------------------------------------------------ ports
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        """Where ``port`` in the sandbox answers through E2B's client-proxy.
+
+        The shared sandbox URL (``E2B_SANDBOX_URL``) with the routing headers
+        ``E2b-Sandbox-Id`` and ``E2b-Sandbox-Port``, or the host URL
+        ``https://<port>-<id>.<domain>`` that E2B documents (the address the
+        SDK's ``get_host`` computes); the traffic access token, if the
+        service issued one, as a header. The URL is computed, so the sandbox
+        is asked for first: gone is :class:`SandboxNotFound`. envd's port is
+        mango's control plane (:class:`InvalidInput`); Cube offers no such
+        address (:class:`PermanentError`; the capability is not declared).
+        """
+        check_port(port)
+        if self._provider.port_address is None:
+            raise PermanentError(
+                f"{self._provider.name} does not declare exposed-ports: its proxy gives no "
+                "address another client can use"
+            )
+        if port == ENVD_PORT:
+            raise InvalidInput(
+                f"port {port} is envd's, which mango does not expose", hint="serve on another port"
+            )
+        if await self._provider.presence(self.sandbox_id) is Presence.GONE:
+            raise SandboxNotFound(f"{self._provider.name} sandbox {self.sandbox_id!r} is gone")
+        return self._provider.port_address(self._info, port)
+
     # ------------------------------------------------------------ data-plane errors
 
     async def _confirm(self, error: MangoError, *, resume: bool) -> None:
@@ -236,6 +269,25 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
 
     async def _upload(self, path: str, data: bytes) -> None:
         await self._data_call(lambda: self._envd.upload(path, data))
+
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        # Not through _data_call: a stream cannot be sent twice. A paused sandbox
+        # was resumed by the stat that checked the path a moment ago; a failure
+        # still says what it means (gone, paused), never resumed and resent.
+        try:
+            await self._envd.upload_stream(path, chunks)
+        except RemoteUnavailable as exc:
+            if not unreachable(exc):
+                raise
+            await self._confirm(exc, resume=False)
+            raise
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # envd's Move is os.Rename: it replaces the destination in one step.
+        await self._data_call(lambda: self._envd.move(source, destination))
+
+    async def _discard(self, path: str) -> None:
+        await self._data_call(lambda: self._envd.remove(path))
 
     async def _make_dir(self, path: str) -> None:
         """Create the absolute directory ``path`` and its parents (an existing one is fine)."""

@@ -19,6 +19,7 @@ from mango.provider import (
     CapabilitySet,
     ConfigurationError,
     ConformanceTarget,
+    ConformanceTestbed,
     ProviderContext,
     ProviderRegistration,
     SettingSpec,
@@ -161,22 +162,35 @@ def open_e2b_conformance_target(
     return open_e2b_conformance_provider(scratch_dir)
 
 
+def open_e2b_conformance_testbed(
+    scratch_dir: Path,
+) -> contextlib.AbstractAsyncContextManager[ConformanceTestbed]:
+    """A free host port for the ``exposed-ports`` check (imported only when used)."""
+    from mango_provider_e2b.conformance import open_e2b_conformance_testbed
+
+    return open_e2b_conformance_testbed(scratch_dir)
+
+
 REGISTRATION = ProviderRegistration(
     name="e2b",
     capabilities=CapabilitySet.of(
-        Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.PAUSE
+        Capability.FILE_API,
+        Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
+        Capability.EXPOSED_PORTS,
     ),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_e2b_provider,
     description="one E2B Firecracker microVM per Session, paused when idle (httpx, no SDK)",
 )
-"""``e2b``: the core contract, the file API (``file-api``, through envd's ``Filesystem``)
-and background processes (envd's process service)."""
+"""``e2b``: the core contract, the file API (``file-api``, through envd's ``Filesystem``),
+background processes (envd's process service) and exposed ports (E2B's client-proxy)."""
 
 CONFORMANCE_TARGET = ConformanceTarget(
     provider="e2b",
     open=open_e2b_conformance_target,
+    testbed=open_e2b_conformance_testbed,
     description="the fake E2B service on 127.0.0.1 (real local processes), no credentials",
     cost=TargetCost.SERVICE,
 )

@@ -12,7 +12,10 @@ mirror (:class:`~mango_provider_opensandbox.fake.upstream.UpstreamHosts`),
 reachable from a sandbox only as its egress policy allows. The testbed
 (:func:`open_conformance_testbed`) hands them to the capability checks:
 the page hosts as egress probes, the fake's policy as the drift backdoor,
-the mirror (through the fake image's ``apt-get``) as the package source.
+the mirror (through the fake image's ``apt-get``) as the package source,
+and a free host port for the ``exposed-ports`` check (the fake's sandboxes
+are host processes, so their server listens on a port of the host; the
+fake's endpoint proxies to it as execd's ``/proxy/{port}`` does).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import contextlib
 import itertools
 import os
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +38,7 @@ from mango.provider import (
     NetworkTestbed,
     PackagePlan,
     PackageSource,
+    PortTestbed,
     SandboxRef,
 )
 from mango.provider.ownership import derived_namespace
@@ -48,6 +53,7 @@ __all__ = [
     "MISSING_PACKAGE",
     "PACKAGES",
     "PROBE_HOSTS",
+    "free_port",
     "open_conformance_provider",
     "open_conformance_testbed",
 ]
@@ -60,6 +66,13 @@ PACKAGES = ("mango-probe-first", "mango-probe-second")
 """What the mirror has."""
 MISSING_PACKAGE = "mango-probe-missing"
 """A package the mirror does not have."""
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @attrs.define(eq=False)
@@ -147,4 +160,5 @@ async def open_conformance_testbed(scratch_dir: Path) -> AsyncIterator[Conforman
                 missing=MISSING_PACKAGE,
                 hosts=(MIRROR_HOST,),
             ),
+            ports=PortTestbed(port=free_port()),
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
@@ -40,6 +41,7 @@ from mango.provider import (
 from mango.provider.filesystem import NativeEntry
 from mango.provider.http import ApiClient, RetryPolicy, json_answer, transfer_deadline
 from mango.provider.jsonstream import json_array_items
+from mango.provider.multipart import FormField, multipart_body
 from mango.provider.remote import ProviderView
 from mango_provider_opensandbox.lifecycle import Endpoint
 from mango_provider_opensandbox.wire import bounded_lines, sse_events
@@ -323,6 +325,29 @@ class Execd:
             ],
             idempotent=True,
             deadline=transfer_deadline(len(data)),
+        )
+
+    async def upload_stream(self, path: str, chunks: AsyncIterator[bytes], *, mode: int) -> None:
+        """:meth:`upload` with the file part sent as ``chunks`` yields it (chunked encoding).
+
+        Never retried (the chunks cannot be replayed); no overall deadline:
+        httpx's write and read timeouts bound every chunk and the answer.
+        """
+        metadata = json.dumps({"path": path, "mode": _mode(mode)}).encode()
+        form = multipart_body(
+            (FormField("metadata", metadata, "metadata", "application/json"),),
+            file_field="file",
+            filename=path.rsplit("/", 1)[-1] or "file",
+            chunks=chunks,
+        )
+        await self.plane.request(
+            "POST",
+            "/files/upload",
+            operation="upload file",
+            content=form.chunks,
+            headers={"Content-Type": form.content_type},
+            idempotent=False,
+            deadline=math.inf,
         )
 
     async def delete_file(self, path: str) -> None:

@@ -33,10 +33,11 @@ CAPABILITIES = CapabilitySet.of(
     Capability.FILE_API,
     Capability.BACKGROUND_PROCESSES,
     Capability.PAUSE,
+    Capability.EXPOSED_PORTS,
 )
 """Package setup (through exec), limited network (the egress sidecar), the file API (execd),
-background processes (execd's background commands under the kit's supervisor) and pause (the
-lifecycle API's pause and resume)."""
+background processes (execd's background commands under the kit's supervisor), pause (the
+lifecycle API's pause and resume) and exposed ports (the endpoints the server resolves)."""
 API_PREFIX = "/v1"
 """The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"

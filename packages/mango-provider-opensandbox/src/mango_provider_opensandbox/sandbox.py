@@ -15,14 +15,18 @@ from mango.provider import (
     Entry,
     EntryKind,
     ExecResult,
+    ExposedPort,
+    InvalidInput,
     MangoError,
     NetworkMode,
     PathPolicy,
     PermanentError,
+    ProtocolError,
     ProviderUnavailable,
     ResolvedPath,
     SandboxRef,
     SandboxSpec,
+    check_port,
 )
 from mango.provider.execution import ExecHandle
 from mango.provider.files import Download
@@ -35,7 +39,7 @@ from mango.provider.shell import MAX_INLINE_LINE_BYTES, kill_tree_line, plan_com
 from mango.provider.shellprocesses import ShellProcesses
 from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import LIST_DEPTH_ALL, Egress, Execd
-from mango_provider_opensandbox.layout import ROOT, STDIN_DIR
+from mango_provider_opensandbox.layout import EGRESS_PORT, EXECD_PORT, ROOT, STDIN_DIR
 from mango_provider_opensandbox.network import reconcile
 from mango_provider_opensandbox.remote import PAUSED_STATES, OpenSandboxRemote
 from mango_provider_opensandbox.wire import (
@@ -293,6 +297,18 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     async def _upload(self, path: str, data: bytes) -> None:
         await self._execd.upload(path, data, mode=0o644)
 
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        await self._execd.upload_stream(path, chunks, mode=0o644)
+
+    async def _replace(self, source: str, destination: str) -> None:
+        # execd's mv refuses an existing destination: the old file goes first. Between
+        # the two calls the name is missing for a moment; it never holds a half file.
+        await self._execd.delete_file(destination)
+        await self._execd.move(source, destination)
+
+    async def _discard(self, path: str) -> None:
+        await self._execd.delete_file(path)
+
     # ---------------------------------------------------------------- the file API
 
     sorted_listing = True  # execd reads each directory with os.ReadDir: in name order
@@ -322,6 +338,36 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
 
     async def _create_dir(self, path: str) -> None:
         await self._execd.make_dirs({path: 0o755})
+
+    # ---------------------------------------------------------------- ports
+
+    async def expose_port(self, port: int) -> ExposedPort:
+        """The endpoint the server resolves for ``port`` (``GET /sandboxes/{id}/endpoints/{port}``).
+
+        Direct, or through the server's proxy (``/sandboxes/{id}/proxy/{port}``)
+        with ``OPEN_SANDBOX_USE_SERVER_PROXY``, as the data plane goes; the
+        endpoint's headers (an ingress route, a secure-access or execd token)
+        come with it. The API key is never among them: the server proxy
+        needs none and strips it. execd's and the egress sidecar's ports are
+        mango's control plane and are refused (:class:`InvalidInput`).
+        """
+        check_port(port)
+        if port in (EXECD_PORT, EGRESS_PORT):
+            daemon = "execd" if port == EXECD_PORT else "egress sidecar"
+            raise InvalidInput(
+                f"port {port} is OpenSandbox's {daemon}, which mango does not expose",
+                hint="serve on another port",
+            )
+        endpoint = await self._provider.lifecycle.endpoint(
+            self.sandbox_id, port, server_proxy=self._provider.server_proxy
+        )
+        try:
+            return ExposedPort(endpoint.url, endpoint.headers)
+        except ValueError as exc:
+            raise ProtocolError(
+                f"resolve sandbox endpoint: the server's endpoint for port {port} is not a plain "
+                "http(s) URL"
+            ) from exc
 
     # ---------------------------------------------------------------- network
 

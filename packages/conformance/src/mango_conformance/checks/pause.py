@@ -11,9 +11,11 @@ served, held until the resume or refused: the checks accept each. These need not
 ``exposed-ports`` (:class:`~mango.provider.PortSandbox`): a small HTTP
 server started in the sandbox (busybox ``httpd``, else ``python3 -m
 http.server``) serves a token that this process fetches through the URL
-``expose_port`` returns. Which port, and on which network, is the target's
-testbed (:class:`~mango.provider.PortTestbed`): Docker publishes a port
-only when it creates a container. A declared capability whose target has
+``expose_port`` returns, with the headers it came with (a preview
+token), and a destroyed sandbox's port is ``SandboxNotFound``. Which port,
+and on which network, is the target's testbed
+(:class:`~mango.provider.PortTestbed`): Docker publishes a port only when
+it creates a container. A declared capability whose target has
 no port testbed fails, as for the network checks.
 """
 
@@ -27,19 +29,21 @@ import contextlib
 import secrets
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import attrs
 import pytest
 
 from mango.provider import (
     Capability,
+    ExposedPort,
     InvalidInput,
     MangoError,
     PausableProvider,
     PausableSandbox,
     PortSandbox,
     Sandbox,
+    SandboxNotFound,
 )
 from mango_conformance.checks import mark_checks
 from mango_conformance.checks.capabilities import no_testbed
@@ -222,7 +226,8 @@ class PortChecks:
 
     @pytest.mark.mango_capability(Capability.EXPOSED_PORTS.value)
     def test_exposed_port_reaches_a_server_in_the_sandbox(self, conformance: Harness) -> None:
-        """A server started in the sandbox answers through expose_port's URL; port 0 is refused."""
+        """A server in the sandbox answers through expose_port's URL and headers; port 0 is
+        refused, and a destroyed sandbox's port is SandboxNotFound."""
         testbed = conformance.testbed()
         ports = testbed.ports if testbed is not None else None
         if ports is None:
@@ -236,9 +241,13 @@ class PortChecks:
             conformance.run(sandbox.expose_port(0), "expose_port(0)")
 
         async def scenario() -> None:
-            url = await sandbox.expose_port(ports.port)
+            exposed = await sandbox.expose_port(ports.port)
+            assert isinstance(exposed, ExposedPort), f"expose_port answered {exposed!r}"
+            url = exposed.url
             assert url.startswith(("http://", "https://")), url
             assert "@" not in url.split("//", 1)[1].split("/", 1)[0], "the URL carries a credential"
+            for value in exposed.headers.values():
+                assert value not in url, "a header's value (a token?) is in the URL"
             server = asyncio.create_task(sandbox.exec(conformance.command(SERVE, str(ports.port))))
             try:
                 last: list[str] = []
@@ -247,7 +256,7 @@ class PortChecks:
                     assert not server.done(), f"the server ended: {server.result()!r}"
                     try:
                         status, body = await asyncio.to_thread(
-                            _fetch, url.rstrip("/") + "/index.html"
+                            _fetch, url.rstrip("/") + "/index.html", exposed.headers
                         )
                     # Any failure while the server starts (refused, reset, closed by a
                     # proxy before the server listens) is a reason to ask again.
@@ -269,11 +278,16 @@ class PortChecks:
                     await server
 
         conformance.run(scenario(), "a server through its URL")
+        conformance.run(sandbox.destroy(), "destroy")
+        with pytest.raises(SandboxNotFound):
+            conformance.run(sandbox.expose_port(ports.port), "expose_port after destroy")
 
 
-def _fetch(url: str) -> tuple[int, str]:
-    """GET ``url`` (the standard library's client: the suite needs no HTTP library)."""
-    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - http(s) checked above
+def _fetch(url: str, headers: Mapping[str, str]) -> tuple[int, str]:
+    """GET ``url`` with ``headers`` (the standard library's client: the suite needs no HTTP
+    library)."""
+    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310 - http(s) checked
+    with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310 - http(s) checked
         return int(answer.status), answer.read(1 << 16).decode("utf-8", "replace")
 
 

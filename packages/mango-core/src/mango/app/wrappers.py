@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 
+from mango.domain.errors import InvalidInput
 from mango.domain.ports import Sandbox
 from mango.domain.values import Command, ExecEvent, ExecResult, SandboxRef
 
-__all__ = ["SandboxWrapper"]
+__all__ = ["SandboxWrapper", "stream_into"]
+
+
+async def stream_into(sandbox: Sandbox, path: str, chunks: AsyncIterable[bytes]) -> None:
+    """``sandbox.write_stream(path, chunks)``, or for a sandbox from before it, a buffered write.
+
+    A provider plugin written before ``write_stream`` joined the port keeps
+    working: its sandbox gets the chunks joined and written with
+    ``write_file``, which holds the whole file in memory as every write did
+    then (every built-in provider streams).
+    """
+    streamed = getattr(sandbox, "write_stream", None)
+    if streamed is not None:
+        await streamed(path, chunks)
+        return
+    parts: list[bytes] = []
+    async for chunk in chunks:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise InvalidInput(f"write_stream() takes chunks of bytes, got {type(chunk).__name__}")
+        parts.append(bytes(chunk))
+    await sandbox.write_file(path, b"".join(parts))
 
 
 @attrs.define
@@ -56,6 +77,10 @@ class SandboxWrapper:
     async def write_file(self, path: str, data: bytes) -> None:
         """Write to the wrapped sandbox."""
         await self.inner.write_file(path, data)
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Stream a file into the wrapped sandbox (see :func:`stream_into`)."""
+        await stream_into(self.inner, path, chunks)
 
     async def destroy(self) -> None:
         """Destroy the wrapped sandbox."""

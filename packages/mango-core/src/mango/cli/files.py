@@ -8,11 +8,13 @@ provider's ``CapabilityNotSupported`` where it is not declared. Only
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shlex
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
@@ -88,17 +90,46 @@ def files_read(session_id: str, output: Path | None, path: str) -> None:
 )
 @click.argument("path")
 def files_write(session_id: str, source: Path | None, path: str) -> None:
-    """Write stdin (or --from FILE) to PATH (workspace-relative)."""
+    """Write stdin (or --from FILE) to PATH (workspace-relative).
+
+    The content is streamed in chunks (Sandbox.write_stream), so files of any
+    size work without being held in memory. The write is atomic: the bytes go
+    to a temporary name beside PATH that replaces it only once all of them
+    arrived, so an interrupted write leaves the old file as it was.
+
+    As with cp, a PATH ending in '/' with --from FILE writes FILE's name into
+    that directory ('--from report.txt notes.d/' writes notes.d/report.txt);
+    from stdin there is no name to take, so such a PATH is refused.
+    """
     session_id = session_id_arg(session_id)
-    data = source.read_bytes() if source is not None else sys.stdin.buffer.read()
+    if path.endswith("/") and source is not None:
+        path = path + source.name
 
     async def run(rt: Runtime) -> None:
+        if path.endswith("/"):  # before anything is provisioned
+            raise InvalidInput(
+                f"path {path!r} ends in '/', so it names a directory, not a file",
+                hint=f"give the file's name after it (for example '{path}NAME'), or pass "
+                "--from FILE to write FILE's name into that directory",
+            )
         await rt.manager.ensure_session(session_id)
         sandbox = await rt.manager.acquire(session_id, rt.default_spec())
         await rt.manager.materialize(session_id, rt.default_spec())
-        await sandbox.write_file(path, data)
+        with contextlib.ExitStack() as stack:
+            stream = sys.stdin.buffer if source is None else stack.enter_context(source.open("rb"))
+            await sandbox.write_stream(path, _chunks(stream))
 
     with_runtime(run)
+
+
+WRITE_CHUNK_BYTES = 1024 * 1024
+"""How much of stdin or --from FILE one chunk of a streamed write holds."""
+
+
+async def _chunks(stream: BinaryIO) -> AsyncIterator[bytes]:
+    """``stream``'s bytes in chunks of at most :data:`WRITE_CHUNK_BYTES`, read off the loop."""
+    while chunk := await asyncio.to_thread(stream.read, WRITE_CHUNK_BYTES):
+        yield chunk
 
 
 async def _existing(rt: Runtime, session_id: str, what: str) -> SessionSandbox:

@@ -7,7 +7,7 @@ see the mango error tree.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -146,6 +146,21 @@ class Sandbox(Protocol):
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Create or truncate a file with ``data``, creating parent directories."""
+        ...
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace a file with the bytes ``chunks`` yields, whatever their total size.
+
+        The streamed form of :meth:`write_file` (as :meth:`open_file` is of
+        :meth:`read_file`): memory stays O(chunk). The same path rules and
+        errors as :meth:`write_file`, raised before a byte is consumed; parent
+        directories are created. Atomic at the final name: the bytes go to a
+        temporary sibling that replaces ``path`` only once every chunk has
+        arrived, so a write that fails midway (the source raises, the
+        transfer breaks, the task is cancelled) leaves the old file intact
+        and removes the temporary; never a half-written file under ``path``.
+        A chunk that is not bytes is :class:`InvalidInput`.
+        """
         ...
 
     async def destroy(self) -> None:

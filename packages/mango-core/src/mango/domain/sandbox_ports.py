@@ -17,6 +17,7 @@ capability                protocol                        what it gives
 ``pause``                 :class:`PausableSandbox`,       explicit pause and resume (the
                           :class:`PausableProvider`       provider's form: by reference)
 ``exposed-ports``         :class:`PortSandbox`            a URL for a port in the sandbox
+                                                          (:class:`ExposedPort`)
 ========================  ==============================  =================================
 
 Paths follow the same policy as ``read_file``/``write_file``
@@ -35,18 +36,22 @@ renamed onto (:class:`~mango.domain.errors.InvalidPathError`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 import attrs
 
+from mango.domain.errors import InvalidInput
 from mango.domain.values import Command, SandboxRef
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
     "MAX_LIST_LIMIT",
     "DirectoryListing",
+    "ExposedPort",
     "FileInfo",
     "FileKind",
     "FileSystemSandbox",
@@ -58,6 +63,7 @@ __all__ = [
     "ProcessOutput",
     "ProcessSandbox",
     "ProcessState",
+    "check_port",
 ]
 
 DEFAULT_LIST_LIMIT = 1000
@@ -341,16 +347,65 @@ class PausableProvider(Protocol):
         ...
 
 
+def check_port(port: object) -> int:
+    """``port`` if it is a TCP port number (1 to 65535), else :class:`InvalidInput`."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidInput(f"a port is a number from 1 to 65535, got {port!r}")
+    return port
+
+
+def _exposed_url(_instance: object, _attribute: object, value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"an exposed port's url is a string, got {type(value).__name__}")
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError("an exposed port's url is an absolute http(s) URL")
+    if "@" in parts.netloc:
+        # A user:password in the URL would be logged wherever the URL is.
+        raise ValueError("an exposed port's url carries no credential")
+
+
+def _frozen_headers(value: Mapping[str, str]) -> Mapping[str, str]:
+    headers = dict(value)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise TypeError("an exposed port's headers map strings to strings")
+    return MappingProxyType(headers)
+
+
+@attrs.frozen(repr=False)
+class ExposedPort:
+    """Where a port in the sandbox is reached: a URL, and the headers each request needs.
+
+    ``url`` is an ``http(s)://`` URL with no credential in it (safe to log
+    and to store). ``headers`` are what a request to it must carry where the
+    backend authenticates or routes by header (Daytona's preview token,
+    OpenSandbox's ingress route); they may be secrets, so :func:`repr` shows
+    their names only. ``str()`` is the URL. Docker's are empty.
+    """
+
+    url: str = attrs.field(validator=_exposed_url)
+    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_headers, hash=False)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.headers))
+        return f"ExposedPort(url={self.url!r}, headers=<{names or 'none'}>)"
+
+
 @runtime_checkable
 class PortSandbox(Protocol):
     """Capability ``exposed-ports``: reach a server listening in the sandbox."""
 
-    async def expose_port(self, port: int) -> str:
-        """Return a URL through which ``port`` (1 to 65535) in the sandbox is reached.
+    async def expose_port(self, port: int) -> ExposedPort:
+        """Where ``port`` (1 to 65535, else :class:`~mango.domain.errors.InvalidInput`) is reached.
 
         Docker publishes on 127.0.0.1 only; remote backends return their
-        preview or host URL. The URL carries no credential: a backend that
-        needs a token for it says so in its documentation, and the token stays
-        in the process configuration.
+        preview, endpoint or proxy URL with the headers a request to it needs
+        (:class:`ExposedPort`). The URL carries no credential; a token goes in
+        :attr:`ExposedPort.headers`. A sandbox that is gone is
+        :class:`~mango.domain.errors.SandboxNotFound`. A backend may answer
+        before anything listens: the URL then fails until a server does.
         """
         ...

@@ -30,7 +30,9 @@ Shared by every vendor fake besides: :mod:`mango.fakes.wire` (RFC 3339
 times, label maps, a connection cut as when a daemon dies mid-answer) and
 :mod:`mango.fakes.beacons` (a test awaits the moment a command in a fake
 sandbox gets somewhere, with no polling) and :mod:`mango.fakes.reaper` (the
-processes a fake sandbox started, marked, die with it even after ``setsid``).
+processes a fake sandbox started, marked, die with it even after ``setsid``)
+and :mod:`mango.fakes.ports` (a preview link's or endpoint's route to a
+server a fake sandbox runs on a host port).
 
 Where it stands: above the adapters (its sandboxes are the local
 provider's) and below :mod:`mango.plugins`, so it is not part of the
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 from mango.fakes.beacons import Beacon, open_beacon
 from mango.fakes.faults import Faults, Hostile, RecordedRequest
+from mango.fakes.ports import forward_to_port
 from mango.fakes.reaper import SANDBOX_MARK, continue_marked, kill_marked, mark, stop_marked
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
@@ -79,6 +82,7 @@ __all__ = [
     "Servable",
     "continue_marked",
     "cut_connection",
+    "forward_to_port",
     "is_string_map",
     "kill_marked",
     "mark",

@@ -23,8 +23,12 @@ These functions block; the sandbox calls them through :func:`asyncio.to_thread`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
+import stat
+import threading
 
 from mango.provider import (
     Entry,
@@ -43,6 +47,7 @@ from mango.provider.reads import BoundedBuffer, check_size
 
 __all__ = [
     "READ_CHUNK_BYTES",
+    "StagedFile",
     "ensure_workspace_dir",
     "open_existing_directory",
     "open_workspace_dir",
@@ -50,6 +55,7 @@ __all__ = [
     "open_workspace_root",
     "read_chunk",
     "read_workspace_file",
+    "stage_workspace_file",
     "walk_directories",
     "write_workspace_file",
 ]
@@ -277,3 +283,111 @@ def write_workspace_file(root: str | PathPolicy, path: str, data: bytes) -> None
         raise _translate(exc, path) from exc
     finally:
         os.close(fd)
+
+
+class StagedFile:
+    """A streamed write in progress: a temporary sibling of the target, renamed over it at the end.
+
+    Made by :func:`stage_workspace_file`. :meth:`write` appends a chunk,
+    :meth:`commit` renames the temporary over the target (``renameat`` in the
+    directory the ``O_NOFOLLOW`` walk reached, so no swapped parent can
+    redirect it), :meth:`abort` removes it; each closes the descriptors. A
+    lock lets :meth:`abort` wait for a :meth:`write` still running in its
+    thread (a cancelled write), so no descriptor is closed under it.
+    """
+
+    def __init__(self, dir_fd: int, fd: int, name: str, temporary: str, path: str) -> None:
+        self._dir_fd = dir_fd
+        self._fd = fd
+        self._name = name
+        self._temporary = temporary
+        self._path = path
+        self._lock = threading.Lock()
+        self._open = True
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to the temporary file."""
+        with self._lock:
+            if not self._open:
+                raise ProviderUnavailable(f"the write of {self._path!r} was already ended")
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError as exc:
+                raise _translate(exc, self._path) from exc
+
+    def commit(self) -> None:
+        """Replace the target with the temporary file (one ``rename``), then close."""
+        with self._lock:
+            if not self._open:
+                raise ProviderUnavailable(f"the write of {self._path!r} was already ended")
+            self._open = False
+            try:
+                os.close(self._fd)
+                # The target may have changed since the write began: still a file or nothing.
+                entry = _lstat(self._name, self._dir_fd)
+                if entry is not None:
+                    check_regular(entry, path=self._path)
+                os.rename(
+                    self._temporary, self._name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd
+                )
+            except BaseException as exc:
+                _unlink_quietly(self._temporary, self._dir_fd)
+                os.close(self._dir_fd)
+                if isinstance(exc, OSError):
+                    raise _translate(exc, self._path) from exc
+                raise
+            os.close(self._dir_fd)
+
+    def abort(self) -> None:
+        """Remove the temporary file and close (idempotent; a committed write stays)."""
+        with self._lock:
+            if not self._open:
+                return
+            self._open = False
+            os.close(self._fd)
+            _unlink_quietly(self._temporary, self._dir_fd)
+            os.close(self._dir_fd)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    with contextlib.suppress(OSError):  # gone already (a command removed it): nothing to clean
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def stage_workspace_file(root: str | PathPolicy, path: str) -> StagedFile:
+    """Begin a streamed write of the regular file ``path``: its parents made, a temporary open.
+
+    The target must be a regular file or missing (the errors of
+    :func:`write_workspace_file`, raised here, before any byte is written).
+    The temporary is a fresh dot name beside it (``O_EXCL``, ``O_NOFOLLOW``),
+    with the target's permission bits if it exists (mode 0o644 less the
+    umask otherwise), so the replaced file keeps its mode as a truncation
+    would.
+    """
+    location = _policy(root).locate(path, write=True)
+    dir_fd = walk_directories(location, location.parts[:-1], path=path, create=True)
+    try:
+        name = location.parts[-1]
+        try:
+            existing = os.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            existing = None
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+        if existing is not None:
+            check_regular(Entry.from_mode(existing.st_mode), path=path)
+        temporary = f".{name[:64]}.mango-{secrets.token_hex(8)}.part"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(temporary, flags, _FILE_MODE, dir_fd=dir_fd)
+        except OSError as exc:
+            raise _translate(exc, path) from exc
+        if existing is not None:
+            with contextlib.suppress(OSError):  # one we cannot chmod keeps the default mode
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    return StagedFile(dir_fd, fd, name, temporary, path)

@@ -6,7 +6,7 @@ import asyncio
 import os
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,11 +22,13 @@ from mango.local.fileapi import (
 )
 from mango.local.files import (
     READ_CHUNK_BYTES,
+    StagedFile,
     open_workspace_dir,
     open_workspace_file,
     open_workspace_root,
     read_chunk,
     read_workspace_file,
+    stage_workspace_file,
     write_workspace_file,
 )
 from mango.local.layout import remove_session, workspace_root
@@ -62,6 +64,7 @@ from mango.provider import (
     check_list_limit,
 )
 from mango.provider.execution import ExecHandle, ExecTracker, StreamedExec, checkpoint
+from mango.provider.files import checked_chunks
 from mango.provider.output import ExecChannel
 from mango.provider.reads import ThreadedChunks, read_limit
 
@@ -239,6 +242,33 @@ class LocalSandbox(StreamedExec):
         payload = bytes(data)
         await checkpoint()
         await asyncio.to_thread(write_workspace_file, self.path_policy, path, payload)
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` with what ``chunks`` yields, atomically (memory O(chunk)).
+
+        The checks of :meth:`write_file` on entry; the chunks go to a
+        temporary sibling (:func:`~mango.local.files.stage_workspace_file`)
+        that is renamed over ``path`` after the last one. A failure midway,
+        cancellation included, removes the temporary and leaves the old file.
+        """
+        self.path_policy.locate(path, write=True)
+        await checkpoint()
+        opening = asyncio.get_running_loop().run_in_executor(
+            None, stage_workspace_file, self.path_policy, path
+        )
+        try:
+            staged = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(_abort_staged)
+            raise
+        try:
+            async for chunk in checked_chunks(chunks):
+                await asyncio.to_thread(staged.write, chunk)
+            await asyncio.to_thread(staged.commit)
+        except BaseException:
+            # Synchronous: the lock waits at most for one chunk still being written.
+            staged.abort()
+            raise
 
     async def list_dir(
         self, path: str = "", *, recursive: bool = False, limit: int = DEFAULT_LIST_LIMIT
@@ -418,6 +448,11 @@ class LocalSandbox(StreamedExec):
         await checkpoint()
         await self._tracker.terminate(str(self._session_dir), DESTROY_WAIT_SECONDS)
         await asyncio.to_thread(remove_session, self._session_dir)
+
+
+def _abort_staged(opening: asyncio.Future[StagedFile]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().abort()
 
 
 def _close_opened(opening: asyncio.Future[int]) -> None:

@@ -24,8 +24,10 @@ Submodules with no optional library: :mod:`mango.provider.ownership`
 (labels, deterministic names, ownership checks, all namespaced),
 :mod:`mango.provider.reads` (reads bounded at the source: the read cap, the
 size check, a bounded collector),
-:mod:`mango.provider.files` (``read_file``, ``open_file`` and ``write_file``
-over a file API's stat, download, mkdir and upload; the write's bytes check),
+:mod:`mango.provider.files` (``read_file``, ``open_file``, ``write_file`` and
+``write_stream`` over a file API's stat, download, mkdir and uploads; the
+writes' bytes checks), :mod:`mango.provider.multipart` (a multipart form
+built as it is sent),
 :mod:`mango.provider.remote` (a remote sandbox's view of its provider, the one
 "is the sandbox gone?" rule for files and exec, the remote sandbox base),
 :mod:`mango.provider.execution` (exec tracking, the timeout rule, streams),
@@ -148,6 +150,7 @@ from mango.domain.sandbox_ports import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     DirectoryListing,
+    ExposedPort,
     FileInfo,
     FileKind,
     FileSystemSandbox,
@@ -159,6 +162,7 @@ from mango.domain.sandbox_ports import (
     ProcessOutput,
     ProcessSandbox,
     ProcessState,
+    check_port,
 )
 from mango.domain.skills import SKILLS_ROOT, SkillMount
 from mango.domain.testbed import (
@@ -242,6 +246,7 @@ __all__ = [
     "ExecEvent",
     "ExecFileSystem",
     "ExecResult",
+    "ExposedPort",
     "ExtraRoot",
     "FileInfo",
     "FileKind",
@@ -315,6 +320,7 @@ __all__ = [
     "check_directory",
     "check_files",
     "check_list_limit",
+    "check_port",
     "check_regular",
     "file_not_found",
     "hookimpl",

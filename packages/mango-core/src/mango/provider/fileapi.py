@@ -133,6 +133,11 @@ rename)
   mv -n -T -- "$2" "$to/$4" 2>/dev/null || fail 15 "$2"
   present "$2" && fail 13 "$4"
   : ;;
+replace)
+  enter "$1"
+  present "$2" || fail 10 "$2"
+  [ -L "$3" ] && fail 11 "$3"
+  mv -f -T -- "$2" "$3" 2>/dev/null || fail 15 "$3" ;;
 mkdir)
   if [ "$3" = 1 ]; then enter_making "$1"; else enter "$1"; fi
   if [ -L "$2" ]; then fail 11 "$2"; fi
@@ -263,9 +268,17 @@ class ExecFileSystem:
     def _locate(self, path: str, *, write: bool = False) -> Location:
         return self._file_api_policy().locate(path, write=write, directory=True)
 
-    async def _file_api(self, path: str, op: str, *args: str) -> ExecResult:
-        """Run one operation; return its result, or raise the error its exit code names."""
-        argv = (self.file_api_shell, "-c", FILE_API_SCRIPT, "sh", op, self.root, *args)
+    async def _file_api(
+        self, path: str, op: str, *args: str, root: str | None = None
+    ) -> ExecResult:
+        """Run one operation; return its result, or raise the error its exit code names.
+
+        ``root`` is the directory the operation's relative paths start from
+        (default: the workspace root; an extra root such as the outputs mount
+        for a path below it).
+        """
+        base = self.root if root is None else root
+        argv = (self.file_api_shell, "-c", FILE_API_SCRIPT, "sh", op, base, *args)
         result = await self.exec(Command(argv))
         if result.exit_code != 0:
             detail = result.stderr.decode("utf-8", "replace").strip().rsplit("\n", 1)[-1]
@@ -330,6 +343,22 @@ class ExecFileSystem:
             _joined(dst.parts[:-1]),
             dst.parts[-1],
         )
+
+    async def _replace_file(self, path: str, location: Location, temporary: str) -> None:
+        """Rename the file ``temporary`` (a name beside ``location``'s target) over that target.
+
+        One ``mv -f -T`` (a ``rename``) in the target's parent, entered as
+        every operation enters it: the target is replaced at once, never
+        followed if a link was planted there, never moved into if it became
+        a directory. ``path`` is the caller's, for messages.
+        """
+        parent, name = _joined(location.parts[:-1]), location.parts[-1]
+        await self._file_api(path, "replace", parent, temporary, name, root=location.anchor)
+
+    async def _remove_file(self, path: str, location: Location, name: str) -> None:
+        """Remove the entry ``name`` beside ``location``'s target (a failed write's temporary)."""
+        parent = _joined(location.parts[:-1])
+        await self._file_api(path, "remove", parent, name, "0", root=location.anchor)
 
     async def make_dir(self, path: str, *, parents: bool = True) -> None:
         """Create the directory ``path`` (``mkdir -p`` with ``parents``), never through a link."""

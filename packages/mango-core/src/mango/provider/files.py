@@ -16,6 +16,11 @@ port's three file methods from them, the same way for every provider:
   otherwise, before anything is sent: no provider ever writes ``bytes(5)``
   for a ``5``), the policy's write resolution, the missing parents made, then
   the upload (which creates or truncates);
+* ``write_stream(path, chunks)``: the same checks as ``write_file``, then the
+  chunks uploaded as they come (memory O(chunk)) to a temporary sibling
+  (:func:`staging_name`), which then replaces ``path``; a failure midway (the
+  source raises, the transfer breaks, cancellation) discards the temporary,
+  so the old file stays and no half file ever has the final name;
 * ``_ensure_directory(path)``: a command's working directory made as the
   local and Docker providers make it (missing components created, a symlink
   anywhere refused), for a provider whose exec API cannot do it itself.
@@ -27,14 +32,19 @@ sandbox is then :class:`SandboxNotFound`, never a missing file or a transient
 error.
 
 :func:`file_bytes` is the write's type check on its own, for a provider whose
-write is not a mkdir-and-upload (Docker's is one archive).
+write is not a mkdir-and-upload (Docker's is one archive); :func:`chunk_bytes`
+the same for each chunk of a streamed write.
 
 Stdlib and attrs only.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import posixpath
+import secrets
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import NoReturn
 
@@ -45,7 +55,7 @@ from mango.provider.execution import checkpoint
 from mango.provider.paths import Entry, Location, PathPolicy, ResolvedPath, StatCallback
 from mango.provider.reads import check_size, collect_bounded, read_limit
 
-__all__ = ["Download", "RemoteFiles", "file_bytes"]
+__all__ = ["Download", "RemoteFiles", "checked_chunks", "chunk_bytes", "file_bytes", "staging_name"]
 
 
 def file_bytes(data: object) -> bytes:
@@ -53,6 +63,31 @@ def file_bytes(data: object) -> bytes:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidInput(f"write_file() takes bytes, got {type(data).__name__}")
     return bytes(data)
+
+
+def chunk_bytes(chunk: object) -> bytes:
+    """One chunk of a streamed write as bytes; anything else is :class:`InvalidInput`."""
+    if not isinstance(chunk, bytes | bytearray | memoryview):
+        raise InvalidInput(f"write_stream() takes chunks of bytes, got {type(chunk).__name__}")
+    return bytes(chunk)
+
+
+async def checked_chunks(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """The non-empty chunks of ``chunks``, each checked by :func:`chunk_bytes`."""
+    async for chunk in chunks:
+        payload = chunk_bytes(chunk)
+        if payload:
+            yield payload
+
+
+def staging_name(path: str) -> str:
+    """A fresh temporary sibling of the absolute (or relative) ``path`` for a streamed write.
+
+    In the same directory, so the final rename never crosses a filesystem;
+    a dot name with a random part, short whatever the final name's length.
+    """
+    directory, name = posixpath.split(path)
+    return posixpath.join(directory, f".{name[:64]}.mango-{secrets.token_hex(8)}.part")
 
 
 @attrs.frozen
@@ -85,7 +120,13 @@ class RemoteFiles:
       vanished since the stat);
     * ``_make_dirs(paths)``: create the missing parent directories (absolute,
       outermost first; an API with ``mkdir -p`` makes only the last);
-    * ``_upload(path, data)``: create or truncate the absolute ``path``.
+    * ``_upload(path, data)``: create or truncate the absolute ``path``;
+    * ``_upload_stream(path, chunks)``: create the absolute ``path`` (a fresh
+      temporary name) from ``chunks`` as they come, without holding them;
+    * ``_replace(source, destination)``: rename the absolute ``source`` over
+      ``destination`` (a file or nothing; the path policy checked it);
+    * ``_discard(path)``: remove the file ``path`` if it is there (a
+      temporary a failed streamed write leaves).
 
     ``_lost(error)`` turns a retryable failure of those calls into the error
     to raise; by default the error stands (a data plane that already asks
@@ -115,6 +156,15 @@ class RemoteFiles:
         raise NotImplementedError
 
     async def _upload(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _upload_stream(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        raise NotImplementedError
+
+    async def _replace(self, source: str, destination: str) -> None:
+        raise NotImplementedError
+
+    async def _discard(self, path: str) -> None:
         raise NotImplementedError
 
     async def _lost(self, error: MangoError) -> MangoError:
@@ -207,3 +257,35 @@ class RemoteFiles:
             await self._upload(resolved.path, payload)
         except MangoError as exc:
             await self._fail(exc)
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Create or replace ``path`` with what ``chunks`` yields, atomically (memory O(chunk)).
+
+        The checks of :meth:`write_file` first (before a chunk is taken),
+        then the chunks go to a temporary sibling that replaces ``path``
+        once the last has arrived. A failure midway, cancellation included,
+        removes the temporary: the old file stays, and no half file ever
+        has the final name. A chunk that is not bytes is
+        :class:`~mango.provider.InvalidInput`.
+        """
+        try:
+            resolved = await self._resolve(path, write=True)
+            if resolved.missing_dirs:
+                await self._make_dirs(resolved.missing_dirs)
+            temporary = staging_name(resolved.path)
+            try:
+                await self._upload_stream(temporary, checked_chunks(chunks))
+                await self._replace(temporary, resolved.path)
+            except BaseException:
+                await _discard_quietly(self, temporary)
+                raise
+        except MangoError as exc:
+            await self._fail(exc)
+
+
+async def _discard_quietly(files: RemoteFiles, path: str) -> None:
+    """Remove a failed write's temporary; the write's own error is the one to report."""
+    # Shielded: a write cancelled (again) while it cleans up still removes what it left,
+    # and that cancellation propagates.
+    with contextlib.suppress(MangoError):
+        await asyncio.shield(files._discard(path))

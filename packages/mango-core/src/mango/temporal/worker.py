@@ -146,13 +146,26 @@ async def serve(
     )
     running = asyncio.create_task(worker.run(), name="mango-worker")
     stopping = asyncio.create_task(stop.wait(), name="mango-worker-stop")
-    try:
+
+    async def start_up() -> None:
         await _until_polling(client, activities.task_queue, running)
         if reconciler is not None:
             workflow_id = await ensure_reconciler(client, activities.task_queue, reconciler)
             _LOG.info("reconciler workflow %s is running", workflow_id)
         if schedules is not None:
             await ensure_fleet_schedules(client, activities.task_queue, schedules)
+
+    starting = asyncio.create_task(start_up(), name="mango-worker-start-up")
+    try:
+        # A stop during start-up ends it there: the worker is never announced ready.
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            _LOG.info("stopped during start-up: never ready")
+            return
+        starting.result()
+        if stop.is_set():
+            _LOG.info("stopped during start-up: never ready")
+            return
         _LOG.info(
             "worker ready: provider %s, task queue %s, namespace %s",
             activities.provider,
@@ -168,6 +181,9 @@ async def serve(
         _LOG.info("shutting down: waiting up to %g s for running steps", graceful_shutdown)
     finally:
         stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting})  # its own cancellation is not raised here
         if not running.done():
             await worker.shutdown()
             await running

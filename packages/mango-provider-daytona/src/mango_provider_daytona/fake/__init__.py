@@ -11,6 +11,10 @@ deleted while the command runs, as the proxies in front of a dead daemon do;
 ``/files/bulk-upload``, ``/files/bulk-download`` as multipart,
 ``/files/folder``, ``/files/info`` (following symlinks, like the daemon's
 ``os.Stat``), ``/user-home-dir``).
+Preview links: ``GET /sandbox/{id}/ports/{port}/preview-url`` answers
+``{"sandboxId", "url", "token"}`` with a URL under the fake's own address,
+whose proxy wants the token in ``X-Daytona-Preview-Token`` (or the API key)
+and forwards to the server a sandbox runs (:mod:`.preview`).
 The SDK's ``/socket.io`` event channel is not served (404), which the SDK
 tolerates by polling.
 
@@ -27,6 +31,7 @@ and the service's :class:`~mango.fakes.Faults` and
 
 Modules: :mod:`.state` (the deployment's sandboxes, names and states),
 :mod:`.api` (the API routes), :mod:`.toolbox` (a sandbox's toolbox routes),
+:mod:`.preview` (preview links and their proxy),
 :mod:`.server` (:class:`DaytonaFake` and serving it); ``python -m
 mango_provider_daytona.fake [SCRATCH]`` serves one alone until SIGTERM.
 """

@@ -13,6 +13,7 @@ from aiohttp import web
 from mango.fakes import FakeService
 from mango.provider import SandboxSpec
 from mango_provider_daytona.fake.api import ApiRoutes
+from mango_provider_daytona.fake.preview import PreviewRoutes
 from mango_provider_daytona.fake.sessions import SessionRoutes
 from mango_provider_daytona.fake.state import FAKE_API_KEY, FAKE_MAX_OUTPUT_BYTES, error
 from mango_provider_daytona.fake.toolbox import ToolboxRoutes
@@ -21,7 +22,7 @@ __all__ = ["DaytonaFake", "open_fake_daytona", "routes"]
 
 
 @attrs.define(eq=False)
-class DaytonaFake(ApiRoutes, ToolboxRoutes, SessionRoutes):
+class DaytonaFake(ApiRoutes, ToolboxRoutes, SessionRoutes, PreviewRoutes):
     """The state of one fake Daytona deployment and its routes."""
 
     def _authorized(self, request: web.Request) -> bool:
@@ -52,6 +53,10 @@ class DaytonaFake(ApiRoutes, ToolboxRoutes, SessionRoutes):
             web.post("/sandbox/{id}/archive", guarded(self._transition("archived"))),
             web.post("/sandbox/{id}/pause", guarded(self._transition("paused"))),
             web.post("/sandbox/{id}/last-activity", guarded(self.touch_sandbox)),
+            web.get("/sandbox/{id}/ports/{port}/preview-url", guarded(self.preview_url)),
+            # The preview proxy checks the preview token (or the key) itself.
+            web.route("*", "/preview/{id}/{port:\\d+}", self.preview),
+            web.route("*", "/preview/{id}/{port:\\d+}/{tail:.*}", self.preview),
             web.get(f"{toolbox}/user-home-dir", guarded(self.home_dir)),
             web.get(f"{toolbox}/project-dir", guarded(self.home_dir)),
             web.get(f"{toolbox}/work-dir", guarded(self.home_dir)),

@@ -5,7 +5,8 @@ plane and envd on one 127.0.0.1 port; ``python -m mango_provider_e2b.fake
 [--cube]`` runs one until interrupted. Modules: :mod:`.config` (modes and
 settings), :mod:`.service` (the sandboxes' lifecycle and the test
 controls), :mod:`.api` (control-plane routes), :mod:`.envd` (envd routes),
-:mod:`.processes` (envd's processes), :mod:`.common` (what the routes share).
+:mod:`.processes` (envd's processes), :mod:`.ports` (a sandbox's other ports),
+:mod:`.common` (what the routes share).
 
 It speaks the wire protocol the official ``e2b`` SDK speaks (tests drive it
 with that SDK) and the one mango's provider speaks; where they could
@@ -24,7 +25,10 @@ E2B's edge does (a reconnect that fails after two minutes).
 
 Routing of envd calls: by the ``E2b-Sandbox-Id`` header (the SDK with one
 ``sandbox_url``; mango with ``E2B_SANDBOX_URL``) or by the virtual host
-``49983-<id>.<domain>`` in ``Host`` (mango's Cube proxy-node routing).
+``49983-<id>.<domain>`` in ``Host`` (mango's Cube proxy-node routing). A
+request whose ``E2b-Sandbox-Port`` names another port than envd's goes,
+before any route, to the server its sandbox runs (:mod:`.ports`: the
+client-proxy's header routing).
 
 Modes (:class:`FakeConfig`): ``e2b`` authenticates the control plane with
 ``X-API-Key``; ``cube`` with ``Authorization: Bearer`` (or ``X-API-Key``, as

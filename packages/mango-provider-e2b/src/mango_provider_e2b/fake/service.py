@@ -23,6 +23,7 @@ from mango_provider_e2b.fake.api import ControlPlane
 from mango_provider_e2b.fake.common import PROCESSES
 from mango_provider_e2b.fake.config import FakeConfig
 from mango_provider_e2b.fake.envd import Envd
+from mango_provider_e2b.fake.ports import route_ports
 from mango_provider_e2b.fake.processes import FakeProcess
 
 __all__ = ["E2BFakeService"]
@@ -51,6 +52,13 @@ class E2BFakeService(FakeService):
     ) -> E2BFakeService:
         """A service over ``scratch_dir`` serving the routes of ``config``."""
         return cls(scratch_dir, _routes, config=config or FakeConfig(), **options)
+
+    def build_app(self) -> web.Application:
+        """The scaffold's application with the client-proxy's port routing in front of the
+        routes (a request for a sandbox's own port never reaches the API or envd)."""
+        app = super().build_app()
+        app.middlewares.append(route_ports)
+        return app
 
     # ------------------------------------------------------------ test controls
 

@@ -15,7 +15,9 @@ from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
   key (``401`` with ``MISSING_API_KEY``/``INVALID_API_KEY`` otherwise);
 * the server proxy ``/v1/sandboxes/{id}/proxy/{port}/...`` (no API key
   needed, as on the server) and direct endpoints ``/direct/{id}/{port}/...``
-  that want the endpoint's ``X-EXECD-ACCESS-TOKEN``;
+  that want the endpoint's ``X-EXECD-ACCESS-TOKEN``; a port other than
+  execd's and the egress sidecar's is forwarded, through either, to the
+  server the sandbox runs on ``127.0.0.1:{port}`` (execd's ``/proxy/{port}``);
 * execd: ``/ping``, ``POST /command`` as execd streams it (bare JSON frames
   separated by a blank line; ``init``, one ``stdout``/``stderr`` event per
   *line with its terminator stripped*, ``ping`` every few seconds, then

@@ -20,6 +20,7 @@ from mango.fakes import (
     FakeService,
     SandboxState,
     continue_marked,
+    forward_to_port,
     is_string_map,
     mark,
     rfc3339,
@@ -181,8 +182,10 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
                 web.route(
                     "*", f"{prefix}/sandboxes/{{id}}/proxy/{{port:\\d+}}/{{tail:.*}}", self._proxy
                 ),
+                web.route("*", f"{prefix}/sandboxes/{{id}}/proxy/{{port:\\d+}}", self._proxy),
             ]
         routes.append(web.route("*", "/direct/{id}/{port:\\d+}/{tail:.*}", self._direct))
+        routes.append(web.route("*", "/direct/{id}/{port:\\d+}", self._direct))
         return routes
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
@@ -420,8 +423,11 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         if proxy:
             endpoint = f"{request.host}/v1/sandboxes/{sandbox_id}/proxy/{port}"
         else:
+            # Direct: execd's port, or execd's /proxy/{port} for any other (the Docker
+            # runtime's "{host}:{execd host port}/proxy/{port}"), both behind execd's
+            # access token; the egress sidecar wants its own.
             endpoint = f"{request.host}/direct/{sandbox_id}/{port}"
-            if port == EXECD_PORT:
+            if port != EGRESS_PORT:
                 headers[EXECD_TOKEN_HEADER] = record.token
         return web.json_response({"endpoint": endpoint, "headers": headers})
 
@@ -446,11 +452,12 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         if record.state is SandboxState.DELETED:
             return web.Response(status=502, text="bad gateway")
         port = int(request.match_info["port"])
-        tail = request.match_info["tail"].strip("/")
+        raw_tail = request.match_info.get("tail", "")
+        tail = raw_tail.strip("/")
         if port == EGRESS_PORT:
             return await self._egress(request, record, tail)
         if port != EXECD_PORT:
-            return web.Response(status=502, text=f"nothing listens on port {port}")
+            return await self._user_port(request, record, port, raw_tail, via_proxy=via_proxy)
         booting = int(record.extra.get("execd_boot", 0))
         if booting > 0:
             # The container runs; execd inside it does not listen yet.
@@ -459,6 +466,17 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         if not via_proxy and request.headers.get(EXECD_TOKEN_HEADER) != record.token:
             return web.Response(status=401, text="unauthorized")
         return await self._execd(request, record, tail)
+
+    async def _user_port(
+        self, request: web.Request, record: FakeSandbox, port: int, tail: str, *, via_proxy: bool
+    ) -> web.StreamResponse:
+        """execd's ProxyMiddleware (or the server's proxy): on to 127.0.0.1:{port} of the sandbox,
+        which for the fake's host-process sandboxes is the host's."""
+        if not via_proxy and request.headers.get(EXECD_TOKEN_HEADER) != record.token:
+            return web.Response(status=401, text="unauthorized")
+        # The server strips its credentials; execd's token stops at execd.
+        drop = (API_KEY_HEADER, "authorization", "cookie", EXECD_TOKEN_HEADER)
+        return await forward_to_port(request, port, tail, drop=drop)
 
 
 def _create_problem(body: object) -> str | None:  # noqa: PLR0911 - one return per rule

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Generic, TypeVar
 
 import attrs
 
-from mango.app.wrappers import SandboxWrapper
+from mango.app.wrappers import SandboxWrapper, stream_into
 from mango.domain.capabilities import Capability, CapabilitySet
 from mango.domain.errors import CapabilityNotSupported, SandboxNotFound
 from mango.domain.ports import KeepAliveSandbox, Sandbox
@@ -175,6 +175,14 @@ class SessionSandbox(SandboxWrapper):
         """Write ``path``; a vanished resource is recorded as lost."""
         try:
             await self.inner.write_file(path, data)
+        except SandboxNotFound as exc:
+            await self.on_lost(exc)
+            raise
+
+    async def write_stream(self, path: str, chunks: AsyncIterable[bytes]) -> None:
+        """Stream ``chunks`` into ``path`` (atomic); a vanished resource is recorded as lost."""
+        try:
+            await stream_into(self.inner, path, chunks)
         except SandboxNotFound as exc:
             await self.on_lost(exc)
             raise

@@ -62,6 +62,7 @@ from mango.domain.errors import (
     InvalidTransition,
     MangoError,
     PreconditionFailed,
+    ProtocolError,
     SandboxNotFound,
     SessionDeleting,
 )
@@ -83,6 +84,7 @@ from mango.domain.ports import (
 )
 from mango.domain.registry import Quirk
 from mango.domain.resources import SessionResource
+from mango.domain.sandbox_ports import ExposedPort, check_port
 from mango.domain.skills import SkillRef
 from mango.domain.validators import non_negative_number, positive_int
 from mango.domain.values import SandboxRef, SandboxSpec, validate_session_id
@@ -433,18 +435,19 @@ class SessionManager:
         spec: SandboxSpec | None = None,
         *,
         deadline: float | None = None,
-    ) -> str:
-        """A URL that reaches ``port`` in the Session's bound sandbox (resumed if paused).
+    ) -> ExposedPort:
+        """Where ``port`` in the Session's bound sandbox is reached (resumed if paused).
 
-        Never provisions: a server listens in a sandbox that exists.
+        The answer is a URL with no credential in it and the headers a
+        request to it must carry (empty for Docker; a preview token for
+        Daytona). Never provisions: a server listens in a sandbox that exists.
         :class:`CapabilityNotSupported` where the provider does not declare
         ``exposed-ports``; :class:`InvalidInput` for a port outside 1 to 65535
         or a Session with no sandbox.
         """
         validate_session_id(session_id)
         self._require(Capability.EXPOSED_PORTS)
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise InvalidInput(f"port must be a number from 1 to 65535, got {port!r}")
+        check_port(port)
         sandbox = await self.acquire_existing(session_id, spec or SandboxSpec(), deadline=deadline)
         if sandbox is None:
             raise InvalidInput(
@@ -457,7 +460,19 @@ class SessionManager:
                 self.provider.name, [f"{self.provider.name} sandboxes expose no ports"]
             )
         with deadline_scope(deadline):
-            return await raw.expose_port(port)
+            exposed: object = await raw.expose_port(port)
+        # A plugin written before ExposedPort answers a bare URL: it keeps working.
+        if isinstance(exposed, str):
+            try:
+                return ExposedPort(exposed)
+            except ValueError as exc:
+                raise ProtocolError(f"{self.provider.name}: expose_port: {exc}") from exc
+        if not isinstance(exposed, ExposedPort):
+            raise ProtocolError(
+                f"{self.provider.name}: expose_port answered {type(exposed).__name__}, "
+                "not an ExposedPort"
+            )
+        return exposed
 
     # ------------------------------------------------------------------ resources
 
