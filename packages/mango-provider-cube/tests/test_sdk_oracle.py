@@ -127,3 +127,40 @@ async def test_sdk_and_mango_see_the_same_sandbox(
         assert await provider.find(session_key) is None
     finally:
         await provider.aclose()
+
+
+async def test_sdk_pauses_and_resumes_the_fake(
+    cube_fake: E2BFakeService, sdk_config: Config
+) -> None:
+    """CubeAPI's pause (204, then ``paused``; 409 a second time) and resume (201; 409 when
+    running) as the SDK calls them; ``connect`` resumes too; the workspace is kept; a command
+    that was running is frozen meanwhile and finishes after the resume."""
+    from cubesandbox._exceptions import CubeSandboxError
+
+    def status(call: Callable[[], object]) -> int | None:
+        try:
+            call()
+        except CubeSandboxError as exc:
+            return exc.status_code
+        return None
+
+    sandbox = await in_thread(lambda: Sandbox.create(config=sdk_config))
+    try:
+        await in_thread(lambda: sandbox.files.write("/workspace/kept.txt", "kept"))
+        await in_thread(lambda: sandbox.pause(interval=0.05))
+        assert cube_fake.state(sandbox.sandbox_id) == "paused"
+        assert (await in_thread(sandbox.get_info)).get("state") == "paused"
+        assert await in_thread(lambda: status(lambda: sandbox.pause(wait=False))) == 409
+        assert await in_thread(lambda: status(sandbox.resume)) is None
+        assert cube_fake.state(sandbox.sandbox_id) == "running"
+        assert await in_thread(lambda: status(sandbox.resume)) == 409
+        assert await in_thread(lambda: sandbox.files.read("/workspace/kept.txt")) == "kept"
+        await in_thread(lambda: sandbox.pause(interval=0.05))
+        again = await in_thread(lambda: Sandbox.connect(sandbox.sandbox_id, config=sdk_config))
+        assert cube_fake.state(sandbox.sandbox_id) == "running"
+        ran = await in_thread(lambda: again.commands.run("cat /workspace/kept.txt"))
+        assert (ran.stdout, ran.exit_code) == ("kept", 0)
+    finally:
+        await in_thread(sandbox.kill)
+    for call in (lambda: sandbox.pause(wait=False), sandbox.resume):
+        assert await in_thread(lambda call=call: status(call)) == 404

@@ -96,10 +96,11 @@ async def test_sandbox_deleted_behind_mangos_back_is_lost_and_never_replaced(
     await provider.destroy(session_key, sandbox.ref)  # gone is success
 
 
-async def test_paused_sandbox_is_resumed_on_attach_with_its_workspace(
+async def test_paused_sandbox_stays_paused_on_attach_and_keeps_its_workspace(
     fake: E2BFakeService, provider: E2BProvider, sandbox: E2BSandbox, session_key: str
 ) -> None:
-    """A paused sandbox: a restarted worker's attach resumes it, and the files are there."""
+    """A sandbox the service paused (its idle timeout): a restarted worker's attach leaves it
+    paused (capability ``pause``); its first data call resumes it, and the files are there."""
     await sandbox.write_file("state/kept.txt", b"kept across pause")
     fake.pause_sandbox(sandbox.ref.external_id)
     assert await provider.find(session_key) == sandbox.ref  # find never resumes
@@ -107,8 +108,9 @@ async def test_paused_sandbox_is_resumed_on_attach_with_its_workspace(
     restarted = make_provider(fake)
     try:
         attached = await restarted.attach(session_key, sandbox.ref, SPEC)
-        assert fake.state(sandbox.ref.external_id) == "running"
+        assert fake.state(sandbox.ref.external_id) == "paused"
         assert await attached.read_file("state/kept.txt") == b"kept across pause"
+        assert fake.state(sandbox.ref.external_id) == "running"
     finally:
         await restarted.aclose()
 

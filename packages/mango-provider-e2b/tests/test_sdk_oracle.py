@@ -243,6 +243,31 @@ async def test_sdk_drives_the_filesystem_service(
         await mine.destroy()
 
 
+async def test_sdk_pauses_and_resumes_the_fake(sdk_env: E2BFakeService) -> None:
+    """``POST /sandboxes/{id}/pause`` as the SDK sends it (``{"memory": true}``): 204, then
+    ``paused``, a second pause is the 409 (``False``); ``connect`` resumes; a background
+    command's stream, cut by the pause, is taken up with ``commands.connect`` after it."""
+    sandbox = await AsyncSandbox.create(template="base")
+    try:
+        await sandbox.files.write("/workspace/kept.txt", "kept")
+        handle = await sandbox.commands.run(
+            "while [ ! -e /workspace/go ]; do sleep 0.01; done; echo done", background=True
+        )
+        assert await sandbox.pause() is True
+        assert sdk_env.state(sandbox.sandbox_id) == "paused"
+        assert (await sandbox.get_info()).state.value == "paused"
+        assert await sandbox.pause() is False  # already paused: the 409
+        resumed = await AsyncSandbox.connect(sandbox.sandbox_id)
+        assert sdk_env.state(sandbox.sandbox_id) == "running"
+        taken_up = await resumed.commands.connect(handle.pid)
+        await resumed.files.write("/workspace/go", "")
+        finished = await taken_up.wait()
+        assert (finished.exit_code, finished.stdout) == (0, "done\n")
+        assert await resumed.files.read("/workspace/kept.txt") == "kept"
+    finally:
+        await AsyncSandbox.kill(sandbox.sandbox_id)
+
+
 SERVE_PORT_SCRIPT = 'cd /workspace && exec python3 -m http.server "$1" --bind 127.0.0.1'
 
 

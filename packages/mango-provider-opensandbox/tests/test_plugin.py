@@ -43,7 +43,7 @@ def test_public_names_are_sorted_and_exported() -> None:
 
 def test_registration_is_preview_with_limited_network() -> None:
     """``opensandbox`` registers through the entry point: preview, packages, limited network,
-    the file API, background processes and exposed ports."""
+    the file API, background processes, pause and exposed ports."""
     host = load_plugins()
     registration = host.providers().get("opensandbox")
     assert registration.support_level is SupportLevel.PREVIEW
@@ -52,6 +52,7 @@ def test_registration_is_preview_with_limited_network() -> None:
         Capability.LIMITED_NETWORK,
         Capability.FILE_API,
         Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
         Capability.EXPOSED_PORTS,
     )
     assert {setting.env for setting in registration.settings} >= {
@@ -139,6 +140,7 @@ def test_factory_is_lazy_and_takes_the_namespace() -> None:
         Capability.LIMITED_NETWORK,
         Capability.FILE_API,
         Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
         Capability.EXPOSED_PORTS,
     )
 

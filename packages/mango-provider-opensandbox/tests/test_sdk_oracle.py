@@ -303,6 +303,72 @@ async def test_sdk_drives_the_file_endpoints(fake: FakeOpenSandbox, make_provide
         await sandbox.destroy()
 
 
+def _sdk_pause(fake: FakeOpenSandbox, server_proxy: bool) -> dict[str, Any]:
+    """Pause and resume through the SDK: the states on the way, the refusals, what is kept."""
+    from opensandbox.exceptions import SandboxApiException
+
+    config = _config(fake, server_proxy)
+    sandbox = SandboxSync.create(
+        IMAGE,
+        metadata={"oracle": "pause"},
+        entrypoint=["tail", "-f", "/dev/null"],
+        connection_config=config,
+    )
+    found: dict[str, Any] = {"id": sandbox.id}
+    manager = SandboxManagerSync.create(connection_config=config)
+
+    def settle(wanted: str) -> list[str]:
+        seen = [manager.get_sandbox_info(sandbox.id).status.state]
+        for _ in range(1000):
+            if seen[-1] == wanted:
+                break
+            seen.append(manager.get_sandbox_info(sandbox.id).status.state)
+        return list(dict.fromkeys(seen))
+
+    def refused(call: Any) -> int | None:
+        try:
+            call(sandbox.id)
+        except SandboxApiException as exc:
+            return exc.status_code
+        return None
+
+    try:
+        sandbox.files.write_file("/workspace/kept.txt", "kept across the pause")
+        sandbox.pause()
+        found["pausing"] = settle("Paused")
+        found["pause_again"] = refused(manager.pause_sandbox)
+        resumed = SandboxSync.resume(sandbox.id, connection_config=config)
+        try:
+            found["running"] = manager.get_sandbox_info(sandbox.id).status.state
+            found["kept"] = resumed.files.read_file("/workspace/kept.txt")
+            run = resumed.commands.run("echo up")
+            found["runs"] = [message.text for message in run.logs.stdout]
+            found["resume_again"] = refused(manager.resume_sandbox)
+        finally:
+            resumed.close()
+        sandbox.kill()
+        found["gone"] = (refused(manager.pause_sandbox), refused(manager.resume_sandbox))
+    finally:
+        manager.close()
+        sandbox.close()
+    return found
+
+
+async def test_sdk_pauses_and_resumes_the_fake(fake: FakeOpenSandbox, server_proxy: bool) -> None:
+    """``POST /sandboxes/{id}/pause`` and ``/resume`` as the SDK calls them: 202, the states
+    Pausing then Paused and Running, 409 for a second pause or resume, 404 once deleted, the
+    workspace kept (the SDK's resume waits for execd's ping, held until the thaw)."""
+    found = await asyncio.to_thread(_sdk_pause, fake, server_proxy)
+    assert found["pausing"][-1] == "Paused"
+    assert set(found["pausing"]) <= {"Running", "Pausing", "Paused"}
+    assert found["pause_again"] == 409
+    assert found["running"] == "Running"
+    assert found["kept"] == "kept across the pause"
+    assert found["runs"] == ["up"]
+    assert found["resume_again"] == 409
+    assert found["gone"] == (404, 404)
+
+
 SERVE_PORT_SCRIPT = 'cd /workspace && exec python3 -m http.server "$1" --bind 127.0.0.1'
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from mango.fakes import kill_marked, mark
+from mango.fakes import continue_marked, kill_marked, mark, stop_marked
 from mango.provider import Command, InvalidInput, ProcessNotFound, ProcessState
 from mango.provider.processes import (
     ProcessRecord,
@@ -162,3 +163,45 @@ async def test_the_reaper_kills_what_left_its_group() -> None:
             process.kill()
             await process.wait()
     assert kill_marked("reaper-test") == 0
+
+
+def _states(pids: list[int]) -> set[bytes]:
+    """The ``/proc`` state letter of each pid."""
+    return {Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] for pid in pids}
+
+
+async def test_the_reaper_freezes_and_continues_a_marked_tree() -> None:
+    """stop_marked stops the marked shell and the child it forks; continue_marked lets both
+    go on (the shell then sees the file it waited for and ends)."""
+    marker = "reaper-freeze"
+    with tempfile.TemporaryDirectory() as scratch:
+        line = (
+            f"sleep 30 & echo $! > {scratch}/child; "
+            f"while [ ! -e {scratch}/go ]; do sleep 0.01; done"
+        )
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", line, env={**os.environ, **mark(marker)}
+        )
+        try:
+            child = Path(scratch) / "child"
+            for _ in range(int(GUARD_SECONDS * 100)):  # a liveness bound, not a timing
+                if child.exists() and child.read_text().strip():
+                    break
+                await asyncio.sleep(0.01)
+            pids = [process.pid, int(child.read_text())]
+            assert stop_marked(marker) >= 2
+            # One still in the kernel (state D, its stop pending) stops on its way out.
+            for _ in range(int(GUARD_SECONDS * 100)):  # a liveness bound, not a timing
+                if _states(pids) == {b"T"}:
+                    break
+                await asyncio.sleep(0.01)
+            assert _states(pids) == {b"T"}
+            (Path(scratch) / "go").touch()
+            assert continue_marked(marker) >= 2
+            assert await asyncio.wait_for(process.wait(), GUARD_SECONDS) == 0
+            assert b"T" not in _states(pids[1:])
+        finally:
+            kill_marked(marker)
+            if process.returncode is None:
+                process.kill()
+                await process.wait()

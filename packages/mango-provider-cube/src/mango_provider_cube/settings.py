@@ -164,7 +164,9 @@ def open_cube_conformance_target(
 
 REGISTRATION = ProviderRegistration(
     name="cube",
-    capabilities=CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES),
+    capabilities=CapabilitySet.of(
+        Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.PAUSE
+    ),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,
     factory=open_cube_provider,

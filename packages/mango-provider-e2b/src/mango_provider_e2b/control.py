@@ -1,4 +1,4 @@
-"""The E2B control plane (also CubeSandbox's): create, list, get, connect, timeout, kill.
+"""The E2B control plane (also CubeSandbox's): create, list, get, connect, timeout, pause, kill.
 
 Wire facts (E2B API, which CubeAPI implements in part):
 
@@ -14,6 +14,11 @@ Wire facts (E2B API, which CubeAPI implements in part):
   pauses) that many seconds from now. E2B answers 404 for a *paused* sandbox
   too (e2b-dev/infra ``sandbox_timeout.go`` looks at running sandboxes only),
   so that 404 is confirmed by a ``GET`` before it means anything;
+* ``POST /sandboxes/{id}/pause`` → 204 (paused with memory and filesystem:
+  its processes are frozen, and a resume, which ``connect`` is, continues
+  them), 409 if it is paused already, 404 as ``GET``; CubeAPI answers the
+  same (``handlers/sandboxes.rs``: 204, 404, 409 "cannot be paused"), and its
+  ``connect`` resumes a paused sandbox too (``services/sandboxes.rs``);
 * ``DELETE /sandboxes/{id}`` → 204; 404 when it is already gone.
 
 The two vendors differ in authentication, in what their create call reads
@@ -326,6 +331,23 @@ class ControlPlane:
             json={"timeout": whole_seconds(timeout)},
         )
         return _record(response, sandbox_id, operation)
+
+    async def pause(self, sandbox_id: str) -> bool:
+        """``POST /sandboxes/{id}/pause`` (memory and filesystem); ``False`` if already paused.
+
+        :class:`SandboxNotFound` on a 404 (confirmed: neither running nor
+        paused). Idempotent: a repeat after a lost answer is the 409.
+        """
+        response = await self.api.request(
+            "POST",
+            f"/sandboxes/{_path_id(sandbox_id)}/pause",
+            operation=f"{self.dialect.provider}: pause sandbox",
+            sandbox_id=sandbox_id,
+            idempotent=True,
+            expected=(409,),
+            json={},
+        )
+        return response.status_code != 409
 
     async def set_timeout(self, sandbox_id: str, timeout: float) -> bool:
         """``POST /sandboxes/{id}/timeout``: the sandbox pauses ``timeout`` seconds from now.

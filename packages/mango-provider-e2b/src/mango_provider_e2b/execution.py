@@ -174,6 +174,7 @@ async def run_command(
     """Run ``command`` in ``sandbox``, feeding ``channel`` (see the module docstring)."""
     line, rpc_stdin = _line(command, sandbox._envd.version)
     run = _Run(sandbox, channel, timeout, command.stdin if rpc_stdin else b"")
+    run.pauses_seen = sandbox._provider.pauses.get(sandbox.sandbox_id, 0)
     server_ms = None if timeout is None else int((timeout + SERVER_GRACE_SECONDS) * 1000)
     opened = False
     for attempt in range(2):
@@ -233,6 +234,8 @@ class _Run:
     stdin: bytes
     tag: str = attrs.field(factory=lambda: f"mango-{secrets.token_hex(8)}")
     pid: int | None = None
+    pauses_seen: int = 0
+    """The provider instance's pause count of the sandbox when the command started."""
     feeder: asyncio.Task[None] | None = None
     feed_error: BaseException | None = None
 
@@ -293,6 +296,43 @@ class _Run:
             f"{self.sandbox._provider.name}: the process stream ended without an end event"
         )
 
+    async def _read_across_pauses(
+        self, envelopes: AsyncIterator[Envelope], *, until: float | None
+    ) -> tuple[int | None, bool]:
+        """:meth:`_read`, taking the stream up (envd's ``Connect``) after each pause.
+
+        A pause stops the sandbox's VM and cuts the stream; the process is
+        frozen with it. Once the sandbox runs again the stream is taken up
+        by the command's tag. A process that ended between the resume and
+        the take-up cannot be followed (envd keeps no exit status for it):
+        that is an error, not a guess. A cut that no pause explains is the
+        caller's to judge, as before.
+        """
+        sandbox_id = self.sandbox.sandbox_id
+        async with contextlib.AsyncExitStack() as streams:
+            while True:
+                try:
+                    return await self._read(envelopes, until=until)
+                except RemoteUnavailable as exc:
+                    if self.pid is None or exc.status is not None:
+                        raise
+                    try:
+                        taken_up = await self.sandbox._provider.wait_for_resume(
+                            sandbox_id, until, pauses_seen=self.pauses_seen
+                        )
+                    except MangoError:
+                        raise exc from None  # gone, or the control plane unsure: as before
+                    if taken_up is None:
+                        raise
+                    try:
+                        envelopes = await streams.enter_async_context(
+                            self.sandbox._envd.connect(self.tag)
+                        )
+                    finally:
+                        if not taken_up.done():
+                            taken_up.set_result(None)
+                    self.pauses_seen = self.sandbox._provider.pauses.get(sandbox_id, 0)
+
     async def _torn_down_or_killed(self, destroyed: Callable[[], bool]) -> bool:
         """After a cut or failed stream: True if the sandbox was torn down.
 
@@ -339,7 +379,7 @@ class _Run:
         deadline = None if self.timeout is None else loop.time() + self.timeout
         try:
             try:
-                code, server_timeout = await self._read(envelopes, until=deadline)
+                code, server_timeout = await self._read_across_pauses(envelopes, until=deadline)
             except TimeoutError:
                 if deadline is None or loop.time() < deadline:
                     raise

@@ -7,8 +7,14 @@
   (a lost answer, a 5xx) lists again: a retry finds the sandbox the lost
   answer made instead of making a second one.
 * **Attach** reads the sandbox by id, checks its metadata against the key,
-  then connects (which resumes a paused sandbox and gives it the idle
-  timeout again). A 404 is :class:`SandboxNotFound`; nothing is recreated.
+  then connects a running one (giving it the idle timeout again). A paused
+  one stays paused (capability ``pause``): SessionManager's acquire resumes
+  it (its keep-alive, or the resume of a Session it paused). A 404 is
+  :class:`SandboxNotFound`; nothing is recreated.
+* **Pause** (capability ``pause``) is ``POST /sandboxes/{id}/pause`` (memory
+  and filesystem), resume is ``connect``; by reference, both check the
+  sandbox's metadata first. A command running at the pause is frozen with
+  the VM, its stream cut; it takes the stream up after the resume.
 * **Persistence.** Sandboxes are created with ``autoPause``: idle for the
   idle timeout, they pause (memory and disk kept) instead of dying; the
   sandbox's keep-alive resumes them on every acquire and extends the timeout
@@ -40,7 +46,7 @@ from mango.provider import (
 from mango.provider.execution import checkpoint
 from mango.provider.http import ApiClient, PinnedTransport, RetryPolicy, retrying
 from mango.provider.ownership import Ownership, namespace_field
-from mango_provider_e2b.control import ControlPlane, SandboxInfo
+from mango_provider_e2b.control import ControlPlane, SandboxInfo, SandboxState
 from mango_provider_e2b.envd import TRAFFIC_TOKEN_HEADER, EnvdAddress
 from mango_provider_e2b.options import EnvdOptions
 from mango_provider_e2b.remote import Remote
@@ -144,14 +150,19 @@ class E2BProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """The file API (``file-api``: envd's ``Filesystem``) and background processes (envd's
-        process service and the kit's supervisor), for E2B and Cube alike; exposed ports
-        (``exposed-ports``) for E2B only (see :attr:`Dialect.exposes_ports`)."""
+        """The file API (``file-api``: envd's ``Filesystem``), background processes (envd's
+        process service and the kit's supervisor) and pause, for E2B and Cube alike; exposed
+        ports (``exposed-ports``) for E2B only (see :attr:`Dialect.exposes_ports`)."""
         if self.options.dialect.exposes_ports:
             return CapabilitySet.of(
-                Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.EXPOSED_PORTS
+                Capability.FILE_API,
+                Capability.BACKGROUND_PROCESSES,
+                Capability.PAUSE,
+                Capability.EXPOSED_PORTS,
             )
-        return CapabilitySet.of(Capability.FILE_API, Capability.BACKGROUND_PROCESSES)
+        return CapabilitySet.of(
+            Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.PAUSE
+        )
 
     @property
     def control(self) -> ControlPlane:
@@ -172,7 +183,7 @@ class E2BProvider:
         self, sandbox_id: str, spec: SandboxSpec, *, ensure_root: bool = True
     ) -> E2BSandbox:
         started = time.monotonic()
-        info = await self._control.connect(sandbox_id, timeout=self.options.idle_timeout)
+        info = await self._remote.resume(sandbox_id, timeout=self.options.idle_timeout)
         sandbox = self._sandbox(info, spec, started)
         return await self._ready(sandbox) if ensure_root else sandbox
 
@@ -218,8 +229,28 @@ class E2BProvider:
         ref = self.ownership.check_ref(ref)
         info = await self._control.get(ref.external_id)
         self.ownership.check(info.metadata, key, what=f"{self.name} sandbox {ref.external_id}")
+        if info.state == SandboxState.PAUSED:
+            # Attach does not resume: a resume (or SessionManager's keep-alive) does.
+            return self._sandbox(info, spec, time.monotonic())
         # Bound sandboxes got their workspace at create: attach is one get and one connect.
         return await self._connected(ref.external_id, spec, ensure_root=False)
+
+    async def _owned(self, session_key: str, ref: SandboxRef) -> str:
+        key = validate_session_id(session_key)
+        ref = self.ownership.check_ref(ref)
+        info = await self._control.get(ref.external_id)  # SandboxNotFound if gone
+        self.ownership.check(info.metadata, key, what=f"{self.name} sandbox {ref.external_id}")
+        if info.state in SandboxState.GONE:
+            raise self._remote.not_found(ref.external_id)
+        return ref.external_id
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause ``ref`` after checking its metadata; a paused one is a no-op."""
+        await self._remote.pause(await self._owned(session_key, ref))
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume ``ref`` (connect, with the idle timeout) after checking its metadata."""
+        await self._remote.resume(await self._owned(session_key, ref))
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The ref of the sandbox carrying ``session_key``'s labels, or ``None`` (no resume)."""

@@ -15,7 +15,9 @@ under the kit's supervisor (:mod:`mango_provider_e2b.processes`).
 The data plane's answer for a sandbox it cannot reach is a 502 from the
 proxy; only the control plane can say whether that sandbox is gone
 (:class:`SandboxNotFound`), paused (resumed once, and the call that never
-reached envd is repeated) or there (the error stands, retryable): the
+reached envd is repeated, unless it was paused on purpose through this
+provider instance: :class:`SandboxNotRunning`) or there (the error stands,
+retryable): the
 provider view's :meth:`~mango.provider.remote.ProviderView.lost`.
 """
 
@@ -54,7 +56,7 @@ from mango.provider.http import RemoteUnavailable
 from mango.provider.output import ExecChannel
 from mango.provider.remote import Presence, RemoteSandbox
 from mango.provider.steps import StepKey, StepRecords, exec_once
-from mango_provider_e2b.control import SandboxInfo
+from mango_provider_e2b.control import SandboxInfo, SandboxState
 from mango_provider_e2b.envd import ENVD_PORT, LIST_DEPTH_ALL, LSTAT_SINCE, Envd, at_least
 from mango_provider_e2b.execution import KILL_SECONDS, ROOT, run_command, unreachable
 from mango_provider_e2b.processes import ProcessMethods
@@ -121,8 +123,35 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
         """
         started = time.monotonic()
         idle = self._provider.idle_timeout
-        self._refresh(await self._provider.control.connect(self.sandbox_id, timeout=idle))
+        self._refresh(await self._provider.resume(self.sandbox_id, timeout=idle))
         self._alive_until = started + idle
+
+    # ------------------------------------------------------------ pause (capability ``pause``)
+
+    async def pause(self) -> None:
+        """``POST /sandboxes/{id}/pause``: memory and filesystem kept; idempotent.
+
+        The sandbox's VM stops: every process in it is frozen, and a
+        command's stream is cut (E2B's edge drops it); the command waits and
+        takes its stream up with envd's ``Connect`` once the sandbox is
+        resumed (output written between the resume and the take-up is
+        lost: envd replays nothing). Until a resume, a data call through
+        this provider instance is :class:`SandboxNotRunning` instead of
+        resuming the sandbox. :class:`SandboxNotFound` if it is gone.
+        """
+        await self._provider.pause(self.sandbox_id)
+
+    async def resume(self) -> None:
+        """``connect`` (a paused sandbox resumes, with the idle timeout); idempotent.
+
+        Returns once the commands the pause cut have their streams again
+        (bounded by :data:`~mango_provider_e2b.remote.TAKE_UP_SECONDS`).
+        """
+        await self.keep_alive()
+
+    async def is_paused(self) -> bool:
+        """The control plane's word: is the sandbox paused now?"""
+        return (await self._provider.control.get(self.sandbox_id)).state == SandboxState.PAUSED
 
     async def _keep_for(self, seconds: float | None) -> None:
         """Make sure the sandbox is not paused within ``seconds`` (plus a margin) from now.
@@ -149,7 +178,7 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
                 status=404,
             )
             meaning = await self._provider.confirm_missing(self.sandbox_id, answer)
-            if not isinstance(meaning, SandboxNotRunning):
+            if not isinstance(meaning, SandboxNotRunning) or self.sandbox_id in self._provider.held:
                 raise meaning from None
             self._refresh(await control.connect(self.sandbox_id, timeout=lifetime))
         self._alive_until = started + lifetime
@@ -188,11 +217,13 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
         """After a data-plane failure: a paused sandbox is resumed (if asked) and we return.
 
         Otherwise raises what the failure means (the kit's rule): gone →
-        :class:`SandboxNotFound`, paused → :class:`SandboxNotRunning`, there →
-        ``error`` itself.
+        :class:`SandboxNotFound`, paused → :class:`SandboxNotRunning` (also
+        when asked to resume a sandbox paused through this provider instance:
+        only a resume undoes an explicit pause), there → ``error`` itself.
         """
         meaning = await self._provider.lost(self.sandbox_id, error)
-        if resume and isinstance(meaning, SandboxNotRunning):
+        held = self.sandbox_id in self._provider.held  # paused on purpose: no call undoes it
+        if resume and not held and isinstance(meaning, SandboxNotRunning):
             try:
                 await self.keep_alive()
             except RemoteUnavailable as exc:
@@ -208,12 +239,17 @@ class E2BSandbox(RemoteSandbox, RemoteFileSystem, ProcessMethods):
         raise meaning from error
 
     async def _data_call(self, call: Callable[[], Awaitable[T]]) -> T:
+        resumes = self._provider.resumes.get(self.sandbox_id, 0)
         try:
             return await call()
         except RemoteUnavailable as exc:
             if not unreachable(exc):
                 raise
-            await self._confirm(exc, resume=True)
+            async with self._provider.confirming(self.sandbox_id):
+                if self._provider.resumes.get(self.sandbox_id, 0) == resumes:
+                    await self._confirm(exc, resume=True)
+                # else a concurrent call resumed the sandbox meanwhile: this one never
+                # reached envd (the proxy's 502), so it is repeated.
         return await call()
 
     # ------------------------------------------------------------ exec

@@ -174,7 +174,10 @@ def open_e2b_conformance_testbed(
 REGISTRATION = ProviderRegistration(
     name="e2b",
     capabilities=CapabilitySet.of(
-        Capability.FILE_API, Capability.BACKGROUND_PROCESSES, Capability.EXPOSED_PORTS
+        Capability.FILE_API,
+        Capability.BACKGROUND_PROCESSES,
+        Capability.PAUSE,
+        Capability.EXPOSED_PORTS,
     ),
     support_level=SupportLevel.PREVIEW,
     settings=SETTINGS,

@@ -32,11 +32,12 @@ CAPABILITIES = CapabilitySet.of(
     Capability.LIMITED_NETWORK,
     Capability.FILE_API,
     Capability.BACKGROUND_PROCESSES,
+    Capability.PAUSE,
     Capability.EXPOSED_PORTS,
 )
 """Package setup (through exec), limited network (the egress sidecar), the file API (execd),
-background processes (execd's background commands under the kit's supervisor) and exposed
-ports (the endpoints the server resolves)."""
+background processes (execd's background commands under the kit's supervisor), pause (the
+lifecycle API's pause and resume) and exposed ports (the endpoints the server resolves)."""
 API_PREFIX = "/v1"
 """The lifecycle API lives under ``<OPEN_SANDBOX_DOMAIN>/v1``."""
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"

@@ -194,15 +194,35 @@ class LifecycleApi:
             self.client.check(response, operation="create sandbox")
         return _sandbox(json_answer(response, operation="create sandbox"), "create sandbox")
 
-    async def resume(self, sandbox_id: str) -> None:
-        """``POST /sandboxes/{id}/resume`` (a paused sandbox comes back)."""
-        await self.client.request(
+    async def pause(self, sandbox_id: str) -> bool:
+        """``POST /sandboxes/{id}/pause`` (202: Pausing, then Paused); ``False`` on a refusal
+        for its state.
+
+        The server refuses a sandbox that is not Running with a 409 (and the
+        Docker runtime a second pause with a 500 from the Engine): the caller
+        reads the state again to tell "already paused" from a real failure.
+        """
+        return await self._transition(sandbox_id, "pause")
+
+    async def resume(self, sandbox_id: str) -> bool:
+        """``POST /sandboxes/{id}/resume`` (202: Resuming, then Running); ``False`` on a
+        refusal for its state (409: it is not Paused)."""
+        return await self._transition(sandbox_id, "resume")
+
+    async def _transition(self, sandbox_id: str, verb: str) -> bool:
+        response = await self.client.request(
             "POST",
-            f"{API_PREFIX}/sandboxes/{sandbox_id}/resume",
-            operation="resume sandbox",
+            f"{API_PREFIX}/sandboxes/{sandbox_id}/{verb}",
+            operation=f"{verb} sandbox",
             sandbox_id=sandbox_id,
-            idempotent=True,
+            expected=(409, 500),
         )
+        if response.status_code == 500:
+            code, _ = _error_code(response)
+            if not code.endswith(("_PAUSE_FAILED", "_RESUME_FAILED")):
+                self.client.check(response, operation=f"{verb} sandbox")
+            return False
+        return response.status_code != 409
 
     async def delete(self, sandbox_id: str) -> bool:
         """Delete the sandbox; ``False`` if it was already gone."""

@@ -43,7 +43,7 @@ from mango_provider_opensandbox.layout import (
 )
 from mango_provider_opensandbox.lifecycle import GONE_STATES, LifecycleApi, state_of
 from mango_provider_opensandbox.network import create_policy
-from mango_provider_opensandbox.remote import PAUSED_STATES, OpenSandboxRemote
+from mango_provider_opensandbox.remote import OpenSandboxRemote
 from mango_provider_opensandbox.resources import resource_limits
 from mango_provider_opensandbox.sandbox import OpenSandboxSandbox
 
@@ -128,7 +128,7 @@ class OpenSandboxProvider:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        """Package setup and limited network."""
+        """Package setup, limited network, the file API, background processes, pause."""
         return CAPABILITIES
 
     @property
@@ -210,8 +210,9 @@ class OpenSandboxProvider:
     ) -> OpenSandboxSandbox:
         """Rebuild a client for ``ref`` after checking its metadata; never creates.
 
-        :class:`SandboxNotFound` if it is gone (or stopping), a paused
-        sandbox is resumed.
+        :class:`SandboxNotFound` if it is gone (or stopping). A paused
+        sandbox stays paused: :meth:`resume` undoes a pause (SessionManager
+        resumes a Session it paused before it attaches).
         """
         self.ownership.check_ref(ref)
         Ownership.session_hash(session_key)
@@ -219,12 +220,24 @@ class OpenSandboxProvider:
         self._check_owner(sandbox, session_key, ref.external_id)
         if state_of(sandbox) in GONE_STATES:
             raise SandboxNotFound(f"OpenSandbox sandbox {ref.external_id} is {state_of(sandbox)}")
-        started = False
-        if state_of(sandbox) in PAUSED_STATES:
-            await self._lifecycle.resume(ref.external_id)
-            sandbox = await self._wait_running(await self._lifecycle.get(ref.external_id))
-            started = True
-        return await self._open(session_key, sandbox, spec, ensure_root=False, started=started)
+        return await self._open(session_key, sandbox, spec, ensure_root=False)
+
+    async def pause(self, session_key: str, ref: SandboxRef) -> None:
+        """Pause ``ref`` by reference (metadata checked, no attach); idempotent."""
+        await self._remote.pause(await self._owned_id(session_key, ref))
+
+    async def resume(self, session_key: str, ref: SandboxRef) -> None:
+        """Resume ``ref`` by reference (metadata checked, no attach); idempotent."""
+        await self._remote.resume(await self._owned_id(session_key, ref))
+
+    async def _owned_id(self, session_key: str, ref: SandboxRef) -> str:
+        self.ownership.check_ref(ref)
+        Ownership.session_hash(session_key)
+        sandbox = await self._lifecycle.get(ref.external_id)
+        self._check_owner(sandbox, session_key, ref.external_id)
+        if state_of(sandbox) in GONE_STATES:
+            raise SandboxNotFound(f"OpenSandbox sandbox {ref.external_id} is {state_of(sandbox)}")
+        return ref.external_id
 
     async def find(self, session_key: str) -> SandboxRef | None:
         """The sandbox carrying ``session_key``'s metadata in this namespace, or None."""

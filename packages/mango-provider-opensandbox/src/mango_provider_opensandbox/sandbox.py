@@ -41,7 +41,7 @@ from mango.provider.tasks import cancel_and_settle
 from mango_provider_opensandbox.execd import LIST_DEPTH_ALL, Egress, Execd
 from mango_provider_opensandbox.layout import EGRESS_PORT, EXECD_PORT, ROOT, STDIN_DIR
 from mango_provider_opensandbox.network import reconcile
-from mango_provider_opensandbox.remote import OpenSandboxRemote
+from mango_provider_opensandbox.remote import PAUSED_STATES, OpenSandboxRemote
 from mango_provider_opensandbox.wire import (
     STREAMS,
     WRAPPER_OVERHEAD,
@@ -100,6 +100,8 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     lacks (a listing, stdin through a FIFO, the exit status and the kill
     marker any worker reads, ``command.timeout`` as a kill).
 
+    Pause and resume (``pause``) are the lifecycle API's (:meth:`pause`).
+
     A command whose sandbox is deleted while it runs ends with
     ``cancelled=True`` and exit code -1, whoever deleted it: this client's
     :meth:`destroy` is known at once; for another worker's (or
@@ -115,6 +117,27 @@ class OpenSandboxSandbox(RemoteSandbox, RemoteFileSystem, ShellProcesses):
     _path_policy: PathPolicy = attrs.field(factory=lambda: PathPolicy(ROOT), repr=False)
     _egress: Egress | None = attrs.field(default=None, repr=False)
     """The egress sidecar's client, made on first use."""
+
+    # ---------------------------------------------------------------- pause
+
+    async def pause(self) -> None:
+        """Pause the sandbox (the lifecycle API's pause, waited for until Paused); idempotent.
+
+        On the server's Docker runtime that is the cgroup freezer: every
+        process keeps its memory, and a command running now is frozen with
+        its event stream, which goes on after the resume. A data-plane call
+        made while it is paused waits for the resume (a frozen execd), up to
+        its request timeout. :class:`SandboxNotFound` if it is gone.
+        """
+        await self._provider.pause(self._ref.external_id)
+
+    async def resume(self) -> None:
+        """Resume the sandbox (waited for until Running); idempotent for a running one."""
+        await self._provider.resume(self._ref.external_id)
+
+    async def is_paused(self) -> bool:
+        """The lifecycle API's word: is the sandbox Pausing or Paused now?"""
+        return await self._provider.state(self._ref.external_id) in PAUSED_STATES
 
     # ---------------------------------------------------------------- exec
 

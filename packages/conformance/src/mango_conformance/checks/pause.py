@@ -5,7 +5,8 @@
 command running when the sandbox pauses is frozen with it and finishes only
 after the resume; pause and resume are idempotent, in either form; and the
 backend holds the state: a fresh provider instance sees the pause, and
-resumes it by reference. These need nothing but a sandbox.
+resumes it by reference. A data-plane call into a paused sandbox may be
+served, held until the resume or refused: the checks accept each. These need nothing but a sandbox.
 
 ``exposed-ports`` (:class:`~mango.provider.PortSandbox`): a small HTTP
 server started in the sandbox (busybox ``httpd``, else ``python3 -m
@@ -37,6 +38,7 @@ from mango.provider import (
     Capability,
     ExposedPort,
     InvalidInput,
+    MangoError,
     PausableProvider,
     PausableSandbox,
     PortSandbox,
@@ -91,6 +93,14 @@ async def _until(
         await asyncio.sleep(_POLL)
 
 
+def _outcome(task: asyncio.Task[object]) -> str:
+    """What a finished task ended with, for a failure message."""
+    if task.cancelled():
+        return "cancelled"
+    error = task.exception()
+    return repr(error) if error is not None else repr(task.result())
+
+
 async def _exists(sandbox: Sandbox, path: str) -> bool:
     try:
         await sandbox.read_file(path)
@@ -123,7 +133,13 @@ class PauseChecks:
 
         A second, running sandbox is the clock (no sleeping): both commands
         get their ``go`` (the paused one first), and once the running one
-        has seen it, the paused one must not have.
+        has seen it, the paused one must not have ended, nor failed. A
+        backend may serve the paused one's write (Docker writes into a
+        frozen container's filesystem), hold it until the resume (a frozen
+        daemon in the sandbox: OpenSandbox) or refuse it; only a served
+        write can be looked behind, and then ``seen`` must be absent. After
+        the resume the command gets its ``go`` (again, if it was refused)
+        and ends with its output.
         """
         key = conformance.new_key("pause")
         sandbox = conformance.create(key)
@@ -134,24 +150,36 @@ class PauseChecks:
         async def scenario() -> None:
             frozen = asyncio.create_task(sandbox.exec(conformance.command(WAIT_FOR_GO)))
             running = asyncio.create_task(clock.exec(conformance.command(WAIT_FOR_GO)))
+            go: asyncio.Task[None] | None = None
             try:
                 await _until(conformance, lambda: _exists(sandbox, "started"), "a start")
                 await _until(conformance, lambda: _exists(clock, "started"), "a start")
                 await pausable.pause()
-                await sandbox.write_file("go", b"")
+                # The paused sandbox's write goes first; a backend that serves it
+                # answers within the clock's whole round below.
+                go = asyncio.create_task(sandbox.write_file("go", b""))
                 await clock.write_file("go", b"")
                 await _until(conformance, lambda: _exists(clock, "seen"), "the running command")
                 await asyncio.wait_for(running, conformance.options.operation_timeout)
                 # The backend's word, through another provider instance (pause again: a no-op).
                 await fresh.pause(key, sandbox.ref)
                 assert await pausable.is_paused(), "the sandbox is not paused"
-                assert not await _exists(sandbox, "seen"), "a paused sandbox ran a command on"
-                assert not frozen.done(), "a command finished while its sandbox was paused"
+                assert not frozen.done(), (
+                    f"a command ended while its sandbox was paused: {_outcome(frozen)}"
+                )
+                if go.done() and go.exception() is None:
+                    assert not await _exists(sandbox, "seen"), "a paused sandbox ran a command on"
                 await pausable.resume()
+                with contextlib.suppress(MangoError):
+                    await asyncio.wait_for(go, conformance.options.operation_timeout)
+                if go.exception() is not None:
+                    await sandbox.write_file("go", b"")
                 result = await asyncio.wait_for(frozen, conformance.options.operation_timeout)
                 assert (result.exit_code, result.stdout) == (0, b"done\n"), result
             finally:
-                for task in (frozen, running):
+                for task in (frozen, running, go):
+                    if task is None:
+                        continue
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task

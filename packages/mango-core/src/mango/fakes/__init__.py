@@ -48,7 +48,7 @@ from __future__ import annotations
 from mango.fakes.beacons import Beacon, open_beacon
 from mango.fakes.faults import Faults, Hostile, RecordedRequest
 from mango.fakes.ports import forward_to_port
-from mango.fakes.reaper import SANDBOX_MARK, kill_marked, mark
+from mango.fakes.reaper import SANDBOX_MARK, continue_marked, kill_marked, mark, stop_marked
 from mango.fakes.sandboxes import FakeSandbox, FakeSandboxes, SandboxPaused, SandboxState
 from mango.fakes.service import (
     MAX_REQUEST_BYTES,
@@ -80,6 +80,7 @@ __all__ = [
     "SandboxPaused",
     "SandboxState",
     "Servable",
+    "continue_marked",
     "cut_connection",
     "forward_to_port",
     "is_string_map",
@@ -89,4 +90,5 @@ __all__ = [
     "rfc3339",
     "run_standalone",
     "serve",
+    "stop_marked",
 ]

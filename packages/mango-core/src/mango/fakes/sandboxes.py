@@ -10,10 +10,12 @@ Pause semantics (chosen for every vendor fake): a paused sandbox refuses new
 data-plane calls (:meth:`FakeSandboxes.require_running` raises
 :class:`SandboxPaused`, which the vendor fake answers its vendor's way) until
 it is resumed. Commands already running when the pause arrives are *not*
-frozen: the local provider does not expose its process groups, and no mango
-behaviour depends on a frozen command. Delete kills running commands (they
-end with ``cancelled=True``) and removes the workspace; the record stays, in
-state ``deleted``, so a fake can tell "deleted" from "never existed".
+frozen by the registry: a vendor fake whose vendor's pause keeps processes
+freezes the ones it marked (:func:`mango.fakes.stop_marked`, as the
+OpenSandbox fake does), and decides what its in-flight streams do. Delete
+kills running commands (they end with ``cancelled=True``) and removes the
+workspace; the record stays, in state ``deleted``, so a fake can tell
+"deleted" from "never existed".
 """
 
 from __future__ import annotations

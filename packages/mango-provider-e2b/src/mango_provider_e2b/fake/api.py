@@ -213,11 +213,20 @@ class ControlPlane(Routes):
         return web.Response(status=204)
 
     async def pause(self, request: web.Request) -> web.Response:
+        """``POST /sandboxes/{id}/pause`` ``{"memory"?: bool}``: 204; 409 if paused; 404 gone.
+
+        The VM stops: its processes are frozen (memory kept, the default) or
+        die (``memory: false``, a filesystem-only snapshot), and every envd
+        stream of the sandbox is cut. CubeAPI answers the same codes.
+        """
         self.authenticate(request)
         record = self._record(request)
+        memory = (await self.json_body(request)).get("memory", True)
+        if not isinstance(memory, bool):
+            raise api_error(400, "memory must be a boolean")
         if record.state is SandboxState.PAUSED:
             raise api_error(409, "sandbox is already paused")
-        self.service.pause_sandbox(record.id)
+        self.service.pause_sandbox(record.id, memory=memory)
         return web.Response(status=204)
 
     async def resume(self, request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import posixpath
 import shutil
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from mango.fakes import FakeSandbox, cut_connection, rfc3339
+from mango.fakes import FakeSandbox, cut_connection, mark, rfc3339
 from mango_provider_e2b.connect import ConnectError, decode_envelopes, encode_envelope, end_stream
 from mango_provider_e2b.fake.common import (
     Reply,
@@ -89,7 +90,7 @@ class Envd(Routes):
         process = await self._spawn(request, record)
         self.service.processes(record.id)[process.pid] = process
         self.service.notify_change()
-        return await self._stream(request, process, process.first, start=True)
+        return await self._stream(request, process, process.first, start=True, record=record)
 
     async def connect(self, request: web.Request) -> web.StreamResponse:
         """``Connect``: a new stream on a running process (by pid or tag), from now on.
@@ -111,7 +112,7 @@ class Envd(Routes):
             await response.write(end_stream(ConnectError("not_found", message)))
             await response.write_eof()
             return response
-        return await self._stream(request, process, process.listen(), start=False)
+        return await self._stream(request, process, process.listen(), start=False, record=record)
 
     async def _stream_request(self, request: web.Request) -> dict[str, Any]:
         if request.headers.get("Content-Type", "").split(";")[0] != "application/connect+json":
@@ -139,6 +140,8 @@ class Envd(Routes):
             "LANG": "C.UTF-8",
             "USER": "root",
             **{str(k): str(v) for k, v in envs.items()},
+            # Every descendant inherits it: a pause freezes them, a delete kills them.
+            **mark(record.id),
         }
         stdin = body.get("stdin", True) is not False
         tag = body.get("tag") if isinstance(body.get("tag"), str) else None
@@ -157,7 +160,13 @@ class Envd(Routes):
         return process
 
     async def _stream(
-        self, request: web.Request, process: FakeProcess, listener: Listener, *, start: bool
+        self,
+        request: web.Request,
+        process: FakeProcess,
+        listener: Listener,
+        *,
+        start: bool,
+        record: FakeSandbox,
     ) -> web.StreamResponse:
         timer = None
         timed_out = asyncio.Event()
@@ -178,7 +187,12 @@ class Envd(Routes):
                 edge = None if start else self.config.connect_deadline
                 async with asyncio.timeout(edge):
                     async with asyncio.timeout(watch) as watched:
-                        await self._relay(response, listener)
+                        if not await self._relay_unless_paused(response, listener, record):
+                            # The sandbox paused: its VM stopped, the edge drops the stream
+                            # (the process is frozen; Connect takes it up after the resume).
+                            process.stop_listening(listener)
+                            cut_connection(request)
+                            return response
                         returncode = await process.wait()
             except TimeoutError:
                 process.stop_listening(listener)
@@ -220,6 +234,28 @@ class Envd(Routes):
             if timer is not None and process.process.returncode is not None:
                 timer.cancel()
         return response
+
+    async def _relay_unless_paused(
+        self, response: web.StreamResponse, listener: Listener, record: FakeSandbox
+    ) -> bool:
+        """:meth:`_relay`, unless the sandbox pauses first (``False``)."""
+        paused = self.service.paused_signal(record.id)
+        if paused.is_set():
+            return False
+        relay = asyncio.ensure_future(self._relay(response, listener))
+        pause = asyncio.ensure_future(paused.wait())
+        try:
+            await asyncio.wait({relay, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            pause.cancel()
+            if not relay.done():
+                relay.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relay
+        if relay.cancelled():
+            return False
+        relay.result()
+        return True
 
     @staticmethod
     async def _relay(response: web.StreamResponse, listener: Listener) -> None:

@@ -11,7 +11,14 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from mango.fakes import FakeSandbox, FakeService, SandboxState, kill_marked
+from mango.fakes import (
+    FakeSandbox,
+    FakeService,
+    SandboxState,
+    continue_marked,
+    kill_marked,
+    stop_marked,
+)
 from mango_provider_e2b.fake.api import ControlPlane
 from mango_provider_e2b.fake.common import PROCESSES
 from mango_provider_e2b.fake.config import FakeConfig
@@ -35,6 +42,7 @@ class E2BFakeService(FakeService):
     _changed: asyncio.Condition = attrs.field(factory=asyncio.Condition, init=False, repr=False)
     stopping: asyncio.Event = attrs.field(factory=asyncio.Event, init=False, repr=False)
     """Set when the service stops (a hung stream ends then)."""
+    _paused: dict[str, asyncio.Event] = attrs.field(factory=dict, init=False, repr=False)
     cut_streams: int = attrs.field(default=0, init=False)
     """How many ``Connect`` streams the edge cut at ``config.connect_deadline`` (for tests)."""
 
@@ -79,6 +87,10 @@ class E2BFakeService(FakeService):
         """
         self._cancel_timer(sandbox_id)
         record = self.sandboxes.pause(sandbox_id)
+        # The VM stops: every process in it stops where it is (memory kept, or lost
+        # below), and the edge drops every envd stream of the sandbox.
+        stop_marked(sandbox_id)
+        self.paused_signal(sandbox_id).set()
         if not memory:
             record.extra["cold_boot_due"] = True
             for process in self.processes(sandbox_id).values():
@@ -93,7 +105,13 @@ class E2BFakeService(FakeService):
         record = self.sandboxes.resume(sandbox_id)
         if record.extra.pop("cold_boot_due", False):
             record.extra["cold_boots"] = record.extra.get("cold_boots", 0) + 1
+        self._paused.pop(sandbox_id, None)
+        continue_marked(sandbox_id)
         self.notify_change()
+
+    def paused_signal(self, sandbox_id: str) -> asyncio.Event:
+        """Set while ``sandbox_id`` is paused (its envd streams are cut when it is)."""
+        return self._paused.setdefault(sandbox_id, asyncio.Event())
 
     def cold_boots(self, sandbox_id: str) -> int:
         """How often the sandbox was resumed from a filesystem-only snapshot (memory lost)."""

@@ -7,8 +7,11 @@ from the vendor's ``specs/sandbox-lifecycle.yml``, ``specs/execd-api.yaml``,
 
 * lifecycle under ``/v1`` (and the root): list (``metadata`` filter, pages),
   create (``202``, state ``Pending``; ``Running`` from the first ``GET``),
-  get, delete (``204``; ``404`` when gone), pause/resume, endpoints with
-  ``use_server_proxy``; ``OPEN-SANDBOX-API-KEY`` required when the fake has a
+  get, delete (``204``; ``404`` when gone), pause/resume (``202``, then
+  ``Pausing``/``Paused`` or ``Resuming``/``Running``; ``409`` from any other
+  state) as the server's Docker runtime pauses (every process of the sandbox
+  stopped, its requests and event streams held until the resume), endpoints
+  with ``use_server_proxy``; ``OPEN-SANDBOX-API-KEY`` required when the fake has a
   key (``401`` with ``MISSING_API_KEY``/``INVALID_API_KEY`` otherwise);
 * the server proxy ``/v1/sandboxes/{id}/proxy/{port}/...`` (no API key
   needed, as on the server) and direct endpoints ``/direct/{id}/{port}/...``

@@ -12,7 +12,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,7 @@ class ExecdRoutes(BackgroundRoutes):
     _commands: dict[str, asyncio.Future[Any]]
     _background: dict[str, BackgroundCommand]
     _command_env: Callable[[FakeSandbox], dict[str, str]]
+    held_until_running: Callable[[FakeSandbox], Awaitable[None]]
 
     async def _execd(
         self, request: web.Request, record: FakeSandbox, tail: str
@@ -453,7 +454,9 @@ class ExecdRoutes(BackgroundRoutes):
             return final
 
         run = asyncio.ensure_future(consume())
-        pinger = asyncio.ensure_future(events.ping(self.ping_seconds))
+        pinger = asyncio.ensure_future(
+            events.ping(self.ping_seconds, lambda: self.held_until_running(record))
+        )
         self._commands[command_id] = run
         killed = False
         try:
@@ -489,8 +492,10 @@ class _EventWriter:
         async with self._lock:
             await self._response.write(json.dumps(event).encode() + b"\n\n")
 
-    async def ping(self, seconds: float) -> None:
-        """Keep-alive events every ``seconds`` while a command runs."""
+    async def ping(self, seconds: float, frozen: Callable[[], Awaitable[None]]) -> None:
+        """Keep-alive events every ``seconds`` while a command runs (none while ``frozen``
+        waits: a paused sandbox's execd sends nothing)."""
         while True:
             await asyncio.sleep(seconds)
+            await frozen()
             await self.send({"type": "ping", "text": "pong"})

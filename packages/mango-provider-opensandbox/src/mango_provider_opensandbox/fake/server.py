@@ -6,7 +6,7 @@ import asyncio
 import json
 import secrets
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -19,9 +19,12 @@ from mango.fakes import (
     FakeSandbox,
     FakeService,
     SandboxState,
+    continue_marked,
     forward_to_port,
     is_string_map,
+    mark,
     rfc3339,
+    stop_marked,
 )
 from mango.provider import SandboxNotFound
 from mango_provider_opensandbox.fake.background import BackgroundCommand
@@ -74,6 +77,7 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     """Where every sandbox's HTTP goes: its egress policy is enforced there."""
     _commands: dict[str, asyncio.Future[Any]] = attrs.field(init=False, factory=dict)
     _background: dict[str, BackgroundCommand] = attrs.field(init=False, factory=dict)
+    _transitions: set[asyncio.Task[None]] = attrs.field(init=False, factory=set)
     direct_api_keys: list[str | None] = attrs.field(init=False, factory=list)
     """The API key header of every direct data-plane request (it must never be there)."""
 
@@ -140,14 +144,27 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
 
     async def delete(self, sandbox_id: str) -> bool:
         """Delete a sandbox behind the client's back."""
-        return await self.service.sandboxes.delete(sandbox_id)
+        return await self._remove(sandbox_id)
+
+    async def _remove(self, sandbox_id: str) -> bool:
+        deleted = await self.service.sandboxes.delete(sandbox_id)
+        record = self.service.sandboxes.find(sandbox_id)
+        thawed = record.extra.get("thawed") if record is not None else None
+        if isinstance(thawed, asyncio.Event):
+            thawed.set()  # a request held by the pause sees the deletion
+        return deleted
 
     def _command_env(self, record: FakeSandbox) -> dict[str, str]:
         """The environment a command of ``record`` starts with: its image first, its egress."""
         fsroot = fsroot_of(Path(record.local.root))
         prepare_image(fsroot, self.apt_source)
         image = ":".join(str(fsroot / directory) for directory in IMAGE_PATH)
-        return {"PATH": f"{image}:{_HOST_PATH}", **self.gateway.environment(record)}
+        # The mark lets a pause freeze the command's whole tree (and a delete kill it).
+        return {
+            "PATH": f"{image}:{_HOST_PATH}",
+            **self.gateway.environment(record),
+            **mark(record.id),
+        }
 
     # ------------------------------------------------------------------ routes
 
@@ -185,9 +202,17 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         return self.service.sandboxes.live(sandbox_id)
 
     @staticmethod
-    def _document(record: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
+    def phase(record: FakeSandbox) -> str:
+        """The lifecycle state the server reports: Running, Pausing, Paused or Resuming."""
+        moving = record.extra.get("phase")
+        if isinstance(moving, str):
+            return moving
+        return "Paused" if record.state is SandboxState.PAUSED else "Running"
+
+    @classmethod
+    def _document(cls, record: FakeSandbox, *, state: str | None = None) -> dict[str, Any]:
         extra = record.extra
-        status = state or ("Paused" if record.state is SandboxState.PAUSED else "Running")
+        status = state or cls.phase(record)
         return {
             "id": record.id,
             "image": extra.get("image"),
@@ -292,27 +317,90 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
         denied = self._unauthorized(request)
         if denied is not None:
             return denied
-        if not await self.service.sandboxes.delete(request.match_info["id"]):
+        if not await self._remove(request.match_info["id"]):
             return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
         return web.Response(status=204)
 
     async def _pause(self, request: web.Request) -> web.Response:
-        return await self._transition(request, self.service.sandboxes.pause)
+        """``POST /sandboxes/{id}/pause``: 202, then Pausing until every process is frozen.
+
+        As the server's Docker runtime does it (``container.pause()``, the
+        cgroup freezer): processes keep their memory and a command's event
+        stream stalls until the resume. Only a Running sandbox can pause: a
+        Pausing, Paused or Resuming one is a 409 (the Kubernetes runtime's
+        ``INVALID_STATE``; the Docker runtime's second pause fails with a
+        500 from the Engine instead).
+        """
+        record = self._transition_target(request)
+        if isinstance(record, web.Response):
+            return record
+        if self.phase(record) != "Running":
+            return error(409, "DOCKER::SANDBOX_NOT_RUNNING", "Sandbox is not in a running state.")
+        record.extra["phase"] = "Pausing"
+        record.extra.setdefault("thawed", asyncio.Event()).clear()
+        self._spawn(self._freeze(record))
+        return web.Response(status=202)
 
     async def _resume(self, request: web.Request) -> web.Response:
-        return await self._transition(request, self.service.sandboxes.resume)
+        """``POST /sandboxes/{id}/resume``: 202, then Resuming until the processes go on.
 
-    async def _transition(
-        self, request: web.Request, action: Callable[[str], FakeSandbox]
-    ) -> web.Response:
+        Only a Paused sandbox resumes; any other state is the runtime's 409
+        ``SANDBOX_NOT_PAUSED``.
+        """
+        record = self._transition_target(request)
+        if isinstance(record, web.Response):
+            return record
+        if self.phase(record) != "Paused":
+            return error(409, "DOCKER::SANDBOX_NOT_PAUSED", "Sandbox is not in a paused state.")
+        record.extra["phase"] = "Resuming"
+        self._spawn(self._thaw(record))
+        return web.Response(status=202)
+
+    def _transition_target(self, request: web.Request) -> FakeSandbox | web.Response:
+        """The live sandbox a pause or resume names, or the refusal to answer instead."""
         denied = self._unauthorized(request)
         if denied is not None:
             return denied
-        try:
-            action(request.match_info["id"])
-        except SandboxNotFound:
+        record = self._live(request.match_info["id"])
+        if record is None:
             return error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
-        return web.Response(status=202)
+        return record
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._transitions.add(task)
+        task.add_done_callback(self._transitions.discard)
+
+    async def _freeze(self, record: FakeSandbox) -> None:
+        await asyncio.to_thread(stop_marked, record.id)
+        record.extra.pop("phase", None)
+        if record.state is SandboxState.RUNNING:
+            self.service.sandboxes.pause(record.id)
+
+    async def _thaw(self, record: FakeSandbox) -> None:
+        if record.state is SandboxState.PAUSED:
+            self.service.sandboxes.resume(record.id)
+        await asyncio.to_thread(continue_marked, record.id)
+        record.extra.pop("phase", None)
+        thawed = record.extra.get("thawed")
+        if isinstance(thawed, asyncio.Event):
+            thawed.set()
+
+    async def held_until_running(self, record: FakeSandbox) -> None:
+        """Wait while ``record`` is paused: its execd is frozen, a request to it waits.
+
+        The kernel still accepts the connection of a frozen container, so a
+        request is answered after the resume (or never, if it is deleted
+        meanwhile: the caller sees the deletion). A resume and a delete
+        set the sandbox's ``thawed`` event.
+        """
+        thawed = record.extra.get("thawed")
+        while (
+            isinstance(thawed, asyncio.Event)
+            and self.phase(record) in ("Pausing", "Paused", "Resuming")
+            and record.state is not SandboxState.DELETED
+        ):
+            await thawed.wait()
 
     async def _endpoint(self, request: web.Request) -> web.Response:
         denied = self._unauthorized(request)
@@ -360,8 +448,9 @@ class FakeOpenSandbox(ExecdRoutes, EgressRoutes):
     async def _port(
         self, request: web.Request, record: FakeSandbox, *, via_proxy: bool
     ) -> web.StreamResponse:
-        if record.state is SandboxState.PAUSED:
-            return web.Response(status=502, text="sandbox is paused")
+        await self.held_until_running(record)
+        if record.state is SandboxState.DELETED:
+            return web.Response(status=502, text="bad gateway")
         port = int(request.match_info["port"])
         raw_tail = request.match_info.get("tail", "")
         tail = raw_tail.strip("/")
