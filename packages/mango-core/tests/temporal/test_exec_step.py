@@ -221,3 +221,27 @@ async def test_a_result_over_the_payload_limit_is_cut_to_fit(
     assert encoded <= DEFAULT_BLOB_LIMIT
     assert len(result.stdout) + len(result.stderr) > DEFAULT_BLOB_LIMIT // 2  # cut, not emptied
     assert result.stderr == b"\0" * len(result.stderr)
+
+
+async def test_another_command_under_the_same_activity_identity_runs_afresh(
+    store: PostgresBindingStore, tmp_path: Path
+) -> None:
+    """Only the command that made a step record collects it (a retry runs the same command).
+
+    One ``ActivityEnvironment`` runs every activity under one workflow, run and
+    activity id, so both steps below get one step identity: the second must run
+    its own command, not be handed the first one's result.
+    """
+    provider = LocalProvider(tmp_path / "sandboxes")
+    acts = MangoActivities(SessionManager(provider, store), store, heartbeat_interval=0.05)
+    await store.ensure_session("two-commands")
+    env = ActivityEnvironment()
+    first = await env.run(
+        acts.exec_command,
+        ExecStepInput("two-commands", Command(("sh", "-c", "echo one >> log; cat log"))),
+    )
+    second = await env.run(
+        acts.exec_command,
+        ExecStepInput("two-commands", Command(("sh", "-c", "echo two >> log; cat log"))),
+    )
+    assert (first.stdout, second.stdout) == (b"one\n", b"one\ntwo\n")

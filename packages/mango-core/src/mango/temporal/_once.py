@@ -12,6 +12,7 @@ retry: at least once.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import cast
 
 import attrs
@@ -32,6 +33,28 @@ def step_key() -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:32]
 
 
+def _command_step(step: str, command: Command) -> str:
+    """``step`` narrowed to ``command``: a record is collected only by the command that made it.
+
+    A retry runs the same command under the same activity, so it finds its
+    record; anything else that came with the same activity identity (an
+    ``ActivityEnvironment`` in a test runs every activity as one) runs afresh
+    instead of being handed another command's result.
+    """
+    identity = json.dumps(
+        [
+            step,
+            list(command.argv),
+            command.stdin.hex(),
+            list(command.env),
+            command.cwd,
+            command.timeout,
+        ],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
 @attrs.define
 class OnceSandbox(SandboxWrapper):
     """``inner`` whose ``exec`` runs each command of the step once (the n-th under index n)."""
@@ -42,7 +65,7 @@ class OnceSandbox(SandboxWrapper):
 
     async def exec(self, command: Command) -> ExecResult:
         """Run ``command`` once for this step (:meth:`StepSandbox.exec_step`)."""
-        key = StepKey(self.step, self._count)
+        key = StepKey(_command_step(self.step, command), self._count)
         self._count += 1
         timeout = command.timeout if command.timeout is not None else self.default_timeout
         steps = cast("StepSandbox", self.inner)
