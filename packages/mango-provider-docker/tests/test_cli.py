@@ -328,6 +328,18 @@ async def test_sessions_pause_list_ports_and_delete_of_a_paused_session(
     def run(*args: str) -> subprocess.CompletedProcess[bytes]:
         return _mango(state_dir, resources, test_image, *args, extra=ports)
 
+    # A Session without a sandbox yet: pausing it is a wrong moment, not a fault of mango's.
+    fresh = f"{session}-new"
+    assert run("sessions", "create", fresh).returncode == 0
+    early = run("sessions", "pause", fresh)
+    assert early.returncode == 2, early.stderr.decode()
+    assert early.stderr.decode().splitlines() == [
+        "error: cannot pause a Session in state 'unbound'",
+        (
+            "hint: only a Session with a sandbox (state 'bound' or 'paused') can be paused; "
+            "'mango sessions list' shows its state, and 'mango exec' gives a new one its sandbox"
+        ),
+    ]
     try:
         made = run("exec", "--session", session, "--network", "bridge", "--", "true")
         assert made.returncode == 0, made.stderr.decode()
@@ -343,7 +355,9 @@ async def test_sessions_pause_list_ports_and_delete_of_a_paused_session(
         assert inspect is not None
         assert inspect["State"]["Paused"] is True
         listed = run("sessions", "list", "--json")
-        (row,) = json.loads(listed.stdout)
+        states = {row["session_id"]: row for row in json.loads(listed.stdout)}
+        assert states[fresh]["state"] == "unbound"
+        row = states[session]
         assert row["state"] == "paused"
         assert row["paused_at"] is not None
         deleted = run("sessions", "delete", session)

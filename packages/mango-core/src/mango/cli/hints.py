@@ -79,10 +79,27 @@ _BY_CLASS: tuple[tuple[type[e.MangoError], str], ...] = (
 _ANY = "run the command again with -v to see what mango did"
 
 
+_STATE_HINTS = {
+    # The lifecycle commands a person gives (``mango sessions pause/resume``): refused in a
+    # state, they are a wrong moment, not a fault of mango's.
+    "pause": (
+        "only a Session with a sandbox (state 'bound' or 'paused') can be paused; "
+        "'mango sessions list' shows its state, and 'mango exec' gives a new one its sandbox"
+    ),
+    "resume": (
+        "only a Session with a sandbox (state 'bound' or 'paused') can be resumed; "
+        "'mango sessions list' shows its state, and 'mango exec' gives a new one its sandbox"
+    ),
+}
+
+
 def hint_for(exc: e.MangoError) -> str:
     """``exc``'s own hint, else the one for its kind of failure."""
     if exc.hint:
         return exc.hint
+    command = getattr(exc, "command", None) if isinstance(exc, e.InvalidTransition) else None
+    if command in _STATE_HINTS:
+        return _STATE_HINTS[command]
     for cls, hint in _BY_CLASS:
         if isinstance(exc, cls):
             return hint
