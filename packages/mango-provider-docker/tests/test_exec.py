@@ -21,8 +21,9 @@ from mango.domain.errors import (
 )
 from mango.domain.registry import ProviderContext
 from mango.domain.values import Command, SandboxSpec
+from mango.provider.output import ExecChannel
 from mango_provider_docker import DockerProvider, DockerSandbox, Engine
-from mango_provider_docker.execution import SAFE_PATH
+from mango_provider_docker.execution import SAFE_PATH, _Run
 from mango_provider_docker.settings import REGISTRATION
 
 from .conftest import NAMESPACE, RUN_LABELS, docker_host, make_provider
@@ -233,6 +234,32 @@ async def test_a_command_that_leaves_its_stdin_unread_ends_when_it_exits(
     # The next command on the same container is not held up either.
     again = await sandbox.exec(sh("cat >/dev/null; echo read", stdin=unread, timeout=30.0))
     assert (again.stdout, again.exit_code, again.timed_out) == (b"read\n", 0, False)
+
+
+async def test_an_exec_not_yet_started_has_not_exited(
+    sandbox: DockerSandbox, docker_engine: Engine
+) -> None:
+    """Not running and no exit code is an exec the daemon has yet to start, not an exit.
+
+    The Engine answers the start request before it starts the process; taking
+    that moment for an exit closed the stream under a command with megabytes of
+    stdin still to send, and the daemon reported 126 with no output (CI, once).
+    """
+    execution = await docker_engine.exec_create(
+        sandbox.container_id, ["true"], env=[], stdin=False, workdir="/"
+    )
+    assert execution is not None
+    run = _Run(docker_engine, sandbox.container_id, execution, ExecChannel(1024), set())
+    waiting = asyncio.ensure_future(run.wait_exited(max_delay=0.05))
+    try:
+        done, _ = await asyncio.wait({waiting}, timeout=1.0)
+        assert not done, f"an exec never started was taken as exited: {waiting.result()}"
+        await docker_engine.exec_start_detached(execution)
+        info = await asyncio.wait_for(waiting, timeout=30.0)
+    finally:
+        waiting.cancel()
+    assert info is not None
+    assert (info["Running"], info["ExitCode"]) == (False, 0)
 
 
 async def test_without_stdin_the_command_reads_end_of_file(sandbox: DockerSandbox) -> None:

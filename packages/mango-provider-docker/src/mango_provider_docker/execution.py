@@ -194,11 +194,27 @@ class _Run:
         await self.close()
 
     async def wait_exited(self, *, max_delay: float = 0.1) -> dict[str, Any] | None:
-        """Poll the exec until it no longer runs; ``None`` if it is gone with its container."""
+        """Poll the exec until it has exited; ``None`` if it is gone with its container.
+
+        An exec the daemon has not started yet reads as not running with no
+        exit code: the Engine answers the start request (101) *before* it
+        starts the process, so right after :meth:`open` the exec can look like
+        that for a moment (longer on a loaded machine). That is not an exit:
+        taken for one, the stream was closed under a command that had yet to
+        run, and the daemon reported it as 126 with no output. An exec that
+        never gets an exit code (its start failed in a way the daemon did not
+        record) is returned as it is after :data:`SETTLE_SECONDS`.
+        """
+        loop = asyncio.get_running_loop()
+        settle_until = loop.time() + SETTLE_SECONDS
         delay = 0.002
         while True:
             info = await self._engine.exec_inspect(self._execution)
-            if info is None or not info.get("Running"):
+            if info is None:
+                return None
+            if not info.get("Running") and (
+                info.get("ExitCode") is not None or loop.time() >= settle_until
+            ):
                 return info
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_delay)
