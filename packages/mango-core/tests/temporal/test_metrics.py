@@ -130,7 +130,13 @@ async def test_scraped_figures_match_the_workload(
             if counted(text):
                 return text
             await asyncio.sleep(0.1)
-        pytest.fail(f"Temporal's activity figures never complete at {url}:\n{text[:3000]}")
+        figures = "\n".join(
+            line for line in text.splitlines() if line.startswith("temporal_activity")
+        )
+        pytest.fail(
+            f"Temporal's activity figures never complete at {url}:\n{figures[:3000]}\n"
+            f"worker log (end):\n{worker.text()[-3000:]}"
+        )
 
     text = await scraped()
     local = {"provider": "local"}

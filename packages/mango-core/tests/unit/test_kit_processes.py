@@ -192,7 +192,9 @@ async def test_the_reaper_freezes_and_continues_a_marked_tree() -> None:
     marker = "reaper-freeze"
     with tempfile.TemporaryDirectory() as scratch:
         line = (
-            f"sleep 30 & echo $! > {scratch}/child; "
+            # Long enough never to end by itself within the guards (it ended once, a stopped
+            # `sleep 30` on a starved CI machine); the finally's kill_marked ends it.
+            f"sleep 600 & echo $! > {scratch}/child; "
             f"while [ ! -e {scratch}/go ]; do sleep 0.01; done"
         )
         process = await asyncio.create_subprocess_exec(

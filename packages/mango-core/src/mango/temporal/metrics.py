@@ -36,7 +36,10 @@ from mango.domain.errors import ConfigurationError
 
 __all__ = ["TemporalTelemetry", "serve_metrics"]
 
-_BUFFER_SIZE = 10_000
+_BUFFER_SIZE = 200_000
+"""Temporal Core's metric updates held between two drains (every second). Core drops what
+does not fit, and a starved worker drains late: temporalio asks for tens of thousands or
+more (a CI worker whose figures never completed ran with 10 000)."""
 
 
 @attrs.frozen
