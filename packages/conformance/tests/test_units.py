@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 import mango_conformance
 from mango.domain.registry import ConformanceTarget, TargetCost
+from mango.domain.values import Command, SandboxSpec
 from mango.local import LocalProvider
 from mango_conformance.bridge import AsyncBridge, SlowOperation
 from mango_conformance.keys import MAX_KEY_LENGTH, new_session_key, run_id
@@ -22,6 +25,7 @@ from mango_conformance.machine import ALL_PATHS, LifecycleMachine
 from mango_conformance.options import SuiteOptions, live_enabled, live_env_var
 from mango_conformance.profiles import PROFILES, machine_settings
 from mango_conformance.progress import MachineProgress
+from mango_conformance.scripts import describe_pid
 from mango_conformance.waivers import WaiverError, match_waiver, parse_waivers
 
 
@@ -305,3 +309,32 @@ def test_options_take_quirks_from_the_registration() -> None:
     assert options.declared_capabilities == CapabilitySet()
     assert options.output_cap == 1024
     assert SuiteOptions(declared_quirks=["output-at-end"]).declared_quirks == {Quirk.OUTPUT_AT_END}
+
+
+async def test_a_survivors_description_says_what_proc_says(tmp_path: Path) -> None:
+    """The message of a check whose process outlived its bound names its state and command."""
+    provider = LocalProvider(tmp_path / "sandboxes")
+    sandbox = await provider.create("survivor", SandboxSpec())
+    try:
+        started = await sandbox.exec(
+            Command(("sh", "-c", 'sleep 300 >/dev/null 2>&1 & printf %s "$!" > p.child'))
+        )
+        assert started.exit_code == 0
+        detail = await describe_pid(sandbox, "sh", "p.child")
+        pid = int((await sandbox.read_file("p.child")).decode())
+        assert detail.startswith(f"pid {pid} Name: sleep State: S"), detail
+        for field in ("PPid:", "SigPnd:", "cmdline:sleep 300"):
+            assert field in detail, detail
+        os.kill(pid, signal.SIGKILL)
+        # Gone (reaped by init or not): at most the pid and what a zombie's /proc still says.
+        for _ in range(200):  # a liveness bound, not a timing
+            detail = await describe_pid(sandbox, "sh", "p.child")
+            if "State: S" not in detail:
+                break
+            await asyncio.sleep(0.01)
+        assert "State: S" not in detail, detail
+        assert detail.startswith(f"pid {pid}"), detail
+        assert await describe_pid(sandbox, "sh", "no-such-file") == "(no detail)"
+    finally:
+        await sandbox.destroy()
+        await provider.aclose()

@@ -20,10 +20,12 @@ __all__ = [
     "FLOOD",
     "FLOOD_CHUNK",
     "PATH_STATE",
+    "PID_DETAIL",
     "PID_STATE",
     "POLL_INTERVAL",
     "PROCESS_TREE",
     "TOUCH",
+    "describe_pid",
     "flood_expected",
     "sh_command",
     "wait_for_file",
@@ -111,6 +113,29 @@ async def wait_for_file(sandbox: Sandbox, path: str, bound: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(POLL_INTERVAL)
+
+
+PID_DETAIL = (
+    'pid=$(cat "$1") || exit 0; printf "pid %s" "$pid"; '
+    '[ -r "/proc/$pid/status" ] || exit 0; '
+    "while read -r key value; do case $key in "
+    'Name:|State:|PPid:|SigPnd:|ShdPnd:|SigBlk:) printf \' %s %s\' "$key" "$value";; '
+    'esac; done < "/proc/$pid/status"; '
+    'wchan=$(cat "/proc/$pid/wchan" 2>/dev/null) && printf " wchan: %s" "$wchan"; '
+    "printf ' cmdline:'; tr '\\000' ' ' < \"/proc/$pid/cmdline\" 2>/dev/null; exit 0"
+)
+"""Print what ``/proc`` says of the pid stored in ``$1`` (state, parent, pending and blocked
+signals, wait channel, command line), for the message of a check whose process outlived its
+bound: a process stuck in the kernel, a stopped one and a reused pid read differently."""
+
+
+async def describe_pid(sandbox: Sandbox, shell: str, pid_file: str) -> str:
+    """What :data:`PID_DETAIL` prints of the process in ``pid_file`` (never raises)."""
+    try:
+        result = await sandbox.exec(sh_command(shell, PID_DETAIL, pid_file))
+    except Exception as exc:  # noqa: BLE001 - only a message is at stake
+        return f"(no detail: {exc})"
+    return result.stdout[:1000].decode("utf-8", "replace").strip() or "(no detail)"
 
 
 async def wait_until_gone(sandbox: Sandbox, shell: str, pid_file: str, bound: float) -> bool:

@@ -39,6 +39,7 @@ from mango_conformance.scripts import (
     FLOOD_CHUNK,
     PATH_STATE,
     PROCESS_TREE,
+    describe_pid,
     flood_expected,
     wait_for_file,
     wait_until_gone,
@@ -172,7 +173,10 @@ class GapChecks:
             gone = conformance.run(
                 wait_until_gone(sandbox, options.shell, f"timeout.{role}", options.prompt_seconds)
             )
-            assert gone, f"the {role} process outlived the timeout by {options.prompt_seconds}s"
+            assert gone, (
+                f"the {role} process outlived the timeout by {options.prompt_seconds}s: "
+                + conformance.run(describe_pid(sandbox, options.shell, f"timeout.{role}"))
+            )
         after = conformance.sh(sandbox, "printf usable")
         assert after.stdout == b"usable", "the sandbox is not usable after a timeout"
 
@@ -202,7 +206,10 @@ class GapChecks:
             gone = conformance.run(
                 wait_until_gone(sandbox, options.shell, f"cancel.{role}", options.prompt_seconds)
             )
-            assert gone, f"the {role} process outlived the cancellation"
+            assert gone, (
+                f"the {role} process outlived the cancellation by {options.prompt_seconds}s: "
+                + conformance.run(describe_pid(sandbox, options.shell, f"cancel.{role}"))
+            )
 
     def test_cancel_at_first_suspension_raises_cancelled(self, conformance: Harness) -> None:
         """Cancelling an exec at its first suspension point re-raises CancelledError."""

@@ -46,7 +46,7 @@ from mango.provider import (
 )
 from mango_conformance.checks import mark_checks
 from mango_conformance.harness import Harness
-from mango_conformance.scripts import POLL_INTERVAL, wait_for_file, wait_until_gone
+from mango_conformance.scripts import POLL_INTERVAL, describe_pid, wait_for_file, wait_until_gone
 
 __all__ = [
     "ECHO",
@@ -226,7 +226,10 @@ class ProcessChecks:
             gone = conformance.run(
                 wait_until_gone(created, options.shell, f"tree.{role}", options.prompt_seconds)
             )
-            assert gone, f"the {role} of a killed background process is still alive"
+            assert gone, (
+                f"the {role} of a killed background process is still alive: "
+                + conformance.run(describe_pid(created, options.shell, f"tree.{role}"))
+            )
 
     @pytest.mark.mango_capability(_PROCESSES)
     def test_background_processes_die_with_their_sandbox(self, conformance: Harness) -> None:

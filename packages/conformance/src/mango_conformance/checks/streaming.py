@@ -26,6 +26,7 @@ from mango_conformance.scripts import (
     FLOOD,
     FLOOD_CHUNK,
     PROCESS_TREE,
+    describe_pid,
     flood_expected,
     wait_for_file,
     wait_until_gone,
@@ -236,7 +237,9 @@ class StreamChecks:
             gone = conformance.run(
                 wait_until_gone(sandbox, options.shell, f"leave.{role}", options.prompt_seconds)
             )
-            assert gone, f"the {role} process outlived leaving the stream"
+            assert gone, f"the {role} process outlived leaving the stream: " + conformance.run(
+                describe_pid(sandbox, options.shell, f"leave.{role}")
+            )
 
 
 mark_checks(StreamChecks, pytest.mark.mango_stream)
