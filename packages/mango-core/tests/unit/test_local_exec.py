@@ -13,12 +13,13 @@ import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mango.domain.errors import InvalidInput, PathEscapeError
 from mango.domain.values import Command, ExecResult, SandboxSpec
-from mango.local import LocalProvider, LocalSandbox
+from mango.local import LocalProvider, LocalSandbox, execution
 from mango.local.execution import SAFE_PATH
 
 MIB = 1024 * 1024
@@ -389,6 +390,40 @@ async def test_cancellation_kills_the_group_and_reraises(sandbox: LocalSandbox) 
     with pytest.raises(asyncio.CancelledError):
         await task
     # The leader is reaped before CancelledError propagates; SIGKILL reached the child.
+    assert not process_alive(shell)
+    await wait_until_dead(child)
+
+
+async def test_a_cancellation_while_the_start_settles_kills_the_group(
+    sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled after the fork but before the start returned, the command's tree still dies.
+
+    ``create_subprocess_exec`` returns a few loop turns after the fork; a
+    starved event loop let a command fork children in between, and a
+    cancellation there (asyncio's clean-up kills the leader only) left them
+    running. Here the start is held open until the command has forked.
+    """
+    release = asyncio.Event()
+    real_spawn = execution._spawn
+
+    async def slow_spawn(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await real_spawn(*args, **kwargs)
+        await release.wait()  # the start has not returned yet: a slow loop, held open
+        return process
+
+    monkeypatch.setattr(execution, "_spawn", slow_spawn)
+    task = asyncio.create_task(
+        sandbox.exec(sh("echo $$ > shell.pid; sleep 1000 & echo $! > child.pid; wait"))
+    )
+    child = await wait_for_pid_file(sandbox, "child.pid")
+    shell = await wait_for_pid_file(sandbox, "shell.pid")
+    task.cancel()
+    await asyncio.sleep(0)  # the cancellation is delivered while the start is held
+    assert not task.done(), "the exec returned before its start settled"
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     assert not process_alive(shell)
     await wait_until_dead(child)
 

@@ -11,7 +11,9 @@ Termination:
   ignore ``SIGTERM`` die too). The result has ``timed_out=True``.
 * **cancellation** of the awaiting task and **destroy** of the sandbox:
   ``SIGKILL`` to the group at once, synchronously, before anything else is
-  awaited; cancellation then re-raises :class:`asyncio.CancelledError`.
+  awaited; cancellation then re-raises :class:`asyncio.CancelledError`. A
+  cancellation that lands while the command is being started lets the start
+  settle first, then kills the group (see :func:`_kill_once_spawned`).
 
 After a kill the leader is reaped (bounded by :data:`REAP_TIMEOUT_SECONDS`) and
 the pipes get :data:`PIPE_DRAIN_SECONDS` to reach end-of-file: a grandchild
@@ -291,6 +293,45 @@ async def _spawn(argv: Sequence[str], cwd_fd: int, **options: Any) -> asyncio.su
     return await _spawn(argv, cwd_fd, **options)
 
 
+async def _start(argv: Sequence[str], cwd_fd: int, **options: Any) -> asyncio.subprocess.Process:
+    """:func:`_spawn`, shielded: cancelled while it settles, what it started dies."""
+    spawning = asyncio.ensure_future(_spawn(argv, cwd_fd, **options))
+    try:
+        return await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        await _kill_once_spawned(spawning)
+        raise
+
+
+async def _kill_once_spawned(spawning: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """A cancellation that lands while a command starts: the start settles, its group dies.
+
+    The fork happens at once, but ``create_subprocess_exec`` returns only after
+    a few turns of the event loop; a command can run (and fork children) in
+    between. Cancelled there, asyncio's own clean-up kills the leader alone,
+    and its children outlived the cancellation (a starved CI machine showed
+    it). So the start is shielded and, on cancellation, awaited here: a
+    command that did start is killed with its process group and reaped
+    (bounded by :data:`REAP_TIMEOUT_SECONDS`). A further cancellation waits for this
+    too; the pipes' ends are closed only afterwards, never under a spawn in
+    flight.
+    """
+
+    async def settle() -> None:
+        try:
+            process = await spawning
+        except BaseException:  # noqa: BLE001 - nothing started: nothing to kill
+            return
+        kill_group(process.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), REAP_TIMEOUT_SECONDS)
+
+    settling = asyncio.ensure_future(settle())
+    while not settling.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(settling)
+
+
 def _above_stdio(fd: int) -> int | None:
     """A duplicate of ``fd`` numbered 3 or more if ``fd`` is 0-2 (the caller closes it), else None.
 
@@ -345,7 +386,7 @@ async def run_command(
             writer = _StdinWriter(loop, write_end, stdin)
             stdin_target = read_end
         try:
-            process = await _spawn(
+            process = await _start(
                 argv,
                 cwd_fd,
                 stdin=stdin_target,
