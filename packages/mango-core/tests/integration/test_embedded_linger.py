@@ -69,13 +69,19 @@ def test_a_lingering_handle_leaves_the_server_for_the_next(server_dir: Path) -> 
     with pytest.raises(ProviderUnavailable, match="in use"):
         EmbeddedPostgres(server_dir).shutdown()
     assert second.status().running
+    assert second.status().reaper_pid == status.reaper_pid  # refused: the reaper stays
     second.stop()
 
     assert EmbeddedPostgres(server_dir).shutdown() is True
     after = EmbeddedPostgres(server_dir).status()
     assert (after.running, after.pid) == (False, None)
     wait_until(lambda: not is_process_alive(status.reaper_pid or 0), "the reaper's exit")
-    assert EmbeddedPostgres(server_dir).status().reaper_pid is None
+    # Whichever process holds the reaper's lock lets it go (a refused shutdown used to end the
+    # first reaper, and the next stop started another: this waited for the wrong one).
+    wait_until(
+        lambda: EmbeddedPostgres(server_dir).status().reaper_pid is None,
+        "the reaper's lock released",
+    )
     assert EmbeddedPostgres(server_dir).shutdown() is False
 
 

@@ -246,33 +246,33 @@ class EmbeddedPostgres:
     def shutdown(self) -> bool:
         """Stop the server now if nobody uses it; True if it was running.
 
-        Also ends the reaper. A server still held by another process (a
-        worker, a running command) is left alone: :class:`ProviderUnavailable`.
+        Also ends the reaper, once the server is down. A server still held by
+        another process (a worker, a running command) is left alone, and its
+        reaper with it (it stops the server once idle):
+        :class:`ProviderUnavailable`.
         """
-        try:
-            if running_postmaster(self.data_dir) is None:
-                return False
-            bin_dir, account = self._cluster.tools(prepare=False)
-            with exclusive_lock(
-                self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
-            ):
-                holder = os.open(
-                    self._sibling(".holders"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-                )
-                try:
-                    if not stop_if_last(self._cluster, holder, bin_dir, account):
-                        if running_postmaster(self.data_dir) is None:
-                            return False
-                        raise ProviderUnavailable(
-                            f"the embedded PostgreSQL on {self.data_dir} is in use by another "
-                            "process (a 'mango worker', a running command or an application)",
-                            hint="stop that process first; the server then stops once idle",
-                        )
-                finally:
-                    os.close(holder)
-            return True
-        finally:
+        if running_postmaster(self.data_dir) is None:
             stop_reaper(self.data_dir)
+            return False
+        bin_dir, account = self._cluster.tools(prepare=False)
+        with exclusive_lock(
+            self._sibling(".lock"), timeout=self.timeout * 3, what="stopping PostgreSQL"
+        ):
+            holder = os.open(
+                self._sibling(".holders"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+            try:
+                stopped = stop_if_last(self._cluster, holder, bin_dir, account)
+            finally:
+                os.close(holder)
+        if not stopped and running_postmaster(self.data_dir) is not None:
+            raise ProviderUnavailable(
+                f"the embedded PostgreSQL on {self.data_dir} is in use by another "
+                "process (a 'mango worker', a running command or an application)",
+                hint="stop that process first; the server then stops once idle",
+            )
+        stop_reaper(self.data_dir)
+        return stopped
 
     def stop_if_idle(self) -> float | None:
         """The reaper's step: stop the server if unused for ``idle_seconds``.
