@@ -124,7 +124,8 @@ async def test_destroy_and_purge_from_a_fresh_provider_kill_the_host_processes(
     handle = await sandbox.start(sh('sleep 600 & printf %s "$!" > child.pid; exec cat'))
     assert handle.pid is not None
     pid_file = Path(sandbox.root) / "child.pid"
-    assert await until(pid_file.exists)
+    # Written, not only created: the shell's redirection makes the file before printf fills it.
+    assert await until(lambda: pid_file.exists() and pid_file.read_text().isdigit())
     child = int(pid_file.read_text())
     directory = processes_dir(
         Path(sandbox.ref.external_id).parent, Path(sandbox.ref.external_id).name
