@@ -42,13 +42,32 @@ def _pids_in(directory: Path) -> list[int]:
     ]
 
 
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+PF_EXITING = 0x4
+"""The kernel's per-task flag of a process in its exit path (``/proc/PID/stat``, field 9)."""
+
+
 def alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
+    """True if ``pid`` exists and nothing has killed it yet.
+
+    Dead means gone, a zombie, in its exit path (``PF_EXITING``), or with
+    ``SIGKILL`` pending: a killed process that a loaded machine has not yet
+    scheduled to run its exit keeps its state for a while after ``killpg``
+    returns, but it cannot run another instruction of its own.
+    """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    if stat[0] in {"Z", "X"} or int(stat[6]) & PF_EXITING:
+        return False
+    pending = 0
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in {"SigPnd", "ShdPnd"}:
+            pending |= int(value, 16)
+    return not pending & SIGKILL_BIT
 
 
 @pytest.fixture
