@@ -30,14 +30,21 @@ FAST_POLICY = StepPolicy(
 
 
 async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0, what: str = "condition"
+    predicate: Callable[[], Awaitable[bool]],
+    timeout: float = 30.0,
+    what: str = "condition",
+    detail: Callable[[], str] | None = None,
 ) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds.
+
+    ``detail`` (a worker's log, say) is added to the failure's message.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not await predicate():
         if loop.time() >= deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            extra = f"\n{detail()}" if detail is not None else ""
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{extra}")
         await asyncio.sleep(0.05)
 
 

@@ -254,7 +254,12 @@ async def test_a_worker_brings_its_embedded_server_back(
             except Exception:  # noqa: BLE001 - still starting
                 return False
 
-        await wait_until(polling_again, 120, "the worker to poll a new server")
+        await wait_until(
+            polling_again,
+            120,
+            "the worker to poll a new server",
+            detail=lambda: f"worker log (end):\n{worker.text()[-4000:]}",
+        )
         code, out, err = await mango(
             env, "exec", "--via-temporal", "--session", harness.sid("revived"), "--", "echo", "hi"
         )
