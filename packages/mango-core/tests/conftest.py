@@ -126,7 +126,24 @@ def postgres_url(embedded_root: Path) -> Iterator[str]:
         yield configured
         return
     with EmbeddedPostgres(embedded_root / "session" / "pgdata") as url:
+        _without_disk_flushes(url)
         yield url
+
+
+TEST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+"""The session's own server does not flush to disk: the tests kill processes, never the machine,
+and a flush per commit (thousands of databases, migrations and rows) kept the CI machine's disk
+and kernel busy. Commands' own embedded servers (started by the code under test) keep the
+defaults."""
+
+
+def _without_disk_flushes(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        for name, value in TEST_SERVER_SETTINGS.items():
+            admin.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        admin.execute("SELECT pg_reload_conf()")
 
 
 @pytest.fixture
