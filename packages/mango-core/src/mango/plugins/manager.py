@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
+import sys
 from collections.abc import Mapping
 from types import ModuleType
 
@@ -76,18 +78,36 @@ def disabled_plugins(environ: Mapping[str, str] | None = None) -> frozenset[str]
     return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
+@functools.cache
+def _entry_points_on(path: tuple[str, ...]) -> tuple[importlib.metadata.EntryPoint, ...]:
+    del path  # the cache key: what importlib.metadata searches
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return tuple(sorted(found, key=lambda ep: ep.name))
+
+
+def _installed_entry_points() -> tuple[importlib.metadata.EntryPoint, ...]:
+    """The installed ``mango`` entry points, by name: read once per ``sys.path``.
+
+    Finding them scans the metadata of every installed distribution, and a
+    command loads the plugins more than once (to select the provider, then to
+    open it). A distribution installed into a directory already searched is
+    seen at the process's next start, as with any entry-point plugin system.
+    """
+    return _entry_points_on(tuple(sys.path))
+
+
 def _load_entry_points(pm: pluggy.PluginManager, disabled: frozenset[str] | None) -> None:
     if disabled is None:
         return
-    for entry_point in sorted(
-        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name
-    ):
+    for entry_point in _installed_entry_points():
         if entry_point.name in disabled or pm.get_plugin(entry_point.name) is not None:
             continue
-        dist = entry_point.dist.name if entry_point.dist is not None else "an unknown distribution"
         try:
             plugin = entry_point.load()
         except Exception as exc:
+            dist = (
+                entry_point.dist.name if entry_point.dist is not None else "an unknown distribution"
+            )
             raise ConfigurationError(
                 f"the mango plugin {entry_point.name!r} ({entry_point.value}, from {dist}) "
                 f"failed to load: {type(exc).__name__}: {exc}",
