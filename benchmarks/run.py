@@ -74,6 +74,11 @@ BENCHMARKS = (
     Benchmark("reads", "bench_reads.py", ("--size-gib", "0.25", "--write-gib", "0.25")),
     Benchmark("skills", "bench_skills.py", ("--rounds", "20"), needs_docker=True),
     Benchmark("import", "bench_import.py", ("--rounds", "5")),
+    Benchmark(
+        "scale",
+        "bench_scale.py",
+        ("--sessions", "1,10,100", "--store", "1000", "--rounds", "2", "--runs", "3"),
+    ),
 )
 """Every benchmark, in the order of the table."""
 
