@@ -13,6 +13,8 @@ the local provider (``--docker`` adds the Docker provider to the first part):
   cached Session. The goals: the one-at-a-time latency and the RSS per
   Session at the largest N within 1.5x of N=10; at most 10 connections (the
   pool) plus the sampling one.
+  The remote providers (``--remote``, default all four) run against their
+  vendor fakes, served in this process, up to ``--remote-max`` (100) Sessions.
 * **A large store.** ``--store`` Sessions (default 10 000) are bound in the
   database; then ``mango sessions list --json``, ``mango reconcile --json``
   (the scan of intents and fenced rows) and a cold ``acquire`` of one bound
@@ -67,7 +69,9 @@ def _database(server_url: str, name: str) -> str:
     return urlsplit(server_url)._replace(path=f"/{name}").geturl()
 
 
-def _environ(url: str, root: Path, provider: str) -> dict[str, str]:
+def _environ(
+    url: str, root: Path, provider: str, settings: dict[str, str] | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MANGO_")}
     env.update(
         MANGO_DATABASE_URL=url,
@@ -78,7 +82,41 @@ def _environ(url: str, root: Path, provider: str) -> dict[str, str]:
         MANGO_SANDBOX_IMAGE=DOCKER_IMAGE,
         MANGO_SANDBOX_PULL="0",
     )
+    env.update(settings or {})
     return env
+
+
+REMOTE = ("e2b", "cube", "opensandbox", "daytona")
+
+
+@contextlib.asynccontextmanager
+async def _remote_fake(name: str, scratch: Path) -> AsyncIterator[dict[str, str]]:
+    """Serve ``name``'s vendor fake (in this process) for the block; yield its settings.
+
+    ``scratch`` (an existing directory) holds the fake's sandboxes.
+    """
+    if name in ("e2b", "cube"):
+        from mango_provider_e2b.fake import CUBE_MODE, E2BFakeService, FakeConfig, mango_settings
+
+        config = (
+            FakeConfig(mode=CUBE_MODE, api_key="cube_fake_key", domain="cube.local")
+            if name == "cube"
+            else FakeConfig()
+        )
+        async with E2BFakeService.create(scratch, config) as fake:
+            yield mango_settings(fake.url, config)
+    elif name == "opensandbox":
+        from mango_provider_opensandbox.fake import FakeOpenSandbox
+
+        # The real execd holds a finished command's stream open for 1 s: 0 here, so the
+        # figure is the protocol's cost and the scaling, as in bench_opensandbox's grace-0 rows.
+        async with FakeOpenSandbox(scratch, grace_seconds=0.0) as fake:
+            yield {"OPEN_SANDBOX_DOMAIN": fake.url, "OPEN_SANDBOX_API_KEY": str(fake.api_key)}
+    else:
+        from mango_provider_daytona.fake import FAKE_API_KEY, open_fake_daytona
+
+        async with open_fake_daytona(scratch) as served:
+            yield {"DAYTONA_API_URL": served[0].url, "DAYTONA_API_KEY": FAKE_API_KEY}
 
 
 @contextlib.asynccontextmanager
@@ -100,10 +138,12 @@ async def _connections(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-async def _concurrent(url: str, root: Path, provider: str, n: int, rounds: int) -> dict[str, float]:
+async def _concurrent(
+    url: str, root: Path, provider: str, n: int, *, rounds: int, settings: dict[str, str]
+) -> dict[str, float]:
     """N Sessions held by one SessionManager, ``exec true`` in all at once, ``rounds`` times."""
     url = _database(url, f"scale_{provider}_{n}")
-    env = _environ(url, root / f"{provider}-{n}", provider)
+    env = _environ(url, root / f"{provider}-{n}", provider, settings)
     ids = [f"scale-{n}-{index}" for index in range(n)]
     command = Command(["true"])
     async with _runtime(env) as runtime:
@@ -229,62 +269,83 @@ async def _store(url: str, root: Path, sizes: tuple[int, int], runs: int) -> Non
         )
 
 
+def _print_row(provider: str, n: int, row: dict[str, float]) -> None:
+    print(
+        f"{provider} {n:4d} Sessions: one at a time {row['single']:6.2f} ms;"
+        f" all at once {row['throughput']:7.1f} exec/s,"
+        f" p50 {row['p50']:7.2f} ms, p99 {row['p99']:7.2f} ms,"
+        f" RSS/Session {row['rss_per_session'] * 1024:6.1f} KiB,"
+        f" PostgreSQL connections {row['connections']:.0f}"
+    )
+
+
+def _report_scaling(provider: str, figures: dict[int, dict[str, float]]) -> None:
+    top = max(figures)
+    base = figures[10]
+    report(
+        f"{provider} exec true, one at a time, with {top} Sessions cached / with 10",
+        mango=figures[top]["single"],
+        baseline=base["single"],
+        unit="ms",
+        goal=FLAT,
+    )
+    report(
+        f"{provider} exec true p50, all {top} Sessions at once / all 10 at once",
+        mango=figures[top]["p50"],
+        baseline=base["p50"],
+        unit="ms",
+    )
+    report(
+        f"{provider} RSS per cached Session with {top} Sessions / with 10",
+        mango=figures[top]["rss_per_session"] * 1024,
+        baseline=base["rss_per_session"] * 1024,
+        unit="KiB",
+        goal=FLAT,
+    )
+    report(
+        f"{provider} PostgreSQL connections with {top} concurrent Sessions (pool: 10)",
+        mango=figures[top]["connections"],
+        unit="connections",
+        goal=value_at_most(11),
+    )
+    report(
+        f"{provider} throughput with {top} concurrent Sessions / with 10",
+        mango=figures[top]["throughput"],
+        baseline=base["throughput"],
+        unit="exec/s",
+    )
+
+
 async def _main(args: argparse.Namespace, root: Path) -> None:
     from mango.embedded import EmbeddedPostgres
 
     sessions = sorted({int(n) for n in args.sessions.split(",")})
     providers = ["local", *(["docker"] if args.docker else [])]
+    providers += [name for name in args.remote.split(",") if name]
+    unknown = set(providers) - {"local", "docker", *REMOTE}
+    if unknown:
+        raise SystemExit(f"unknown provider(s) {sorted(unknown)}: choose from {REMOTE}")
     with EmbeddedPostgres(root / "pgdata") as url:
         for provider in providers:
-            figures = {}
-            for n in sessions:
-                if provider == "docker" and n > args.docker_max:
-                    continue
-                figures[n] = await _concurrent(url, root, provider, n, args.rounds)
-                row = figures[n]
-                print(
-                    f"{provider} {n:4d} Sessions: one at a time {row['single']:6.2f} ms;"
-                    f" all at once {row['throughput']:7.1f} exec/s,"
-                    f" p50 {row['p50']:7.2f} ms, p99 {row['p99']:7.2f} ms,"
-                    f" RSS/Session {row['rss_per_session'] * 1024:6.1f} KiB,"
-                    f" PostgreSQL connections {row['connections']:.0f}"
-                )
-            if 10 not in figures or len(figures) < 2:
-                continue
-            top = max(figures)
-            base = figures[10]
-            report(
-                f"{provider} exec true, one at a time, with {top} Sessions cached / with 10",
-                mango=figures[top]["single"],
-                baseline=base["single"],
-                unit="ms",
-                goal=FLAT,
+            limit = {"local": max(sessions), "docker": args.docker_max}.get(
+                provider, args.remote_max
             )
-            report(
-                f"{provider} exec true p50, all {top} Sessions at once / all 10 at once",
-                mango=figures[top]["p50"],
-                baseline=base["p50"],
-                unit="ms",
-            )
-            report(
-                f"{provider} RSS per cached Session with {top} Sessions / with 10",
-                mango=figures[top]["rss_per_session"] * 1024,
-                baseline=base["rss_per_session"] * 1024,
-                unit="KiB",
-                goal=FLAT,
-            )
-            report(
-                f"{provider} PostgreSQL connections with {top} concurrent Sessions (pool: 10)",
-                mango=figures[top]["connections"],
-                unit="connections",
-                goal=value_at_most(11),
-            )
-            report(
-                f"{provider} throughput with {top} concurrent Sessions / with 10",
-                mango=figures[top]["throughput"],
-                baseline=base["throughput"],
-                unit="exec/s",
-            )
+            async with contextlib.AsyncExitStack() as stack:
+                settings: dict[str, str] = {}
+                if provider in REMOTE:
+                    scratch = root / f"fake-{provider}"
+                    scratch.mkdir()
+                    settings = await stack.enter_async_context(_remote_fake(provider, scratch))
+                figures = {}
+                for n in sessions:
+                    if n > limit:
+                        continue
+                    figures[n] = await _concurrent(
+                        url, root, provider, n, rounds=args.rounds, settings=settings
+                    )
+                    _print_row(provider, n, figures[n])
+            if 10 in figures and len(figures) >= 2:
+                _report_scaling(provider, figures)
         if args.store:
             await _store(url, root, (10, args.store), args.runs)
 
@@ -297,6 +358,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of each store figure")
     parser.add_argument("--docker", action="store_true", help="the Docker provider too")
     parser.add_argument("--docker-max", type=int, default=100)
+    parser.add_argument(
+        "--remote",
+        default=",".join(REMOTE),
+        help="remote providers whose fakes are measured (comma-separated; empty: none)",
+    )
+    parser.add_argument("--remote-max", type=int, default=100)
     root = Path(tempfile.mkdtemp(prefix="mango-bench-scale-"))
     root.chmod(0o711)  # as root, the embedded PostgreSQL runs as an unprivileged account
     asyncio.run(_main(parser.parse_args(), root))
