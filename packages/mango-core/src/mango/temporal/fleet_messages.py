@@ -80,12 +80,9 @@ class EvictionInput:
     attempt_timeout: float = attrs.field(default=600.0, validator=_seconds)
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Build the cattrs hooks outside the workflow sandbox (see :mod:`mango.temporal.messages`)."""
     for cls in (SweepInput, SweepSummary, EvictionInput, EvictionReport):
         attrs.resolve_types(cls)
         converter.get_structure_hook(cls)
         converter.get_unstructure_hook(cls)
-
-
-_warm_up()

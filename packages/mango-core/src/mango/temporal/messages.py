@@ -372,12 +372,16 @@ class ReconcilerStatus:
     files: ReconcileFilesOutput | None = None
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Resolve type hints and build the cattrs hooks now, outside the workflow sandbox.
 
     Inside the sandbox ``typing.get_type_hints`` sees the sandbox's module
     table, where names a class annotation refers to may be missing; hooks
     built here are cached on the shared converter and reused there.
+    :func:`mango.temporal.worker.workflow_runner` calls it (workers and
+    replayers, before any workflow runs); a client, which converts outside any
+    sandbox, builds the few hooks it uses when it first uses them, and does
+    not pay for all of them at import (about 50 ms of every durable command).
     """
     nested = (Command, ExecResult, PackagePlan, SandboxRef, SandboxSpec, ToolCall, ToolResult)
     messages = tuple(
@@ -390,6 +394,3 @@ def _warm_up() -> None:
     for cls in (*nested, *messages):
         converter.get_structure_hook(cls)
         converter.get_unstructure_hook(cls)
-
-
-_warm_up()

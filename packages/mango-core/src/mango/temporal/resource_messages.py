@@ -95,7 +95,7 @@ class ReconcileFilesOutput:
     failures: tuple[tuple[str, str], ...] = ()
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Resolve hints and build the converter's hooks outside the workflow sandbox."""
     for cls in (
         MaterializeInput,
@@ -108,6 +108,3 @@ def _warm_up() -> None:
         attrs.resolve_types(cls)
         converter.get_structure_hook(cls)
         converter.get_unstructure_hook(cls)
-
-
-_warm_up()

@@ -49,8 +49,23 @@ _READY_TIMEOUT = 30.0
 _PASSTHROUGH = ("attrs", "attr", "cattrs")
 
 
+@functools.cache
+def _warm_converter() -> None:
+    """Every message's converter hooks, built outside the sandbox (see ``messages.warm_up``)."""
+    from mango.temporal import fleet_messages, messages, resource_messages
+
+    for module in (messages, resource_messages, fleet_messages):
+        module.warm_up()
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandboxed runner of mango's workflows (workers and replayers use the same)."""
+    """The sandboxed runner of mango's workflows (workers and replayers use the same).
+
+    The converter's hooks for every message are built first, here, outside
+    the sandbox: inside it, where the workflows' payloads are converted, the
+    type hints they need may not resolve.
+    """
+    _warm_converter()
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*_PASSTHROUGH)
     )
