@@ -77,3 +77,26 @@ def test_the_wrapper_offers_what_the_provider_offers(tmp_path: Path) -> None:
     assert isinstance(wrapped, PurgingProvider)
     assert isinstance(wrapped, SweepableProvider)
     assert instrument(wrapped) is wrapped
+
+
+class _RefusingTracer:
+    """A tracer that fails the test if anything asks it for a span."""
+
+    def start_as_current_span(self, name: str, **_: object) -> object:
+        raise AssertionError(f"a span {name!r} was made")
+
+
+async def test_no_span_is_made_until_a_tracer_provider_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the API's proxy provider (nothing set up), operations and provider calls make no span;
+    with a provider set, the same calls ask the tracer for theirs."""
+    monkeypatch.setattr(telemetry, "_tracer", _RefusingTracer())
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    manager = SessionManager(instrument(LocalProvider(tmp_path)), InMemoryBindingStore())
+    await manager.ensure_session("untraced")
+    sandbox = await manager.acquire("untraced", SandboxSpec())
+    assert (await sandbox.exec(Command(argv=("true",)))).exit_code == 0
+    monkeypatch.setattr(trace, "get_tracer_provider", TracerProvider)
+    with pytest.raises(AssertionError, match=r"a span 'mango\.session acquire' was made"):
+        await manager.acquire("untraced", SandboxSpec())

@@ -99,9 +99,23 @@ def session_attributes(session_id: str) -> dict[str, str]:
     return attributes
 
 
+def _tracing() -> bool:
+    """Whether a tracer provider is set: until one is, every span would be a no-op.
+
+    The API's proxy provider stands in until an application (or ``mango worker``
+    with ``MANGO_METRICS_PORT``) sets one; its spans record nothing and carry no
+    context worth propagating, so they are not made at all (they cost about a
+    fifth of a warm ``acquire``). A provider set later is seen at once.
+    """
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 @contextlib.contextmanager
 def operation_span(command: str, provider: str, session_id: str) -> Iterator[None]:
-    """A span around one SessionManager operation."""
+    """A span around one SessionManager operation (none while no tracer provider is set)."""
+    if not _tracing():
+        yield
+        return
     attributes = {"mango.provider": provider, **session_attributes(session_id)}
     with _tracer.start_as_current_span(f"mango.session {command}", attributes=attributes):
         yield
@@ -111,13 +125,16 @@ def operation_span(command: str, provider: str, session_id: str) -> Iterator[Non
 async def provider_call(
     provider: str, operation: str, session_key: str | None = None
 ) -> AsyncIterator[None]:
-    """Time one provider call (histogram, error counter) inside its span."""
-    attributes: dict[str, Any] = {"mango.provider": provider, "mango.operation": operation}
-    if session_key is not None:
-        attributes.update(session_attributes(session_key))
+    """Time one provider call (histogram, error counter) inside its span (if tracing)."""
+    span: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if _tracing():
+        attributes: dict[str, Any] = {"mango.provider": provider, "mango.operation": operation}
+        if session_key is not None:
+            attributes.update(session_attributes(session_key))
+        span = _tracer.start_as_current_span(f"mango.provider {operation}", attributes=attributes)
     started = time.perf_counter()
     outcome = "ok"
-    with _tracer.start_as_current_span(f"mango.provider {operation}", attributes=attributes):
+    with span:
         try:
             yield
         except BaseException as exc:
