@@ -135,14 +135,23 @@ async def test_scraped_figures_match_the_workload(
     # Temporal's Core metrics reach the exporter through a buffer drained every second, so
     # the updates of the last activity may land a drain later: wait (bounded) until they are
     # all there, and exact; mango's own figures are recorded before the commands return.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while True:
+    text = ""
+
+    async def complete() -> bool:
+        nonlocal text
         text = await asyncio.to_thread(_scrape, url)
-        figures = temporal_figures(text)
-        if figures == expected or loop.time() >= deadline:
-            break
-        await asyncio.sleep(0.1)
+        return temporal_figures(text) == expected
+
+    await wait_until(
+        complete,
+        60,
+        "Temporal's activity figures to match the histories",
+        detail=lambda: (
+            f"scraped {temporal_figures(text)}\nexpected {expected}\n"
+            f"attempts in the histories: {attempts}\n{worker.text()[-3000:]}"
+        ),
+    )
+    figures = temporal_figures(text)
     assert figures == expected, f"attempts in the histories: {attempts}\n{worker.text()[-3000:]}"
     local = {"provider": "local"}
     assert _value(text, "mango_sandboxes_created_total", **local) == 1

@@ -80,26 +80,22 @@ def disabled_plugins(environ: Mapping[str, str] | None = None) -> frozenset[str]
 
 @functools.cache
 def _entry_points_on(path: tuple[str, ...]) -> tuple[importlib.metadata.EntryPoint, ...]:
-    del path  # the cache key: what importlib.metadata searches
-    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return tuple(sorted(found, key=lambda ep: ep.name))
-
-
-def _installed_entry_points() -> tuple[importlib.metadata.EntryPoint, ...]:
-    """The installed ``mango`` entry points, by name: read once per ``sys.path``.
+    """The installed ``mango`` entry points, by name: read once per ``sys.path`` (``path``).
 
     Finding them scans the metadata of every installed distribution, and a
     command loads the plugins more than once (to select the provider, then to
     open it). A distribution installed into a directory already searched is
     seen at the process's next start, as with any entry-point plugin system.
     """
-    return _entry_points_on(tuple(sys.path))
+    del path  # only the cache key: importlib.metadata searches sys.path itself
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return tuple(sorted(found, key=lambda ep: ep.name))
 
 
 def _load_entry_points(pm: pluggy.PluginManager, disabled: frozenset[str] | None) -> None:
     if disabled is None:
         return
-    for entry_point in _installed_entry_points():
+    for entry_point in _entry_points_on(tuple(sys.path)):
         if entry_point.name in disabled or pm.get_plugin(entry_point.name) is not None:
             continue
         try:
