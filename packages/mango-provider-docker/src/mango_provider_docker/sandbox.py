@@ -38,7 +38,7 @@ from mango.provider import (
     SkillMount,
     check_port,
 )
-from mango.provider.execution import ExecTracker, StreamedExec
+from mango.provider.execution import ExecTracker, StreamedExec, torn_down
 from mango.provider.files import checked_chunks, file_bytes, staging_name
 from mango.provider.hostdirs import remove_dir
 from mango.provider.hostfiles import HostFileResources
@@ -420,14 +420,24 @@ class DockerSandbox(StreamedExec, ExecFileSystem):
         )
 
     async def _gone(self) -> bool:
-        """After a failed exec: True if the container is gone, being removed, or was killed."""
-        inspect = await self._engine.inspect_container(self.container_id)
-        state = (inspect or {}).get("State") or {}
-        return (
-            inspect is None
-            or state.get("Status") in ("removing", "dead")
-            or (not state.get("Running") and not state.get("Paused"))
-        )
+        """After a failed exec: True if the container is gone, being removed, or was killed.
+
+        Asked again for a while (the kit's :func:`torn_down`): the runtime refuses
+        an exec ("cannot exec in a stopped state") a moment before the daemon
+        shows the container stopped, and a background-process call that met a
+        destroy must say so, not report an outage.
+        """
+
+        async def stopped() -> bool:
+            inspect = await self._engine.inspect_container(self.container_id)
+            state = (inspect or {}).get("State") or {}
+            return (
+                inspect is None
+                or state.get("Status") in ("removing", "dead")
+                or (not state.get("Running") and not state.get("Paused"))
+            )
+
+        return await torn_down(stopped)
 
     async def start(self, command: Command) -> ProcessHandle:
         """Start ``command`` under a supervisor in the container (see :mod:`.processes`).
