@@ -57,6 +57,7 @@ from mango_provider_e2b.remote import Remote
 
 __all__ = [
     "DRAIN_SECONDS",
+    "FINISH_SECONDS",
     "KILL_SECONDS",
     "ROOT",
     "SERVER_GRACE_SECONDS",
@@ -81,6 +82,8 @@ KILL_SECONDS = 5.0
 """Bound on killing a command's tree after a timeout or cancellation."""
 DRAIN_SECONDS = 5.0
 """How long the output of a killed command is still read."""
+FINISH_SECONDS = 0.5
+"""How long the end of a stream is awaited after its ``end`` event (see :func:`finish`)."""
 _EXIT_KILLED = 128 + signal.SIGKILL
 """A command killed by SIGKILL: its own doing (``kill -9``, OOM) or its sandbox's teardown."""
 
@@ -198,6 +201,22 @@ async def run_command(
     raise AssertionError("unreachable: the second start either returned or raised")
 
 
+async def finish(envelopes: AsyncIterator[Envelope]) -> None:
+    """Read a process stream past its ``end`` event to its end-of-stream message (bounded).
+
+    envd closes the stream right after ``end``; reading that close lets the
+    HTTP connection go back to the pool. Left unread, closing the response
+    drops the connection and the next command opens a new one (a connect,
+    a resolver call, and a TLS handshake against a real sandbox). The
+    result is already known: a stream that does not end within
+    :data:`FINISH_SECONDS`, or that fails, is closed as before.
+    """
+    with contextlib.suppress(MangoError, TimeoutError):
+        async with asyncio.timeout(FINISH_SECONDS):
+            async for _ in envelopes:
+                pass
+
+
 async def kill_tree(envd: Envd, pid: int | None, tag: str) -> None:
     """Kill the process group of the command started with ``tag`` (bounded; never raises)."""
 
@@ -216,6 +235,7 @@ async def kill_tree(envd: Envd, pid: int | None, tag: str) -> None:
             ) as envelopes:
                 async for envelope in envelopes:
                     if event_of(envelope)[0] == "end":
+                        await finish(envelopes)
                         return
         except MangoError:
             await envd.kill(target)
@@ -281,6 +301,7 @@ class _Run:
                         if self.stdin:
                             self.feeder = asyncio.ensure_future(self._feed(pid))
                 elif kind == "end":
+                    await finish(envelopes)
                     return exit_code_of(value), False
                 elif envelope.end:
                     error = envelope.error
