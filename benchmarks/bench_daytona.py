@@ -32,11 +32,12 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from figures import ratio_at_most, report, value_below
+from figures import ratio_at_most, report, spawn_medians, value_below
 
 from mango.app import InMemoryBindingStore, SessionManager
 from mango.provider import Command, SandboxSpec
@@ -177,6 +178,38 @@ def _start_fake() -> tuple[subprocess.Popen[str], str]:
     return process, process.stdout.readline().strip()
 
 
+def _in_sandbox_part(times: dict[str, float], runs: int) -> None:
+    """What each client's command costs inside the sandbox, run here: mango's wrapper vs ``true``.
+
+    The fake's sandboxes are local processes, so this is the share of the exec
+    figures above that is process starts in the sandbox rather than protocol.
+    """
+    from mango_provider_daytona.scripts import exec_line
+
+    with tempfile.TemporaryDirectory() as root:
+        plan = exec_line(TRUE, root=root, cap=1 << 20)
+        local = spawn_medians(
+            {"mango": ["/bin/sh", "-c", plan.line], "sdk": ["/bin/sh", "-c", "true"]}, runs
+        )
+    print(
+        f"in the sandbox (run here by /bin/sh -c): mango's wrapper {local['mango']:.2f} ms, "
+        f"the SDK's `true` {local['sdk']:.2f} ms"
+    )
+    report(
+        "Daytona exec true, the in-sandbox part alone: mango's capping wrapper / `true` "
+        "(both run here by /bin/sh -c)",
+        mango=local["mango"],
+        baseline=local["sdk"],
+        unit="ms",
+    )
+    report(
+        "Daytona exec true without the in-sandbox part: (mango - its wrapper) / (SDK - `true`)",
+        mango=times["mango"] * 1e3 - local["mango"],
+        baseline=times["sdk"] * 1e3 - local["sdk"],
+        unit="ms",
+    )
+
+
 def main() -> None:
     """Run every measurement against one fake and print the table."""
     parser = argparse.ArgumentParser()
@@ -205,6 +238,7 @@ def main() -> None:
             unit="ms",
             goal=ratio_at_most(1.0),
         )
+        _in_sandbox_part(times, args.runs)
         floods = {}
         for client in ("mango", "sdk"):
             argv = ["--flood", client, "--url", url, "--flood-mib", str(args.flood_mib)]

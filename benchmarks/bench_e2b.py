@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from figures import ratio_at_most, report, value_below
+from figures import ratio_at_most, report, spawn_medians, value_below
 
 MIB = 1 << 20
 
@@ -40,6 +40,44 @@ def _flood_script(mib: int) -> str:
 
 def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
+
+
+def _in_sandbox_part(mine: float, sdks: float, rounds: int) -> None:
+    """What each client's command costs in the sandbox, run here as envd runs it (``bash -l -c``).
+
+    mango's line for ``true`` probes for ``setsid``, looks the program up as
+    ``execvp`` does, and starts it in a new session (one more ``execve``): the
+    price of killing the whole tree on a timeout, which envd cannot do.
+    """
+    from mango.provider.shell import command_line
+
+    line = command_line(("true",), new_session=True)
+    with tempfile.TemporaryDirectory() as home:
+        # The fake's environment for a command (its HOME is the sandbox's workspace).
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": home, "LANG": "C.UTF-8"}
+        local = spawn_medians(
+            {"mango": ["bash", "-l", "-c", line], "sdk": ["bash", "-l", "-c", "true"]},
+            rounds,
+            cwd=Path(home),
+            env=env,
+        )
+    print(
+        f"in the sandbox (run here by bash -l -c): mango's line {local['mango']:.2f} ms, "
+        f"the SDK's `true` {local['sdk']:.2f} ms"
+    )
+    report(
+        "E2B exec true, the in-sandbox part alone: mango's line (setsid, program lookup) / "
+        "`true` (both run here by bash -l -c)",
+        mango=local["mango"],
+        baseline=local["sdk"],
+        unit="ms",
+    )
+    report(
+        "E2B exec true without the in-sandbox part: (mango - its line) / (SDK - `true`)",
+        mango=mine - local["mango"],
+        baseline=sdks - local["sdk"],
+        unit="ms",
+    )
 
 
 async def _latency(rounds: int, create_rounds: int) -> None:  # noqa: PLR0915 - one scripted scenario
@@ -86,6 +124,7 @@ async def _latency(rounds: int, create_rounds: int) -> None:  # noqa: PLR0915 - 
                 unit="ms",
                 goal=ratio_at_most(1.0),
             )
+            _in_sandbox_part(mine, sdks, rounds)
 
             creates: list[float] = []
             attaches: list[float] = []

@@ -4,6 +4,10 @@ Prints, in one run:
 
 * the median cost of ``exec(["true"])`` through a warm SessionManager against a
   bare ``asyncio.create_subprocess_exec("true")`` (target ratio <= 1.05);
+* where the difference goes: the provider's sandbox ``exec`` alone (no
+  SessionManager), and the process-level guarantees written by hand with
+  asyncio (a new session for the tree kill, a cleared environment, the
+  sandbox's directory, both pipes read under the cap), in the same rounds;
 * the peak RSS growth while a command writes 1 GiB to stdout under a 1 MiB
   cap (target < 32 MiB).
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import statistics
 import tempfile
@@ -40,6 +45,33 @@ async def _bare_true() -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     await proc.communicate()
+
+
+async def _capped(stream: asyncio.StreamReader | None, cap: int) -> bytes:
+    kept = bytearray()
+    assert stream is not None
+    while chunk := await stream.read(64 * 1024):
+        if len(kept) < cap:
+            kept += chunk[: cap - len(kept)]
+    return bytes(kept)
+
+
+def _guarded_true(cwd: Path) -> Callable[[], Awaitable[None]]:
+    """``true`` with the local provider's process-level guarantees, by hand, nothing else."""
+
+    async def run() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            "true",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env={"PATH": os.defpath, "HOME": str(cwd)},
+            cwd=cwd,
+        )
+        await asyncio.gather(_capped(proc.stdout, MIB), _capped(proc.stderr, MIB), proc.wait())
+
+    return run
 
 
 async def _interleaved(
@@ -82,14 +114,22 @@ async def main(rounds: int, gib: int) -> None:
             sandbox = await manager.acquire("bench", spec)
             await sandbox.exec(true)
 
+        bound = await provider.create("bench-provider", spec)
+
+        async def via_provider() -> None:
+            await bound.exec(true)
+
         medians = await _interleaved(
             {
                 "bare asyncio.create_subprocess_exec": _bare_true,
                 "warm SessionManager exec(['true'])": via_manager,
+                "provider sandbox exec(['true'])": via_provider,
+                "the same guarantees by hand (asyncio)": _guarded_true(Path(tmp)),
             },
             rounds,
         )
-        bare, mango = medians.values()
+        bare, mango, alone, guarded = medians.values()
+        await bound.destroy()
         ratio = mango / bare
         print(
             f"ratio mango/bare: {ratio:.3f} (target <= 1.05) {'OK' if ratio <= 1.05 else 'MISSED'}"
@@ -100,6 +140,25 @@ async def main(rounds: int, gib: int) -> None:
             baseline=bare * 1e3,
             unit="ms",
             goal=ratio_at_most(1.05),
+        )
+        report(
+            "local exec true: the guarantees by hand (new session, cleared env, capped pipes) "
+            "/ bare asyncio",
+            mango=guarded * 1e3,
+            baseline=bare * 1e3,
+            unit="ms",
+        )
+        report(
+            "local exec true: provider sandbox exec alone / the guarantees by hand",
+            mango=alone * 1e3,
+            baseline=guarded * 1e3,
+            unit="ms",
+        )
+        report(
+            "local exec true: warm SessionManager / provider sandbox exec alone",
+            mango=mango * 1e3,
+            baseline=alone * 1e3,
+            unit="ms",
         )
 
         sandbox = await manager.acquire("bench", spec)

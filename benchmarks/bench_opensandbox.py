@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
-from figures import ratio_at_most, report, value_below
+from figures import ratio_at_most, report, spawn_medians, value_below
 
 from mango.provider import Command, SandboxSpec
 from mango_provider_opensandbox import OpenSandboxProvider
@@ -204,6 +205,41 @@ async def attach_and_exec(url: str, rounds: int) -> tuple[float, float]:
     return mango_ms, sdk_ms
 
 
+def _in_sandbox_part(mango_ms: float, sdk_ms: float, rounds: int) -> None:
+    """What each client's command costs inside the sandbox, run here as execd runs it.
+
+    The fake's sandboxes are local processes (``bash -c``, as execd), so this is
+    the share of the exec figures that is process starts in the sandbox: mango's
+    framing wrapper (``dd | base64 | tr`` per stream) against the SDK's ``true``.
+    """
+    from mango.provider.shell import plan_command
+    from mango_provider_opensandbox.wire import wrap
+
+    shell = "bash" if shutil.which("bash") else "sh"
+    line = wrap(plan_command(("true",), stdin=b"", cwd="", env={}, staging_dir="/unused").line)
+    local = spawn_medians(
+        {"mango": [shell, "-c", line], "sdk": [shell, "-c", "true"]}, max(rounds, 20)
+    )
+    print(
+        f"in the sandbox (run here by {shell} -c): mango's wrapper {local['mango']:.2f} ms, "
+        f"the SDK's `true` {local['sdk']:.2f} ms"
+    )
+    report(
+        "OpenSandbox exec true, the in-sandbox part alone: mango's framing wrapper / `true` "
+        f"(both run here by {shell} -c)",
+        mango=local["mango"],
+        baseline=local["sdk"],
+        unit="ms",
+    )
+    report(
+        "OpenSandbox exec true (grace 0) without the in-sandbox part: "
+        "(mango - its wrapper) / (SDK - `true`)",
+        mango=mango_ms - local["mango"],
+        baseline=sdk_ms - local["sdk"],
+        unit="ms",
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
@@ -228,6 +264,7 @@ async def main() -> None:
                     goal=ratio_at_most(1.0),
                 )
                 if grace == 0.0:
+                    _in_sandbox_part(mango_ms, sdk_ms, args.rounds)
                     mango_ms, sdk_ms = await create_to_first_exec(
                         fake.url, max(5, args.rounds // 4)
                     )

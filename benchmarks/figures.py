@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -128,3 +132,28 @@ def load_all(path: Path) -> list[Figure]:
     if not path.exists():
         return []
     return [Figure.load(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def spawn_medians(
+    commands: Mapping[str, Sequence[str]],
+    rounds: int,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, float]:
+    """Median milliseconds of each command run to its exit on this machine, in turn.
+
+    What a vendor's sandbox would run for one command, run here instead: the
+    in-sandbox part of a remote exec (a fake's sandboxes are local processes
+    too), without the protocol. Output is discarded; a failing command raises.
+    """
+    for _ in range(3):
+        for argv in commands.values():
+            subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=True)
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            start = time.perf_counter()
+            subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=True)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in samples.items()}
