@@ -152,6 +152,8 @@ class SandboxInfo:
     domain: str | None = None
     started_at: datetime | None = None
     """``startedAt``: when the sandbox was made (lists and gets say it)."""
+    end_at: datetime | None = None
+    """``endAt``: when the service ends the sandbox unless its timeout is extended (gets)."""
 
     @classmethod
     def from_json(cls, value: object, *, operation: str) -> SandboxInfo:
@@ -172,6 +174,7 @@ class SandboxInfo:
             traffic_access_token=_text(value.get("trafficAccessToken")),
             domain=_text(value.get("domain")),
             started_at=listed_time(value.get("startedAt")),
+            end_at=listed_time(value.get("endAt")),
         )
 
 

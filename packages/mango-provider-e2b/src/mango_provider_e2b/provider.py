@@ -6,10 +6,13 @@
   labels first, creates only if nothing is there, and after a failed create
   (a lost answer, a 5xx) lists again: a retry finds the sandbox the lost
   answer made instead of making a second one.
-* **Attach** reads the sandbox by id, checks its metadata against the key,
-  then connects a running one (giving it the idle timeout again). A paused
-  one stays paused (capability ``pause``): SessionManager's acquire resumes
-  it (its keep-alive, or the resume of a Session it paused). A 404 is
+* **Attach** reads the sandbox by id and checks its metadata against the
+  key. A running one is used as the get describes it (envd's version, token
+  and domain, and ``endAt``: the keep-alive extends the timeout once a
+  command needs more than is left), so attach is one call; a connect follows
+  only where the answer has no ``endAt``. A paused one stays paused
+  (capability ``pause``): SessionManager's acquire resumes it (its
+  keep-alive, or the resume of a Session it paused). A 404 is
   :class:`SandboxNotFound`; nothing is recreated.
 * **Pause** (capability ``pause``) is ``POST /sandboxes/{id}/pause`` (memory
   and filesystem), resume is ``connect``; by reference, both check the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import attrs
 import httpx
@@ -232,7 +236,13 @@ class E2BProvider:
         if info.state == SandboxState.PAUSED:
             # Attach does not resume: a resume (or SessionManager's keep-alive) does.
             return self._sandbox(info, spec, time.monotonic())
-        # Bound sandboxes got their workspace at create: attach is one get and one connect.
+        left = _seconds_left(info)
+        if info.state == SandboxState.RUNNING and left is not None:
+            # The get answered what a connect would (envd's version, token and domain) and
+            # how long the sandbox has left: attach is one call, as the SDK's connect is.
+            # keep_alive extends the timeout once a command needs more than is left.
+            return E2BSandbox(self._remote, info, spec, alive_until=time.monotonic() + left)
+        # Bound sandboxes got their workspace at create: one get and one connect.
         return await self._connected(ref.external_id, spec, ensure_root=False)
 
     async def _owned(self, session_key: str, ref: SandboxRef) -> str:
@@ -303,3 +313,10 @@ class E2BProvider:
             await self._control.aclose()
         finally:
             await self._remote.data.aclose()
+
+
+def _seconds_left(info: SandboxInfo) -> float | None:
+    """Seconds until the service ends ``info``'s sandbox (``endAt``); None if not said."""
+    if info.end_at is None:
+        return None
+    return max(0.0, (info.end_at - datetime.now(UTC)).total_seconds())
