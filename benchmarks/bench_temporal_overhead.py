@@ -233,19 +233,19 @@ async def main(root: Path, rounds: int) -> None:  # noqa: PLR0915 - one benchmar
             ),
         ):
             report(label, mango=m[num] * 1e3, baseline=m[den] * 1e3, unit="ms", goal=goal)
-        for label, floor in (
+        for label, base in (
             ("local activity", "floor+local"),
             ("normal activity", "floor+act"),
         ):
             # A step runs the command; its floor runs nothing. Even if mango added no work of
             # its own, the ratio could not go below (floor + the command, direct) / floor.
-            bound = (m[floor] + m["direct"]) / m[floor]
+            bound = (m[base] + m["direct"]) / m[base]
             print(f"lowest ratio possible ({label}): {bound:.2f} (the command alone, direct)")
             report(
                 f"Temporal exec step ({label}): lowest ratio possible, "
                 "(floor + the command itself, direct) / floor",
-                mango=(m[floor] + m["direct"]) * 1e3,
-                baseline=m[floor] * 1e3,
+                mango=(m[base] + m["direct"]) * 1e3,
+                baseline=m[base] * 1e3,
                 unit="ms",
             )
         await floor.signal(Floor.finish)
