@@ -14,16 +14,17 @@ provider offers it as
 ``exec_once(self, self.step_records, ...)``)::
 
     <directory>/<step>.<n>/
-        start     when it started (``date +%s``)
+        start     when it started (``date +%s``; only for a command with a timeout)
         pid       the pid of the shell that runs it (it leads the command's process group)
         out, err  the first ``cap + 1`` bytes of stdout and of stderr, exactly as written
         exit      its exit status, written last (``lost``/``killed`` when it ended unrecorded)
 
 The first attempt creates the directory (``mkdir``, atomic) and runs the
 command with stdout and stderr going through FIFOs to the capped files (the
-rest is read and discarded, as exec does). The two readers leave the
-command's tree (started from a subshell that exits at once, in a session of
-their own where the sandbox has ``setsid``): a tree kill of the command
+rest is read and discarded, as exec does). The two readers (children of
+one shell, whose pid both ``*.pid`` files name) leave the command's tree
+(started from a subshell that exits at once, in a session of their own where
+the sandbox has ``setsid``): a tree kill of the command
 (timeout, cancellation) leaves them to see end-of-file and write what they
 kept (``out.done``, ``err.done``), so a timed-out step returns its output so
 far, as exec does (``head -c`` writes only at its count or at end-of-file).
@@ -66,9 +67,10 @@ from mango.domain.values import Command, ExecResult
 
 __all__ = ["StepKey", "StepRecords", "StepSandbox", "exec_once"]
 
+# Builtins only (``read``, not ``$(cat ...)``): the done-wait below calls it in a loop.
 _ALIVE = (
     'mango_alive() { kill -0 "$1" 2>/dev/null || return 1; '
-    '_mango_st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; '
+    '_mango_st=; read -r _mango_st 2>/dev/null < "/proc/$1/stat" || return 0; '
     "case ${_mango_st##*) } in Z*) return 1;; esac; return 0; }\n"
 )
 
@@ -95,11 +97,11 @@ unset _mango_c _mango_f
 RUN_SCRIPT = (
     _ALIVE
     + r"""_mango_r=$1; _mango_s=$2; _mango_d=$1/$2.$3; _mango_t=$4; _mango_n=$5; shift 6
-if ! mkdir -p "$_mango_r" 2>/dev/null; then
+if ! { [ -d "$_mango_r" ] || mkdir -p "$_mango_r" 2>/dev/null; }; then
     printf 'mango: cannot make the step records %s\n' "$_mango_r" >&2; exit 125
 fi
 if mkdir "$_mango_d" 2>/dev/null; then
-    date +%s > "$_mango_d/start"
+    [ "$_mango_t" = 0 ] || date +%s > "$_mango_d/start"
     printf '%s\n' "$$" > "$_mango_d/pid"
     for _mango_o in "$_mango_r"/*; do
         case ${_mango_o##*/} in "$_mango_s".*|'*') continue;; esac
@@ -112,11 +114,13 @@ if mkdir "$_mango_d" 2>/dev/null; then
         printf 'lost\n' > "$_mango_d/exit"; exit 125
     fi
     command -v setsid > /dev/null 2>&1 && _mango_ss=setsid || _mango_ss=
-    for _mango_o in o:out e:err; do
-        ($_mango_ss sh -c \
-            'echo $$ > "$2.pid"; head -c "$1" > "$2"; : > "$2.done"; cat > /dev/null' \
-            mango-step "$_mango_n" "$_mango_d/${_mango_o#*:}" < "$_mango_d/${_mango_o%%:*}" &)
-    done
+    # One reader shell for both streams (its pid stands for both), in a session of its own.
+    ($_mango_ss sh -c 'echo $$ > "$2/out.pid"; echo $$ > "$2/err.pid"
+for s in o:out e:err; do
+    { head -c "$1" > "$2/${s#*:}"; : > "$2/${s#*:}.done"; exec cat > /dev/null; } \
+        < "$2/${s%%:*}" &
+done
+wait' mango-step "$_mango_n" "$_mango_d" < /dev/null &)
     (
         unset _mango_r _mango_s _mango_t _mango_n _mango_o _mango_st _mango_ss
         exec > "$_mango_d/o" 2> "$_mango_d/e"
@@ -128,9 +132,11 @@ if mkdir "$_mango_d" 2>/dev/null; then
     )
     _mango_x=$?
     for _mango_o in out err; do
-        while [ ! -f "$_mango_d/$_mango_o.done" ] \
-            && mango_alive "$(cat "$_mango_d/$_mango_o.pid" 2>/dev/null)"; do
-            sleep 0.01
+        _mango_w=0.001
+        while [ ! -f "$_mango_d/$_mango_o.done" ]; do
+            _mango_p=; read -r _mango_p 2>/dev/null < "$_mango_d/$_mango_o.pid"
+            mango_alive "$_mango_p" || break
+            sleep "$_mango_w"; _mango_w=0.01
         done
     done
     printf '%s\n' "$_mango_x" > "$_mango_d/exit.tmp" && mv "$_mango_d/exit.tmp" "$_mango_d/exit"
@@ -163,7 +169,7 @@ while [ ! -f "$1/out.done" ] || [ ! -f "$1/err.done" ]; do
     sleep 0.05; _mango_i=$((_mango_i + 1))
 done
 cat "$1/out" 2>/dev/null; cat "$1/err" >&2 2>/dev/null
-_mango_x=$(cat "$1/exit" 2>/dev/null)
+_mango_x=; read -r _mango_x 2>/dev/null < "$1/exit"
 case $_mango_x in ''|*[!0-9]*) exit 0;; esac
 case $_mango_x in
 129|130|137|138|140|141|142|143) trap - $((_mango_x - 128)); kill -$((_mango_x - 128)) $$;;
