@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from bench_e2b import in_sandbox_part
 from figures import ratio_at_most, report, value_below
 
 API_KEY = "cube_fake_key"
@@ -227,6 +228,7 @@ def main() -> None:
                     unit="ms",
                     goal=goal,
                 )
+            in_sandbox_part("Cube", m["exec"], m["sdk_exec"], args.rounds)
             ours = _flood(url, "mango", args.flood_mib)
             sdk_mib = min(args.flood_mib, SDK_FLOOD_MAX_MIB)
             theirs = _flood(url, "sdk", sdk_mib)

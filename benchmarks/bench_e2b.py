@@ -42,7 +42,7 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def _in_sandbox_part(mine: float, sdks: float, rounds: int) -> None:
+def in_sandbox_part(vendor: str, mine: float, sdks: float, rounds: int) -> None:
     """What each client's command costs in the sandbox, run here as envd runs it (``bash -l -c``).
 
     mango's line for ``true`` probes for ``setsid``, looks the program up as
@@ -66,14 +66,14 @@ def _in_sandbox_part(mine: float, sdks: float, rounds: int) -> None:
         f"the SDK's `true` {local['sdk']:.2f} ms"
     )
     report(
-        "E2B exec true, the in-sandbox part alone: mango's line (setsid, program lookup) / "
-        "`true` (both run here by bash -l -c)",
+        f"{vendor} exec true, the in-sandbox part alone: mango's line (setsid, program lookup) "
+        "/ `true` (both run here by bash -l -c)",
         mango=local["mango"],
         baseline=local["sdk"],
         unit="ms",
     )
     report(
-        "E2B exec true without the in-sandbox part: (mango - its line) / (SDK - `true`)",
+        f"{vendor} exec true without the in-sandbox part: (mango - its line) / (SDK - `true`)",
         mango=mine - local["mango"],
         baseline=sdks - local["sdk"],
         unit="ms",
@@ -124,7 +124,7 @@ async def _latency(rounds: int, create_rounds: int) -> None:  # noqa: PLR0915 - 
                 unit="ms",
                 goal=ratio_at_most(1.0),
             )
-            _in_sandbox_part(mine, sdks, rounds)
+            in_sandbox_part("E2B", mine, sdks, rounds)
 
             creates: list[float] = []
             attaches: list[float] = []
