@@ -16,8 +16,9 @@ are interpolated into the script only through :func:`~mango.provider.shell.quote
 * runs the command (the kit's ``exec`` line, stdin ``/dev/null`` unless the
   plan feeds it) with stdout and stderr in two pipes, each read by a capper
   that keeps the first ``cap + 1`` bytes in a file and drains the rest to
-  ``/dev/null``, so the command never blocks and the sandbox's disk holds at
-  most ``cap + 1`` bytes per stream, whatever the command prints;
+  ``/dev/null`` (an empty file means the stream ended: no drain), so the
+  command never blocks and the sandbox's disk holds at most ``cap + 1``
+  bytes per stream, whatever the command prints;
 * prints a framed result on its stdout: a marker line with the exit status,
   then each kept file in base64 (the toolbox returns output as a JSON string,
   which is not binary-safe), each section closed by the marker; then removes
@@ -92,7 +93,7 @@ if [ -n "$d" ]; then
     unset IFS; set +f
 fi
 unset OLDPWD
-cap() {{ head -c "$L" > "$1"; exec cat > /dev/null; }}
+cap() {{ head -c "$L" > "$1"; [ -s "$1" ] && exec cat > /dev/null; }}
 {{ {{ ( [ -e "$F.k" ] && exit 137; {LINE} ) < /dev/null; echo $? > "$F.x"; }} \
     2>&1 1>&3 3>&- | cap "$F.e"; }} 3>&1 | cap "$F.o"
 ec=-1; [ -s "$F.x" ] && read -r ec < "$F.x"

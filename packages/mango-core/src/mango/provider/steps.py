@@ -115,9 +115,11 @@ if mkdir "$_mango_d" 2>/dev/null; then
     fi
     command -v setsid > /dev/null 2>&1 && _mango_ss=setsid || _mango_ss=
     # One reader shell for both streams (its pid stands for both), in a session of its own.
+    # An empty record means head met end-of-file: nothing is left to drain.
     ($_mango_ss sh -c 'echo $$ > "$2/out.pid"; echo $$ > "$2/err.pid"
 for s in o:out e:err; do
-    { head -c "$1" > "$2/${s#*:}"; : > "$2/${s#*:}.done"; exec cat > /dev/null; } \
+    { head -c "$1" > "$2/${s#*:}"; : > "$2/${s#*:}.done"
+        [ -s "$2/${s#*:}" ] && exec cat > /dev/null; } \
         < "$2/${s%%:*}" &
 done
 wait' mango-step "$_mango_n" "$_mango_d" < /dev/null &)
