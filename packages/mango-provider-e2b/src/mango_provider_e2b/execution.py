@@ -204,7 +204,9 @@ async def run_command(
 async def finish(envelopes: AsyncIterator[Envelope]) -> None:
     """Read a process stream past its ``end`` event to its end-of-stream message (bounded).
 
-    envd closes the stream right after ``end``; reading that close lets the
+    envd closes the stream right after ``end`` (its ``Start`` handler returns
+    once the end event is sent: ``packages/envd/internal/services/process/
+    start.go`` in e2b-dev/infra); reading that close lets the
     HTTP connection go back to the pool. Left unread, closing the response
     drops the connection and the next command opens a new one (a connect,
     a resolver call, and a TLS handshake against a real sandbox). The
