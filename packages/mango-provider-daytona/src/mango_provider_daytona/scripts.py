@@ -292,17 +292,38 @@ def parse_result(output: str, marker: str) -> WrapperResult:
     :class:`ProviderUnavailable` if the frame is missing (the wrapper did not
     run to its end: the daemon killed it, or the sandbox stopped).
     """
-    error = re.search(rf"\n{re.escape(marker)}-error (\w+)\n", output)
+    # str.find, not a pattern built around the marker: that one is new for every command,
+    # so re's cache never held it and each result compiled two regular expressions.
+    error = _field(output, f"\n{marker}-error ", _REASON)
     if error is not None:
-        reason = error.group(1)
+        reason = error[0]
         message = _ERRORS.get(reason, f"the command could not start ({reason})")
         if reason == "symlink":
             raise PathEscapeError(message)
         raise PermanentError(message)
-    head = re.search(rf"\n{re.escape(marker)} (-?\d+)\n", output)
+    head = _field(output, f"\n{marker} ", _STATUS)
     if head is None:
         raise ProviderUnavailable("the toolbox returned no result for the command")
-    sections = output[head.end() :].split(f"\n{marker}\n")
+    sections = output[head[1] :].split(f"\n{marker}\n")
     if len(sections) < 3:
         raise ProviderUnavailable("the toolbox returned a truncated command result")
-    return WrapperResult(int(head.group(1)), _decode(sections[0]), _decode(sections[1]))
+    return WrapperResult(int(head[0]), _decode(sections[0]), _decode(sections[1]))
+
+
+_REASON = re.compile(r"\w+")
+_STATUS = re.compile(r"-?\d+")
+
+
+def _field(output: str, prefix: str, shape: re.Pattern[str]) -> tuple[str, int] | None:
+    """The first ``prefix<field>\\n`` line of ``output`` whose field is all ``shape``: the field
+    and where the text after its line starts; None if there is none."""
+    start = output.find(prefix)
+    while start >= 0:
+        begin = start + len(prefix)
+        end = output.find("\n", begin)
+        if end < 0:
+            return None
+        if shape.fullmatch(output, begin, end):
+            return output[begin:end], end + 1
+        start = output.find(prefix, start + 1)
+    return None
