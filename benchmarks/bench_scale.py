@@ -13,8 +13,8 @@ the local provider (``--docker`` adds the Docker provider to the first part):
   Session (tracemalloc while they are provisioned, allocations made by the
   in-process fakes left out) and the process's RSS growth per cached Session
   (whole pages: too coarse at N=10 for a goal). The goals: the one-at-a-time
-  latency and the heap per Session at the largest N within 1.5x of N=10; at most 10 connections (the
-  pool) plus the sampling one.
+  latency and the heap per Session at the largest N within 1.5x of N=10; at
+  most 10 connections (the pool) plus the sampling one.
   The remote providers (``--remote``, default all four) run against their
   vendor fakes, served in this process, up to ``--remote-max`` (100) Sessions.
 * **A large store.** ``--store`` Sessions (default 10 000) are bound in the
@@ -72,7 +72,7 @@ _NOT_MANGOS = [
 def _heap_bytes() -> int:
     """Python heap held now by everything but the in-process fakes (tracemalloc is on)."""
     snapshot = tracemalloc.take_snapshot().filter_traces(_NOT_MANGOS)
-    return sum(stat.size for stat in snapshot.statistics("filename"))
+    return sum(trace.size for trace in snapshot.traces)
 
 
 def _database(server_url: str, name: str) -> str:

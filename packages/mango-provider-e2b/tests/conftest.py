@@ -32,6 +32,15 @@ async def cube_fake(tmp_path: Path) -> AsyncIterator[E2BFakeService]:
         yield service
 
 
+_ENVD_ROUTES = ("/process.", "/filesystem.", "/files")
+
+
+def control_calls(fake: E2BFakeService, since: int = 0) -> list[str]:
+    """The control-plane requests the fake received (``METHOD route``), from ``since`` on."""
+    log = fake.faults.log[since:]
+    return [f"{r.method} {r.route}" for r in log if not r.route.startswith(_ENVD_ROUTES)]
+
+
 def make_provider(service: E2BFakeService, **changes: object) -> E2BProvider:
     """A provider over ``service`` in its mode, with ``changes`` to its options."""
     import attrs

@@ -13,13 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from mango.fakes.faults import RecordedRequest
 from mango.provider import Command, SandboxSpec
 from mango_provider_e2b import E2BProvider
 from mango_provider_e2b.conformance import e2b_fake_options
 from mango_provider_e2b.fake import E2BFakeService
 
-from .conftest import NAMESPACE, SPEC, make_provider
+from .conftest import NAMESPACE, SPEC, control_calls, make_provider
 
 
 class _CountingTransport(httpx.AsyncBaseTransport):
@@ -90,14 +89,6 @@ async def test_a_timed_out_command_still_leaves_a_usable_connection(
         await sandbox.destroy()
 
 
-_ENVD_ROUTES = ("/process.", "/filesystem.", "/files")
-
-
-def _control_calls(fake: E2BFakeService, since: int) -> list[str]:
-    log: list[RecordedRequest] = fake.faults.log[since:]
-    return [f"{r.method} {r.route}" for r in log if not r.route.startswith(_ENVD_ROUTES)]
-
-
 async def test_attach_of_a_running_sandbox_is_one_get_and_extends_only_when_needed(
     fake: E2BFakeService, session_key: str
 ) -> None:
@@ -109,11 +100,11 @@ async def test_attach_of_a_running_sandbox_is_one_get_and_extends_only_when_need
         sandbox = await first.create(session_key, SPEC)
         mark = len(fake.faults.log)
         attached = await restarted.attach(session_key, sandbox.ref, SPEC)
-        assert _control_calls(fake, mark) == ["GET /sandboxes/{id}"]
+        assert control_calls(fake, mark) == ["GET /sandboxes/{id}"]
         mark = len(fake.faults.log)
         done = await attached.exec(Command(("sh", "-c", "printf attached")))
         assert (done.exit_code, done.stdout) == (0, b"attached")
-        assert _control_calls(fake, mark) == []  # the create gave it the idle timeout
+        assert control_calls(fake, mark) == []  # the create gave it the idle timeout
         # Another worker shortens its life: a fresh attach sees that in endAt and extends it.
         assert await first._control.set_timeout(sandbox.ref.external_id, 5)
         again = make_provider(fake)
@@ -121,7 +112,7 @@ async def test_attach_of_a_running_sandbox_is_one_get_and_extends_only_when_need
             late = await again.attach(session_key, sandbox.ref, SPEC)
             mark = len(fake.faults.log)
             assert (await late.exec(Command(("true",)))).exit_code == 0
-            assert _control_calls(fake, mark) == ["POST /sandboxes/{id}/timeout"]
+            assert control_calls(fake, mark) == ["POST /sandboxes/{id}/timeout"]
         finally:
             await again.aclose()
         await sandbox.destroy()

@@ -14,15 +14,10 @@ from mango_provider_e2b import E2BProvider, E2BSandbox
 from mango_provider_e2b.connect import decode_envelopes, encode_envelope
 from mango_provider_e2b.fake import E2BFakeService
 
-from .conftest import SPEC, make_provider
+from .conftest import SPEC, control_calls, make_provider
 
 PROMPT_SECONDS = 5.0
 """A torn-down command's exec returns within this (well under the 30 s it would sleep)."""
-_ENVD_ROUTES = ("/process.", "/filesystem.", "/files")
-
-
-def _control_calls(fake: E2BFakeService) -> int:
-    return sum(1 for record in fake.faults.log if not record.route.startswith(_ENVD_ROUTES))
 
 
 @pytest.fixture
@@ -106,13 +101,13 @@ async def test_ordinary_exits_make_no_control_plane_call(
 ) -> None:
     """Exit 0 and an ordinary non-zero exit cost no round trip to the control plane."""
     await sandbox.exec(Command(("true",), timeout=30))  # the keep-alive is settled first
-    before = _control_calls(fake)
+    before = len(control_calls(fake))
     ok = await sandbox.exec(Command(("true",), timeout=30))
     failed = await sandbox.exec(Command(("sh", "-c", "exit 3"), timeout=30))
     assert (ok.exit_code, failed.exit_code) == (0, 3)
     assert not ok.cancelled
     assert not failed.cancelled
-    assert _control_calls(fake) == before
+    assert len(control_calls(fake)) == before
 
 
 async def test_deleted_sandbox_cuts_the_stream_without_an_end_event(

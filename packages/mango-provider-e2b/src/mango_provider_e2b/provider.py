@@ -8,8 +8,8 @@
   answer made instead of making a second one.
 * **Attach** reads the sandbox by id and checks its metadata against the
   key. A running one is used as the get describes it (envd's version, token
-  and domain, and ``endAt``: the keep-alive extends the timeout once a
-  command needs more than is left), so attach is one call; a connect follows
+  and domain, and ``endAt``: the check before each command extends the
+  timeout once a command needs more than is left), so attach is one call; a connect follows
   only where the answer has no ``endAt``. A paused one stays paused
   (capability ``pause``): SessionManager's acquire resumes it (its
   keep-alive, or the resume of a Session it paused). A 404 is
@@ -173,10 +173,13 @@ class E2BProvider:
         """The control-plane client (for tests and tools)."""
         return self._control
 
-    def _sandbox(self, info: SandboxInfo, spec: SandboxSpec, alive_since: float) -> E2BSandbox:
-        return E2BSandbox(
-            self._remote, info, spec, alive_until=alive_since + self.options.idle_timeout
-        )
+    def _sandbox(
+        self, info: SandboxInfo, spec: SandboxSpec, alive_since: float, *, left: float | None = None
+    ) -> E2BSandbox:
+        """A client of ``info``'s sandbox, alive for the idle timeout from ``alive_since`` (or,
+        ``left`` given, for that many seconds from then)."""
+        lifetime = self.options.idle_timeout if left is None else left
+        return E2BSandbox(self._remote, info, spec, alive_until=alive_since + lifetime)
 
     async def _ready(self, sandbox: E2BSandbox) -> E2BSandbox:
         # Idempotent: the workspace of a found or resumed sandbox is made again if missing.
@@ -240,8 +243,8 @@ class E2BProvider:
         if info.state == SandboxState.RUNNING and left is not None:
             # The get answered what a connect would (envd's version, token and domain) and
             # how long the sandbox has left: attach is one call, as the SDK's connect is.
-            # keep_alive extends the timeout once a command needs more than is left.
-            return E2BSandbox(self._remote, info, spec, alive_until=time.monotonic() + left)
+            # The check before each command extends the timeout once it needs more than is left.
+            return self._sandbox(info, spec, time.monotonic(), left=left)
         # Bound sandboxes got their workspace at create: one get and one connect.
         return await self._connected(ref.external_id, spec, ensure_root=False)
 
